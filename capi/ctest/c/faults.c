@@ -1,0 +1,123 @@
+/* Failure scenarios, each run by a Go test with several ranks joined through
+ * torchrun-style environment variables:
+ *
+ *   faults kill      every rank allreduces in a loop and prints "READY"
+ *                    after a few rounds; the test SIGKILLs one rank, and the
+ *                    others must get gocollRemoteError (or gocollTimeout)
+ *                    instead of hanging.
+ *   faults abort     2 ranks. Rank 1 starts a gocollIAllReduce (and, on a
+ *                    second thread, a blocking gocollBarrier) that rank 0
+ *                    never joins; gocollCommAbort must unblock both at
+ *                    once. Rank 0 then calls the allreduce (which may
+ *                    still complete with the data rank 1 sent before it
+ *                    aborted) and a second one, which must fail with
+ *                    gocollRemoteError.
+ *   faults mismatch  2 ranks call gocollAllReduce with different counts.
+ *
+ * Each prints "RESULT ..." lines the test reads, and exits 0 only when the
+ * codes are the expected ones. */
+#include <pthread.h>
+
+#include "common.h"
+
+static gocollComm_t comm;
+
+static int run_kill(void) {
+  enum { N = 1 << 14 };
+  static float buf[N];
+  double start = now_seconds();
+  long iter;
+  gocollResult_t rc = gocollSuccess, async = gocollSuccess, again;
+  for (iter = 0; now_seconds() - start < 60; iter++) {
+    int i;
+    for (i = 0; i < N; i++) buf[i] = (float)g_rank;
+    rc = gocollAllReduce(buf, buf, N, gocollFloat32, gocollSum, comm);
+    if (rc != gocollSuccess) break;
+    if (iter == 3) {
+      printf("READY\n");
+      fflush(stdout);
+    }
+  }
+  if (rc == gocollSuccess) {
+    printf("NOERROR after %ld iterations\n", iter);
+    return 6;
+  }
+  printf("RESULT code=%d iter=%ld err=%s\n", (int)rc, iter, gocollGetLastError(comm));
+  CHECK_COMM(gocollCommGetAsyncError(comm, &async), comm);
+  again = gocollAllReduce(buf, buf, N, gocollFloat32, gocollSum, comm);
+  printf("AFTER async=%d again=%d err=%s\n", (int)async, (int)again, gocollGetLastError(comm));
+  fflush(stdout);
+  gocollCommDestroy(comm);
+  printf("DESTROYED\n");
+  if (rc != gocollRemoteError && rc != gocollTimeout) return 5;
+  if (async == gocollSuccess || again != gocollInvalidUsage) return 5;
+  return 0;
+}
+
+static gocollResult_t barrier_rc = gocollInternalError;
+
+static void* blocked_barrier(void* arg) {
+  (void)arg;
+  barrier_rc = gocollBarrier(comm);
+  return NULL;
+}
+
+static int run_abort(void) {
+  float buf[64] = {0};
+  if (g_rank == 1) {
+    gocollRequest_t req = NULL;
+    pthread_t th;
+    int done = 0;
+    double t;
+    gocollResult_t wait_rc;
+    CHECK_COMM(gocollIAllReduce(buf, buf, 64, gocollFloat32, gocollSum, comm, &req), comm);
+    pthread_create(&th, NULL, blocked_barrier, NULL);
+    sleep_ms(300);
+    CHECK_COMM(gocollTest(req, &done), comm);
+    if (done) FAIL("allreduce finished although rank 0 never joined");
+    t = now_seconds();
+    CHECK(gocollCommAbort(comm));
+    pthread_join(th, NULL);
+    wait_rc = gocollWait(req);
+    t = now_seconds() - t;
+    printf("RESULT rank=1 wait=%d barrier=%d seconds=%.3f err=%s\n", (int)wait_rc, (int)barrier_rc, t,
+           gocollGetLastError(NULL));
+    if (wait_rc != gocollInvalidUsage || barrier_rc != gocollInvalidUsage || t > 5) return 5;
+    /* Stay until rank 0 saw the abort (it reads it from our connection). */
+    sleep_ms(2500);
+    return 0;
+  } else {
+    gocollResult_t rc = gocollSuccess;
+    int i;
+    sleep_ms(1500);
+    /* The first allreduce may still succeed: rank 1 had sent its part
+     * before it aborted. The next one cannot. */
+    for (i = 0; i < 3 && rc == gocollSuccess; i++) rc = gocollAllReduce(buf, buf, 64, gocollFloat32, gocollSum, comm);
+    printf("RESULT rank=%d allreduce=%d calls=%d err=%s\n", g_rank, (int)rc, i, gocollGetLastError(comm));
+    gocollCommDestroy(comm);
+    return rc == gocollRemoteError ? 0 : 5;
+  }
+}
+
+static int run_mismatch(void) {
+  float buf[8] = {0};
+  gocollResult_t rc = gocollAllReduce(buf, buf, g_rank == 0 ? 4 : 5, gocollFloat32, gocollSum, comm);
+  printf("RESULT rank=%d allreduce=%d err=%s\n", g_rank, (int)rc, gocollGetLastError(comm));
+  gocollCommDestroy(comm);
+  return rc == gocollInvalidUsage || rc == gocollRemoteError ? 0 : 5;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stderr, NULL, _IONBF, 0);
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s kill|abort|mismatch\n", argv[0]);
+    return 64;
+  }
+  CHECK(gocollCommInitFromEnv(&comm));
+  CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
+  if (strcmp(argv[1], "kill") == 0) return run_kill();
+  if (strcmp(argv[1], "abort") == 0) return run_abort();
+  if (strcmp(argv[1], "mismatch") == 0) return run_mismatch();
+  fprintf(stderr, "unknown mode %s\n", argv[1]);
+  return 64;
+}

@@ -1,0 +1,98 @@
+package ctest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/capi/ctest/harness"
+)
+
+// startFaults starts n ranks of the faults program in mode, joined through
+// torchrun-style variables.
+func startFaults(t *testing.T, ctx context.Context, n int, mode string, extra ...string) []*harness.Proc {
+	t.Helper()
+	port, err := harness.FreePortPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := make([]*harness.Proc, n)
+	for r := range procs {
+		env := harness.Env(append(harness.TorchrunEnv(r, n, port), extra...)...)
+		if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["faults"], mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return procs
+}
+
+// TestKilledRank SIGKILLs one of 4 ranks in the middle of a loop of
+// allreduces: the others must fail with gocollRemoteError (or, at worst,
+// gocollTimeout) well before the test's deadline, and clean up.
+func TestKilledRank(t *testing.T) {
+	const victim = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	procs := startFaults(t, ctx, 4, "kill", "GOCOLL_TIMEOUT=20s")
+	if _, err := procs[victim].WaitLine(ctx, "READY"); err != nil {
+		cancel()
+		harness.WaitAll(t, procs)
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := procs[victim].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var failed bool
+	for r, p := range procs {
+		err := p.Wait()
+		if r == victim {
+			continue
+		}
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+			failed = true
+		}
+		if !strings.Contains(p.Stdout(), "DESTROYED") {
+			t.Errorf("rank %d did not clean up", r)
+			failed = true
+		}
+	}
+	t.Logf("survivors finished %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if failed || testing.Verbose() {
+		for _, p := range procs {
+			t.Log(p.Output())
+		}
+	}
+}
+
+// TestAbortUnblocks checks that gocollCommAbort returns a pending
+// gocollIAllReduce and a blocked gocollBarrier at once, and that the peer
+// then sees gocollRemoteError.
+func TestAbortUnblocks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	procs := startFaults(t, ctx, 2, "abort", "GOCOLL_TIMEOUT=60s")
+	harness.WaitAll(t, procs)
+}
+
+// TestMismatch: two ranks call allreduce with different counts; both must
+// fail (gocollInvalidUsage where the mismatch is seen) instead of mixing data.
+func TestMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	procs := startFaults(t, ctx, 2, "mismatch")
+	harness.WaitAll(t, procs)
+	invalidUsage := 0
+	for _, p := range procs {
+		if strings.Contains(p.Stdout(), "allreduce=5") {
+			invalidUsage++
+		}
+	}
+	if invalidUsage == 0 {
+		t.Errorf("no rank reported gocollInvalidUsage for the mismatch")
+	}
+}

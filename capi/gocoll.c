@@ -1,0 +1,278 @@
+// The public C entry points of libgocoll (declared in gocoll.h). Each one
+// turns opaque handles into integers and forwards to a Go function exported
+// by capi.go (capi_*; hidden from the library's dynamic symbol table by the
+// version script in build/). Nothing here keeps state except the calling
+// thread's last-error text.
+
+#include <stdint.h>
+#include <string.h>
+
+#include "gocoll.h"
+#include "_cgo_export.h"
+
+// ---------------------------------------------------------------------------
+// Per-thread last error (gocollGetLastError(NULL)).
+
+#define CAPI_ERRLEN 1024
+
+static __thread char capi_thread_err[CAPI_ERRLEN];
+
+// capi_set_thread_error is called from Go (on the calling C thread) when a
+// call fails.
+void capi_set_thread_error(const char* msg, size_t n) {
+  if (n >= CAPI_ERRLEN) n = CAPI_ERRLEN - 1;
+  memcpy(capi_thread_err, msg, n);
+  capi_thread_err[n] = '\0';
+}
+
+static uintptr_t h(const void* handle) { return (uintptr_t)handle; }
+
+// ---------------------------------------------------------------------------
+// Library, errors
+
+gocollResult_t gocollGetVersion(int* version) {
+  return (gocollResult_t)capi_GetVersion(version);
+}
+
+const char* gocollGetErrorString(gocollResult_t result) {
+  switch (result) {
+    case gocollSuccess: return "no error";
+    case gocollUnhandledError: return "unhandled error";
+    case gocollSystemError: return "system error (socket, shared memory or memory setup failed)";
+    case gocollInternalError: return "internal error (a bug in gocoll)";
+    case gocollInvalidArgument: return "invalid argument";
+    case gocollInvalidUsage: return "invalid usage";
+    case gocollRemoteError: return "remote error (a peer process died or aborted)";
+    case gocollInProgress: return "operation in progress";
+    case gocollTimeout: return "timed out waiting for a peer";
+    default: return "unknown result code";
+  }
+}
+
+const char* gocollGetLastError(gocollComm_t comm) {
+  const char* s = capi_GetLastError(h(comm));
+  if (s != NULL) return s;
+  return capi_thread_err;
+}
+
+// ---------------------------------------------------------------------------
+// Communicators
+
+gocollResult_t gocollGetUniqueId(gocollUniqueId* id) {
+  return (gocollResult_t)capi_GetUniqueId(id == NULL ? NULL : id->internal);
+}
+
+gocollResult_t gocollCommInitRank(gocollComm_t* comm, int nranks, gocollUniqueId id, int rank) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommInitRank(comm != NULL, &out, nranks, id.internal, rank);
+  if (rc == gocollSuccess) *comm = (gocollComm_t)out;
+  return rc;
+}
+
+gocollResult_t gocollCommInitFromEnv(gocollComm_t* comm) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommInitFromEnv(comm != NULL, &out);
+  if (rc == gocollSuccess) *comm = (gocollComm_t)out;
+  return rc;
+}
+
+gocollResult_t gocollCommSplit(gocollComm_t comm, int color, int key, gocollComm_t* newcomm) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommSplit(h(comm), color, key, newcomm != NULL, &out);
+  if (rc == gocollSuccess) *newcomm = (gocollComm_t)out;
+  return rc;
+}
+
+gocollResult_t gocollCommDestroy(gocollComm_t comm) {
+  return (gocollResult_t)capi_CommDestroy(h(comm));
+}
+
+gocollResult_t gocollCommAbort(gocollComm_t comm) {
+  return (gocollResult_t)capi_CommAbort(h(comm));
+}
+
+gocollResult_t gocollCommCount(const gocollComm_t comm, int* count) {
+  return (gocollResult_t)capi_CommCount(h(comm), count);
+}
+
+gocollResult_t gocollCommUserRank(const gocollComm_t comm, int* rank) {
+  return (gocollResult_t)capi_CommUserRank(h(comm), rank);
+}
+
+gocollResult_t gocollCommGetAsyncError(gocollComm_t comm, gocollResult_t* asyncError) {
+  int code = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommGetAsyncError(h(comm), asyncError != NULL, &code);
+  if (rc == gocollSuccess) *asyncError = (gocollResult_t)code;
+  return rc;
+}
+
+// ---------------------------------------------------------------------------
+// Memory
+
+gocollResult_t gocollMemAlloc(void** ptr, size_t size, gocollComm_t comm) {
+  void* out = NULL;
+  gocollResult_t rc = (gocollResult_t)capi_MemAlloc(ptr != NULL, &out, size, h(comm));
+  if (rc == gocollSuccess) *ptr = out;
+  return rc;
+}
+
+gocollResult_t gocollMemFree(void* ptr, gocollComm_t comm) {
+  return (gocollResult_t)capi_MemFree(ptr, h(comm));
+}
+
+// ---------------------------------------------------------------------------
+// Collectives. Every blocking call and its I-form share one Go function,
+// whose last three arguments say: non-blocking?, was the caller's request
+// pointer non-NULL?, where to store the new request handle.
+
+static gocollResult_t finish(gocollResult_t rc, gocollRequest_t* request, uintptr_t out) {
+  if (rc == gocollSuccess) *request = (gocollRequest_t)out;
+  return rc;
+}
+
+gocollResult_t gocollAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                               gocollDataType_t datatype, gocollRedOp_t op, gocollComm_t comm) {
+  return (gocollResult_t)capi_AllReduce((void*)sendbuff, recvbuff, count, datatype, op, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                gocollDataType_t datatype, gocollRedOp_t op, gocollComm_t comm,
+                                gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_AllReduce((void*)sendbuff, recvbuff, count, datatype, op, h(comm),
+                                                     1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollReduce(const void* sendbuff, void* recvbuff, size_t count,
+                            gocollDataType_t datatype, gocollRedOp_t op, int root, gocollComm_t comm) {
+  return (gocollResult_t)capi_Reduce((void*)sendbuff, recvbuff, count, datatype, op, root, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             gocollDataType_t datatype, gocollRedOp_t op, int root, gocollComm_t comm,
+                             gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_Reduce((void*)sendbuff, recvbuff, count, datatype, op, root, h(comm),
+                                                  1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                               gocollDataType_t datatype, int root, gocollComm_t comm) {
+  return (gocollResult_t)capi_Broadcast((void*)sendbuff, recvbuff, count, datatype, root, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                gocollDataType_t datatype, int root, gocollComm_t comm,
+                                gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_Broadcast((void*)sendbuff, recvbuff, count, datatype, root, h(comm),
+                                                     1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                               gocollDataType_t datatype, gocollComm_t comm) {
+  return (gocollResult_t)capi_AllGather((void*)sendbuff, recvbuff, sendcount, datatype, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                gocollDataType_t datatype, gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_AllGather((void*)sendbuff, recvbuff, sendcount, datatype, h(comm),
+                                                     1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                   gocollDataType_t datatype, gocollRedOp_t op, gocollComm_t comm) {
+  return (gocollResult_t)capi_ReduceScatter((void*)sendbuff, recvbuff, recvcount, datatype, op, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                    gocollDataType_t datatype, gocollRedOp_t op, gocollComm_t comm,
+                                    gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_ReduceScatter((void*)sendbuff, recvbuff, recvcount, datatype, op,
+                                                         h(comm), 1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                              gocollDataType_t datatype, gocollComm_t comm) {
+  return (gocollResult_t)capi_AllToAll((void*)sendbuff, recvbuff, count, datatype, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                               gocollDataType_t datatype, gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_AllToAll((void*)sendbuff, recvbuff, count, datatype, h(comm),
+                                                    1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                               void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                               gocollDataType_t datatype, gocollComm_t comm) {
+  return (gocollResult_t)capi_AllToAllv((void*)sendbuff, (size_t*)sendcounts, (size_t*)sdispls, recvbuff,
+                                        (size_t*)recvcounts, (size_t*)rdispls, datatype, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                gocollDataType_t datatype, gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_AllToAllv((void*)sendbuff, (size_t*)sendcounts, (size_t*)sdispls,
+                                                     recvbuff, (size_t*)recvcounts, (size_t*)rdispls, datatype,
+                                                     h(comm), 1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollSend(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
+                          gocollComm_t comm) {
+  return (gocollResult_t)capi_SendRecv(1, (void*)sendbuff, count, datatype, peer, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollISend(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
+                           gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_SendRecv(1, (void*)sendbuff, count, datatype, peer, h(comm),
+                                                    1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
+                          gocollComm_t comm) {
+  return (gocollResult_t)capi_SendRecv(0, recvbuff, count, datatype, peer, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
+                           gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_SendRecv(0, recvbuff, count, datatype, peer, h(comm),
+                                                    1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollBarrier(gocollComm_t comm) {
+  return (gocollResult_t)capi_Barrier(h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIBarrier(gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_Barrier(h(comm), 1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+
+gocollResult_t gocollTest(gocollRequest_t request, int* done) {
+  if (done != NULL) *done = 0;
+  return (gocollResult_t)capi_Test(h(request), done);
+}
+
+gocollResult_t gocollWait(gocollRequest_t request) {
+  return (gocollResult_t)capi_Wait(h(request));
+}

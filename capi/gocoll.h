@@ -1,0 +1,450 @@
+/*
+ * gocoll.h - C interface of libgocoll, collective communication for ML
+ * training on CPUs (TCP between hosts, shared memory inside a host).
+ *
+ * This header is written by hand and is the contract; it is not the header
+ * cgo generates. Its shape and numbering follow NCCL's nccl.h so that a
+ * trainer written against NCCL maps one to one (ncclX -> gocollX).
+ *
+ * General rules (they apply to every function below unless it says otherwise)
+ * ---------------------------------------------------------------------------
+ * - Every call returns a gocollResult_t; nothing in the library aborts or
+ *   exits the process. On failure gocollGetLastError() returns a text that
+ *   says what was wrong.
+ * - Handles (gocollComm_t, gocollRequest_t) are opaque: never dereference
+ *   them. A handle that was never returned by the library, or whose object
+ *   was destroyed/freed, is detected and rejected with gocollInvalidArgument
+ *   (unknown value, NULL) or gocollInvalidUsage (destroyed communicator,
+ *   request already freed); it never crashes the process.
+ * - Counts and displacements are numbers of elements of `datatype`, not bytes.
+ * - Buffers are ordinary host memory (malloc, stack, mmap, numpy/torch
+ *   storage) or memory from gocollMemAlloc. A NULL buffer is accepted only
+ *   when the call moves no bytes through it (count 0, or a buffer the rank
+ *   does not use, such as recvbuff on a non-root rank of gocollReduce).
+ * - In place: a collective runs in place when the send buffer starts at the
+ *   exact address given for each call below (usually sendbuff == recvbuff).
+ *   Send and receive buffers that overlap in any other way are rejected with
+ *   gocollInvalidArgument, before anything is sent.
+ * - Order: every rank of a communicator must issue the same collectives in
+ *   the same order with the same count, datatype, op and root (NCCL's rule).
+ *   A rank that calls a different collective is detected from the first
+ *   message: the call fails with gocollInvalidUsage instead of mixing data
+ *   (a peer that learns of it only through the failing rank's abort gets
+ *   gocollRemoteError). Operations on one communicator run one after the
+ *   other in issue order (like an NCCL stream); sends and receives with
+ *   different peers progress independently.
+ * - Failures during a collective (a peer process died, a peer aborted, the
+ *   GOCOLL_TIMEOUT deadline passed) make the communicator unusable: the call
+ *   that saw it returns the error, the peers are told so that they stop
+ *   waiting too, gocollCommGetAsyncError reports it, and later calls on the
+ *   communicator return gocollInvalidUsage. Destroy (or abort) it and build
+ *   a new one.
+ * - Threads: every function may be called from any thread. A communicator
+ *   may be used by several threads, but the issue order must still be the
+ *   same on every rank.
+ * - Processes: the library starts a Go runtime when it is loaded. A process
+ *   that loaded it must not fork() and keep using it in the child; start
+ *   ranks with exec (or a launcher: torchrun, mpirun, srun). dlclose() is
+ *   not supported.
+ * - Settings come from the environment (GOCOLL_TIMEOUT, GOCOLL_ALGO,
+ *   GOCOLL_DEBUG, GOCOLL_SOCKET_IFNAME, GOCOLL_TRANSPORT, ...; see README).
+ *   They are read when a communicator or unique id is created; a malformed
+ *   value makes that call fail with gocollInvalidArgument.
+ *
+ * Result codes, in general
+ * ------------------------
+ *   gocollSuccess          the call did what it says.
+ *   gocollUnhandledError   not returned by this library (kept for NCCL's numbering).
+ *   gocollSystemError      the operating system refused something (socket,
+ *                          bind, shared memory, mmap).
+ *   gocollInternalError    a bug in gocoll; the text says where. Please report it.
+ *   gocollInvalidArgument  an argument is wrong by itself: NULL pointer,
+ *                          unknown handle, datatype or op, rank out of range,
+ *                          overlapping buffers, counts that do not fit.
+ *   gocollInvalidUsage     the arguments are fine but the call is not
+ *                          allowed now: destroyed/aborted communicator, freed
+ *                          request, communicator that already failed, ranks
+ *                          that issued different collectives, send to self.
+ *   gocollRemoteError      another rank failed: its process died or closed
+ *                          its connection, or it aborted the communicator.
+ *   gocollInProgress       not returned by this version (kept for NCCL's
+ *                          numbering; non-blocking calls report progress
+ *                          through gocollTest).
+ *   gocollTimeout          a wait passed GOCOLL_TIMEOUT (default 5 minutes):
+ *                          some rank did not take part in time.
+ */
+#ifndef GOCOLL_H_
+#define GOCOLL_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Library version 0.1.0; gocollGetVersion returns
+ * GOCOLL_MAJOR*10000 + GOCOLL_MINOR*100 + GOCOLL_PATCH (NCCL's encoding). */
+#define GOCOLL_MAJOR 0
+#define GOCOLL_MINOR 1
+#define GOCOLL_PATCH 0
+#define GOCOLL_VERSION_CODE (GOCOLL_MAJOR * 10000 + GOCOLL_MINOR * 100 + GOCOLL_PATCH)
+
+/* Opaque communicator handle. Its value is an identifier, not an address. */
+typedef struct gocollComm* gocollComm_t;
+
+/* Opaque handle of a non-blocking operation (gocollI... calls). */
+typedef struct gocollRequest* gocollRequest_t;
+
+/* Names a job's rendezvous point; made by gocollGetUniqueId on one process
+ * and copied byte for byte to every rank (file, socket, MPI_Bcast, ...). It
+ * carries the root's address and a random secret that authenticates the
+ * job's connections: treat it like a password. */
+#define GOCOLL_UNIQUE_ID_BYTES 128
+typedef struct { char internal[GOCOLL_UNIQUE_ID_BYTES]; } gocollUniqueId;
+
+typedef enum {
+  gocollSuccess = 0,
+  gocollUnhandledError = 1,
+  gocollSystemError = 2,
+  gocollInternalError = 3,
+  gocollInvalidArgument = 4,
+  gocollInvalidUsage = 5,
+  gocollRemoteError = 6,
+  gocollInProgress = 7,
+  gocollTimeout = 8,
+  gocollNumResults = 9
+} gocollResult_t;
+
+/* Element types. float16 is IEEE 754 binary16, bfloat16 the upper half of a
+ * binary32; each step of a reduction on them is computed in float32 and
+ * rounded once back to nearest even. */
+typedef enum {
+  gocollInt8 = 0, gocollChar = 0,
+  gocollUint8 = 1,
+  gocollInt32 = 2, gocollInt = 2,
+  gocollUint32 = 3,
+  gocollInt64 = 4,
+  gocollUint64 = 5,
+  gocollFloat16 = 6, gocollHalf = 6,
+  gocollFloat32 = 7, gocollFloat = 7,
+  gocollFloat64 = 8, gocollDouble = 8,
+  gocollBfloat16 = 9,
+  gocollNumTypes = 10
+} gocollDataType_t;
+
+/* Reduction operators. Integer arithmetic wraps around (two's complement);
+ * gocollAvg is the sum divided by the number of ranks, truncated toward zero
+ * for integer types (as in C), rounded to nearest for floating types. */
+typedef enum {
+  gocollSum = 0,
+  gocollProd = 1,
+  gocollMax = 2,
+  gocollMin = 3,
+  gocollAvg = 4,
+  gocollNumOps = 5
+} gocollRedOp_t;
+
+/* ------------------------------------------------------------------------- */
+/* Library, errors                                                           */
+/* ------------------------------------------------------------------------- */
+
+/* Stores the library version, GOCOLL_VERSION_CODE of the library actually
+ * loaded (compare with the header's to detect a mismatch), in *version.
+ * Errors: gocollInvalidArgument if version is NULL. */
+gocollResult_t gocollGetVersion(int* version);
+
+/* Returns a short static description of a result code ("invalid argument",
+ * ...); an unknown value gives "unknown result code". Never NULL; never free it. */
+const char* gocollGetErrorString(gocollResult_t result);
+
+/* Returns the human-readable detail of the last failure.
+ * - comm valid: the last failing call on that communicator (including a
+ *   failed gocollWait/gocollTest of one of its requests); "" if none failed.
+ * - comm NULL or not a live communicator: the last failing call made by
+ *   the calling thread, whatever the communicator (use this after a failed
+ *   gocollCommInitRank, gocollGetUniqueId, or a call with a bad handle);
+ *   "" if none.
+ * The string is owned by the library: do not free it. A communicator's
+ * string stays valid until the next failing call on that communicator or
+ * its destruction. The thread's string is overwritten by the thread's next
+ * failing call (the pointer stays valid while the thread lives). Copy it to
+ * keep it. Texts longer than 1023 bytes are cut in the thread's copy.
+ * Never NULL. */
+const char* gocollGetLastError(gocollComm_t comm);
+
+/* ------------------------------------------------------------------------- */
+/* Communicators                                                             */
+/* ------------------------------------------------------------------------- */
+
+/* Creates a unique id for a new job and starts the job's rendezvous service
+ * in this process (like ncclGetUniqueId); call it on one process (usually
+ * the one that will be rank 0), then give the id to every rank, which pass
+ * it to gocollCommInitRank. The service lives until every rank joined or
+ * GOCOLL_TIMEOUT passed, so the process that made the id must stay alive
+ * (and normally takes part as a rank). The id holds this host's address:
+ * GOCOLL_SOCKET_IFNAME picks the interface.
+ * Errors: gocollInvalidArgument (id NULL, bad GOCOLL_* setting),
+ * gocollSystemError (no address or listening socket). */
+gocollResult_t gocollGetUniqueId(gocollUniqueId* id);
+
+/* Joins rank `rank` (0 <= rank < nranks) of an nranks job named by id and
+ * stores the new communicator in *comm. Collective over the job: every rank
+ * must call it, and it returns once all ranks are connected (shared memory
+ * between ranks on one host, TCP otherwise).
+ * Errors: gocollInvalidArgument (comm NULL, nranks < 1, rank out of range,
+ * id not made by gocollGetUniqueId, bad GOCOLL_* setting),
+ * gocollTimeout (not every rank joined within GOCOLL_TIMEOUT),
+ * gocollSystemError (sockets or shared memory could not be set up),
+ * gocollRemoteError (the root or a peer failed during setup). *comm is
+ * left untouched on failure. */
+gocollResult_t gocollCommInitRank(gocollComm_t* comm, int nranks, gocollUniqueId id, int rank);
+
+/* Like gocollCommInitRank, with rank, size and rendezvous taken from the
+ * launcher's environment:
+ * - torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. gocoll's
+ *   rendezvous listens on MASTER_PORT+1 on rank 0 (MASTER_PORT belongs to
+ *   torchrun's store), or on GOCOLL_PORT if set;
+ * - Open MPI (mpirun): OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK, plus a root
+ *   address (GOCOLL_ROOT_ADDR, or MASTER_ADDR/MASTER_PORT) passed with -x;
+ * - Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...;
+ * - plain: GOCOLL_RANK, GOCOLL_SIZE, GOCOLL_ROOT_ADDR (host:port).
+ * Rank 0 runs the rendezvous service. GOCOLL_SECRET, when set to the same
+ * value on every rank, authenticates the connections.
+ * Errors: as gocollCommInitRank; gocollInvalidArgument also when the
+ * variables are missing, malformed or inconsistent. */
+gocollResult_t gocollCommInitFromEnv(gocollComm_t* comm);
+
+/* Splits comm: ranks passing the same color form a new communicator, ranked
+ * by key (ties broken by rank in comm). Collective over comm: every rank
+ * must call it. A rank passing GOCOLL_SPLIT_NOCOLOR takes part but gets
+ * *newcomm = NULL. The new communicator is independent: destroy it
+ * separately (before or after comm).
+ * Errors: gocollInvalidArgument (comm not valid, newcomm NULL, color < -1),
+ * and the errors of a collective on comm. */
+#define GOCOLL_SPLIT_NOCOLOR (-1)
+gocollResult_t gocollCommSplit(gocollComm_t comm, int color, int key, gocollComm_t* newcomm);
+
+/* Waits for the operations already issued on comm to finish, then releases
+ * its connections and shared memory and frees the handle. Not collective,
+ * but peers still running collectives with this rank will fail; destroy
+ * after the last collective on every rank. Requests issued on comm remain
+ * valid handles: gocollWait/gocollTest still return their results.
+ * Memory from gocollMemAlloc stays allocated (free it with gocollMemFree).
+ * Errors: gocollInvalidArgument (comm NULL or unknown), gocollInvalidUsage
+ * (comm already destroyed or aborted); gocollSystemError (or
+ * gocollInternalError) if releasing connections or shared memory failed -
+ * the handle is freed anyway. */
+gocollResult_t gocollCommDestroy(gocollComm_t comm);
+
+/* Aborts comm and frees the handle, like ncclCommAbort: every operation
+ * pending on comm, on any thread, returns at once with an error
+ * (gocollInvalidUsage on this rank), the peers are told (their operations
+ * that need data from this rank fail with gocollRemoteError instead of
+ * waiting for GOCOLL_TIMEOUT), and the handle becomes
+ * invalid - do not call gocollCommDestroy afterwards. Requests issued on
+ * comm stay valid: gocollWait/gocollTest return their error. Never blocks
+ * on the peers.
+ * Errors: gocollInvalidArgument (comm NULL or unknown), gocollInvalidUsage
+ * (already destroyed or aborted). */
+gocollResult_t gocollCommAbort(gocollComm_t comm);
+
+/* Stores the number of ranks of comm in *count.
+ * Errors: gocollInvalidArgument (comm not valid, count NULL),
+ * gocollInvalidUsage (comm destroyed). */
+gocollResult_t gocollCommCount(const gocollComm_t comm, int* count);
+
+/* Stores this process's rank in comm (0 ... count-1) in *rank.
+ * Errors: as gocollCommCount. */
+gocollResult_t gocollCommUserRank(const gocollComm_t comm, int* rank);
+
+/* Stores in *asyncError the error that made comm unusable (the result code
+ * its failing operation returned), or gocollSuccess if it is healthy.
+ * Returns gocollSuccess itself whenever comm and asyncError are valid.
+ * Errors: gocollInvalidArgument (comm not valid, asyncError NULL),
+ * gocollInvalidUsage (comm destroyed). */
+gocollResult_t gocollCommGetAsyncError(gocollComm_t comm, gocollResult_t* asyncError);
+
+/* ------------------------------------------------------------------------- */
+/* Memory                                                                    */
+/* ------------------------------------------------------------------------- */
+
+/* Allocates size bytes of page-aligned memory (outside any garbage-collected
+ * heap) for buffers used with comm, like ncclMemAlloc; stores the address
+ * in *ptr. Any host memory works with every call; this memory is what the
+ * shared-memory path can use best.
+ * Errors: gocollInvalidArgument (ptr NULL, size 0, comm not valid),
+ * gocollInvalidUsage (comm destroyed), gocollSystemError (out of memory). */
+gocollResult_t gocollMemAlloc(void** ptr, size_t size, gocollComm_t comm);
+
+/* Frees memory from gocollMemAlloc. It works after comm was destroyed or
+ * aborted too (comm may then be any value, even NULL): the pointer alone
+ * says which allocation it is. Do not free memory an operation still uses.
+ * Errors: gocollInvalidArgument (ptr NULL or not returned by gocollMemAlloc,
+ * or already freed). */
+gocollResult_t gocollMemFree(void* ptr, gocollComm_t comm);
+
+/* ------------------------------------------------------------------------- */
+/* Blocking collectives                                                      */
+/* ------------------------------------------------------------------------- */
+/* Each returns when this rank's part is done: its receive buffer holds the
+ * result and its send buffer may be reused. Common errors for all of them:
+ *   gocollInvalidArgument  comm not valid; datatype or op unknown; a NULL
+ *                          buffer that must be read or written; a count
+ *                          whose byte size does not fit in memory; root or
+ *                          peer outside [0, nranks); buffers that overlap
+ *                          without being in place.
+ *   gocollInvalidUsage     comm destroyed, or failed earlier; the ranks
+ *                          issued different collectives (or different
+ *                          count/datatype/op/root).
+ *   gocollRemoteError      a peer died or aborted during the call.
+ *   gocollTimeout          a peer did not take part within GOCOLL_TIMEOUT.
+ * After any error but the argument errors (which are detected before
+ * anything is sent and leave comm usable), the receive buffer is undefined
+ * and comm is unusable. */
+
+/* recvbuff[i] = op over all ranks of sendbuff[i], for i < count, on every
+ * rank. In place when sendbuff == recvbuff. */
+gocollResult_t gocollAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                               gocollDataType_t datatype, gocollRedOp_t op, gocollComm_t comm);
+
+/* Like gocollAllReduce, but the result lands only in root's recvbuff;
+ * recvbuff is not used (may be NULL) on other ranks. In place on the root
+ * when sendbuff == recvbuff. */
+gocollResult_t gocollReduce(const void* sendbuff, void* recvbuff, size_t count,
+                            gocollDataType_t datatype, gocollRedOp_t op, int root, gocollComm_t comm);
+
+/* Copies count elements of sendbuff on root into recvbuff on every rank
+ * (root included). sendbuff is read only on root (may be NULL elsewhere).
+ * In place when sendbuff == recvbuff on root. */
+gocollResult_t gocollBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                               gocollDataType_t datatype, int root, gocollComm_t comm);
+
+/* Gathers sendcount elements from every rank into recvbuff, which holds
+ * nranks*sendcount elements in rank order, on every rank. In place when
+ * sendbuff == recvbuff + rank*sendcount elements (this rank's block). */
+gocollResult_t gocollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                               gocollDataType_t datatype, gocollComm_t comm);
+
+/* Reduces nranks*recvcount elements of sendbuff with op over all ranks and
+ * leaves block r (recvcount elements starting at r*recvcount) in recvbuff of
+ * rank r. In place when recvbuff == sendbuff + rank*recvcount elements. */
+gocollResult_t gocollReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                   gocollDataType_t datatype, gocollRedOp_t op, gocollComm_t comm);
+
+/* Block j (count elements at j*count) of sendbuff on rank i goes to block i
+ * of recvbuff on rank j. Both buffers hold nranks*count elements. In place
+ * when sendbuff == recvbuff. */
+gocollResult_t gocollAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                              gocollDataType_t datatype, gocollComm_t comm);
+
+/* Like gocollAllToAll with a count and displacement per peer: rank i sends
+ * sendcounts[j] elements starting at sendbuff + sdispls[j] to rank j, which
+ * stores them at recvbuff + rdispls[i]. The four arrays have nranks entries
+ * and must not be NULL; a displacement that goes with a zero count is
+ * ignored. sendcounts[j] on rank i must equal recvcounts[i] on rank j
+ * (otherwise the call fails with gocollInvalidUsage, see "Order" above). No send block may
+ * overlap a receive block and no two receive blocks may overlap (no in-place
+ * form). */
+gocollResult_t gocollAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                               void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                               gocollDataType_t datatype, gocollComm_t comm);
+
+/* Sends count elements to peer, which must post a gocollRecv with the same
+ * count and datatype. Messages to one peer arrive in order. A blocking send
+ * may wait until the peer receives: pair blocking sends and receives so
+ * that they cannot all wait (or use gocollISend/gocollIRecv).
+ * Errors: the common ones; gocollInvalidUsage when peer is this rank. */
+gocollResult_t gocollSend(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
+                          gocollComm_t comm);
+
+/* Receives count elements from peer's matching gocollSend into recvbuff.
+ * Errors: as gocollSend. */
+gocollResult_t gocollRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
+                          gocollComm_t comm);
+
+/* Returns once every rank of comm called it. */
+gocollResult_t gocollBarrier(gocollComm_t comm);
+
+/* ------------------------------------------------------------------------- */
+/* Non-blocking collectives                                                  */
+/* ------------------------------------------------------------------------- */
+/* Same arguments, rules and argument errors as the blocking form, plus
+ * `request` (must not be NULL), where the handle of the started operation is
+ * stored. The call returns at once; the operation runs in the background, in
+ * issue order with the communicator's other operations. Until it completed
+ * (gocollWait, or gocollTest reporting done) do not modify the send buffer,
+ * read the receive buffer, or free either. Errors that happen while the
+ * operation runs (gocollRemoteError, gocollTimeout, gocollInvalidUsage for
+ * mismatched collectives or an abort) are returned by gocollWait/gocollTest.
+ * When the call itself fails (argument errors, a destroyed or failed
+ * communicator) no request is made and *request is left untouched.
+ * Every request must be completed with gocollWait or a gocollTest that
+ * reports done, which frees it. */
+
+/* Non-blocking gocollAllReduce (in place when sendbuff == recvbuff). */
+gocollResult_t gocollIAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                gocollDataType_t datatype, gocollRedOp_t op, gocollComm_t comm,
+                                gocollRequest_t* request);
+/* Non-blocking gocollReduce (recvbuff used only on root; in place on root
+ * when sendbuff == recvbuff). */
+gocollResult_t gocollIReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             gocollDataType_t datatype, gocollRedOp_t op, int root, gocollComm_t comm,
+                             gocollRequest_t* request);
+/* Non-blocking gocollBroadcast (sendbuff read only on root; in place when
+ * sendbuff == recvbuff on root). */
+gocollResult_t gocollIBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                gocollDataType_t datatype, int root, gocollComm_t comm,
+                                gocollRequest_t* request);
+/* Non-blocking gocollAllGather (in place when sendbuff == recvbuff +
+ * rank*sendcount elements). */
+gocollResult_t gocollIAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                gocollDataType_t datatype, gocollComm_t comm, gocollRequest_t* request);
+/* Non-blocking gocollReduceScatter (in place when recvbuff == sendbuff +
+ * rank*recvcount elements). */
+gocollResult_t gocollIReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                    gocollDataType_t datatype, gocollRedOp_t op, gocollComm_t comm,
+                                    gocollRequest_t* request);
+/* Non-blocking gocollAllToAll (in place when sendbuff == recvbuff). */
+gocollResult_t gocollIAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                               gocollDataType_t datatype, gocollComm_t comm, gocollRequest_t* request);
+/* Non-blocking gocollAllToAllv. The four count/displacement arrays are
+ * copied before gocollIAllToAllv returns: they may be freed or changed at
+ * once (the buffers may not). */
+gocollResult_t gocollIAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                gocollDataType_t datatype, gocollComm_t comm, gocollRequest_t* request);
+/* Non-blocking gocollSend. A non-blocking send and receive with the same
+ * peer can both be pending: gocollISend + gocollIRecv + two gocollWait
+ * never deadlock. */
+gocollResult_t gocollISend(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
+                           gocollComm_t comm, gocollRequest_t* request);
+/* Non-blocking gocollRecv. */
+gocollResult_t gocollIRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
+                           gocollComm_t comm, gocollRequest_t* request);
+/* Non-blocking gocollBarrier: completes once every rank issued it. */
+gocollResult_t gocollIBarrier(gocollComm_t comm, gocollRequest_t* request);
+
+/* Checks a request without blocking (like MPI_Test).
+ * - Still running: *done = 0, returns gocollSuccess; the request stays valid.
+ * - Finished: *done = 1, FREES the request (its handle becomes invalid, as
+ *   after gocollWait) and returns the operation's result: gocollSuccess, or
+ *   its error (gocollRemoteError, gocollTimeout, gocollInvalidUsage, ...),
+ *   whose text gocollGetLastError(comm) then holds.
+ * Errors of the call itself: gocollInvalidArgument (request unknown or NULL
+ * handle, done NULL; *done is then 0), gocollInvalidUsage (request already
+ * freed). */
+gocollResult_t gocollTest(gocollRequest_t request, int* done);
+
+/* Blocks until the request finished, FREES it and returns the operation's
+ * result (as gocollTest does when done). Never blocks longer than
+ * GOCOLL_TIMEOUT after the operation started, and returns at once after
+ * gocollCommAbort.
+ * Errors of the call itself: gocollInvalidArgument (request NULL or
+ * unknown), gocollInvalidUsage (request already freed). */
+gocollResult_t gocollWait(gocollRequest_t request);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GOCOLL_H_ */

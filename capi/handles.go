@@ -1,0 +1,187 @@
+package main
+
+/*
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/gocoll/gocoll/engine"
+)
+
+// Handles are integers: (serial << kindBits) | kind. C sees them as the
+// value of an opaque pointer that is never dereferenced; no Go pointer ever
+// reaches C. Serials are never reused, so a handle below the next serial
+// that is not in its table is one that was destroyed or freed.
+const (
+	kindBits    = 2
+	kindMask    = 1<<kindBits - 1
+	kindComm    = 1
+	kindRequest = 2
+)
+
+// commState is a live communicator handle.
+type commState struct {
+	h uintptr
+	c *engine.Comm
+
+	mu      sync.Mutex
+	lastErr *C.char // C copy of the last failure's text, nil if none
+	closed  bool    // handle destroyed or aborted; lastErr freed
+}
+
+// setErr replaces the communicator's last-error text.
+func (s *commState) setErr(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if s.lastErr != nil {
+		C.free(unsafe.Pointer(s.lastErr))
+	}
+	s.lastErr = C.CString(msg)
+}
+
+// close frees the C memory the handle owns; later setErr calls are ignored.
+func (s *commState) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastErr != nil {
+		C.free(unsafe.Pointer(s.lastErr))
+		s.lastErr = nil
+	}
+	s.closed = true
+}
+
+// reqState is a live request handle.
+type reqState struct {
+	r    *engine.Request
+	comm *commState // the communicator it was issued on (maybe closed since)
+	name string     // the C function that started it
+}
+
+// alloc is a gocollMemAlloc allocation.
+type alloc struct {
+	c *engine.Comm
+	b []byte
+}
+
+// handleTable holds every handle of the process. It is the only mutable
+// package-level state of capi (an ABI of integer handles needs one table).
+type handleTable struct {
+	mu     sync.Mutex
+	serial [kindMask + 1]uintptr // last serial issued per kind
+	comms  map[uintptr]*commState
+	reqs   map[uintptr]*reqState
+	allocs map[uintptr]alloc
+}
+
+var handles = &handleTable{
+	comms:  map[uintptr]*commState{},
+	reqs:   map[uintptr]*reqState{},
+	allocs: map[uintptr]alloc{},
+}
+
+func (t *handleTable) newHandle(kind uintptr) uintptr {
+	t.serial[kind]++
+	return t.serial[kind]<<kindBits | kind
+}
+
+// addComm registers c and returns its handle.
+func (t *handleTable) addComm(c *engine.Comm) *commState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := &commState{h: t.newHandle(kindComm), c: c}
+	t.comms[s.h] = s
+	return s
+}
+
+// classify explains why h is not a live handle of kind.
+func (t *handleTable) classify(h uintptr, kind uintptr, what string) error {
+	switch {
+	case h == 0:
+		return argErr("%s is NULL", what)
+	case h&kindMask != kind:
+		return argErr("%#x is not a %s handle", h, what)
+	case h>>kindBits <= t.serial[kind]:
+		if kind == kindComm {
+			return fmt.Errorf("%w: %s %#x was destroyed or aborted", engine.ErrDestroyed, what, h)
+		}
+		return fmt.Errorf("%w: %s %#x was already completed and freed (by gocollWait or a gocollTest that reported done)", engine.ErrInvalidUsage, what, h)
+	default:
+		return argErr("%#x is not a %s handle (never created)", h, what)
+	}
+}
+
+// comm returns the live communicator h.
+func (t *handleTable) comm(h uintptr) (*commState, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s, ok := t.comms[h]; ok {
+		return s, nil
+	}
+	return nil, t.classify(h, kindComm, "communicator")
+}
+
+// takeComm removes the live communicator h from the table and returns it.
+func (t *handleTable) takeComm(h uintptr) (*commState, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.comms[h]
+	if !ok {
+		return nil, t.classify(h, kindComm, "communicator")
+	}
+	delete(t.comms, h)
+	return s, nil
+}
+
+func (t *handleTable) addRequest(r *engine.Request, comm *commState, name string) uintptr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.newHandle(kindRequest)
+	t.reqs[h] = &reqState{r: r, comm: comm, name: name}
+	return h
+}
+
+func (t *handleTable) request(h uintptr) (*reqState, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s, ok := t.reqs[h]; ok {
+		return s, nil
+	}
+	return nil, t.classify(h, kindRequest, "request")
+}
+
+// takeRequest removes the live request h from the table and returns it.
+func (t *handleTable) takeRequest(h uintptr) (*reqState, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.reqs[h]
+	if !ok {
+		return nil, t.classify(h, kindRequest, "request")
+	}
+	delete(t.reqs, h)
+	return s, nil
+}
+
+func (t *handleTable) addAlloc(p uintptr, a alloc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.allocs[p] = a
+}
+
+func (t *handleTable) takeAlloc(p uintptr) (alloc, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a, ok := t.allocs[p]
+	if !ok {
+		return alloc{}, argErr("%#x was not returned by gocollMemAlloc (or was freed already)", p)
+	}
+	delete(t.allocs, p)
+	return a, nil
+}

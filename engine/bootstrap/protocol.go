@@ -1,0 +1,134 @@
+// Package bootstrap lets the ranks of a job find each other before any
+// communicator exists: a root service that N ranks contact to exchange a
+// small blob each (listen address, host name, …), the 128-byte unique id
+// that names the root and carries the job's secret, and the launcher
+// environment (torchrun, Open MPI, Slurm) that says which rank a process is
+// and where the root listens.
+//
+// The root serves one job. Round 0 (Join, Exchange) collects every rank's
+// blob and sends all of them to every rank; the connections then stay open
+// and the root serves further rounds (Client.AllGather) until every client
+// has closed its connection, a rank leaves in the middle of a round, or a
+// round does not complete within the root's timeout. Every connection is
+// authenticated both ways with the tcp transport's handshake.
+package bootstrap
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// bootstrapTag is the communicator tag used in the bootstrap handshake: a
+// communicator's own connections can never be confused with the root's.
+var bootstrapTag = [8]byte{'G', 'C', 'B', 'O', 'O', 'T', 0, 1}
+
+// RootRank is the root's identity in the handshake.
+const RootRank = -1
+
+const (
+	// MaxRanks is the largest job the root serves.
+	MaxRanks = 1 << 20
+	// MaxBlob is the largest blob a rank may contribute to one round.
+	MaxBlob = 1 << 20
+	// maxTable bounds a table frame a client accepts.
+	maxTable = 1 << 30
+	// DefaultTimeout is the root's timeout when StartRoot is given 0.
+	DefaultTimeout = 5 * time.Minute
+	// writeTimeout bounds one reply to one client.
+	writeTimeout = 10 * time.Second
+)
+
+// ErrRendezvous: the root reported that the job could not rendezvous
+// (missing ranks, disagreeing sizes, a rank that left); the text says which.
+var ErrRendezvous = errors.New("rendezvous failed")
+
+// Frames: u32 length (little endian), then the payload.
+//
+//	client → root  join   'J' | nranks u32 | blob
+//	client → root  round  'R' | round u32 | blob
+//	root → client  table  0 | n u32 | n × (len u32 | bytes)
+//	root → client  error  1 | text
+const (
+	frameJoin  = 'J'
+	frameRound = 'R'
+	replyTable = 0
+	replyError = 1
+)
+
+func writeFrame(c net.Conn, payload []byte) error {
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(len(payload)))
+	bufs := net.Buffers{n[:], payload}
+	_, err := bufs.WriteTo(c)
+	return err
+}
+
+func readFrame(c net.Conn, max int) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint32(n[:])
+	if uint64(size) > uint64(max) {
+		return nil, fmt.Errorf("frame of %d bytes exceeds the limit of %d", size, max)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(c, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+func encodeTable(blobs [][]byte) []byte {
+	size := 5
+	for _, b := range blobs {
+		size += 4 + len(b)
+	}
+	out := make([]byte, 5, size)
+	out[0] = replyTable
+	binary.LittleEndian.PutUint32(out[1:], uint32(len(blobs)))
+	for _, b := range blobs {
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+func decodeTable(p []byte) ([][]byte, error) {
+	if len(p) < 5 || p[0] != replyTable {
+		return nil, errors.New("malformed table")
+	}
+	n := binary.LittleEndian.Uint32(p[1:])
+	p = p[5:]
+	if uint64(n)*4 > uint64(len(p)) {
+		return nil, errors.New("malformed table")
+	}
+	blobs := make([][]byte, n)
+	for i := range blobs {
+		if len(p) < 4 {
+			return nil, errors.New("malformed table")
+		}
+		l := binary.LittleEndian.Uint32(p)
+		p = p[4:]
+		if uint64(l) > uint64(len(p)) {
+			return nil, errors.New("malformed table")
+		}
+		blobs[i] = p[:l:l]
+		p = p[l:]
+	}
+	if len(p) != 0 {
+		return nil, errors.New("malformed table")
+	}
+	return blobs, nil
+}
+
+func errorReply(text string) []byte {
+	return append([]byte{replyError}, text...)
+}

@@ -1,0 +1,464 @@
+package engine
+
+import (
+	"fmt"
+	"hash/fnv"
+	"unsafe"
+
+	"github.com/gocoll/gocoll/engine/kernel"
+)
+
+// Buffers are byte slices holding count elements of a DataType. A collective
+// whose send and receive buffers start at the same address runs in place.
+// The non-blocking forms (I…) return a Request; the caller must not touch the
+// buffers until it completed.
+
+// signature fingerprints a collective call so that ranks calling different
+// collectives (or the same with another type, count, op, root or algorithm)
+// find out from the first message header instead of exchanging garbage.
+func signature(coll string, dt DataType, count int, op RedOp, root int, algo string) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%d|%d|%d|%d|%s", coll, dt, count, op, root, algo)
+	return h.Sum64()
+}
+
+func checkType(dt DataType) error {
+	if !dt.Valid() {
+		return invalidArg("unknown datatype %d", int32(dt))
+	}
+	return nil
+}
+
+func checkOp(op RedOp) error {
+	if !op.Valid() {
+		return invalidArg("unknown reduction op %d", int32(op))
+	}
+	return nil
+}
+
+func checkBuf(name string, b []byte, count int, dt DataType) error {
+	if count < 0 {
+		return invalidArg("negative count %d", count)
+	}
+	if need := count * dt.Size(); len(b) < need {
+		return invalidArg("%s holds %d bytes, %d elements of %s need %d", name, len(b), count, dt, need)
+	}
+	return nil
+}
+
+func (c *Comm) checkRank(what string, r int) error {
+	if r < 0 || r >= c.size {
+		return invalidArg("%s %d out of range [0,%d)", what, r, c.size)
+	}
+	return nil
+}
+
+func addr(b []byte) uintptr {
+	if cap(b) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// overlap reports whether a[:na] and b[:nb] share memory.
+func overlap(a []byte, na int, b []byte, nb int) bool {
+	if na == 0 || nb == 0 {
+		return false
+	}
+	pa, pb := addr(a), addr(b)
+	return pa < pb+uintptr(nb) && pb < pa+uintptr(na)
+}
+
+// checkInPlace accepts disjoint buffers or a send buffer at exactly inPlaceOff
+// bytes into recv; anything else that overlaps would read what it writes.
+func checkInPlace(send []byte, ns int, recv []byte, nr int, inPlaceOff int) (inPlace bool, err error) {
+	if ns > 0 && addr(send) == addr(recv)+uintptr(inPlaceOff) {
+		return true, nil
+	}
+	if overlap(send, ns, recv, nr) {
+		return false, invalidArg("send and receive buffers overlap without being in place")
+	}
+	return false, nil
+}
+
+// AllReduce combines count elements from every rank with op and leaves the
+// result in recv on every rank.
+func (c *Comm) AllReduce(send, recv []byte, count int, dt DataType, op RedOp) error {
+	return wait(c.IAllReduce(send, recv, count, dt, op))
+}
+
+func (c *Comm) IAllReduce(send, recv []byte, count int, dt DataType, op RedOp) (*Request, error) {
+	if err := firstErr(checkType(dt), checkOp(op), checkBuf("send", send, count, dt), checkBuf("recv", recv, count, dt)); err != nil {
+		return nil, err
+	}
+	n := count * dt.Size()
+	inPlace, err := checkInPlace(send, n, recv, n, 0)
+	if err != nil {
+		return nil, err
+	}
+	send, recv = send[:n], recv[:n]
+	algo := chooseAlgo(c.algo, "allreduce", n, c.size)
+	sig := signature("allreduce", dt, count, op, -1, algo)
+	return c.submit("allreduce", func(x *execCtx) error {
+		x.sig = sig
+		x.debug("allreduce", algo, n)
+		if !inPlace {
+			copy(recv, send)
+		}
+		if c.size == 1 || n == 0 {
+			return nil
+		}
+		switch algo {
+		case "ring":
+			return allreduceRing(x, recv, count, dt, op)
+		case "hd":
+			return allreduceHD(x, recv, count, dt, op)
+		default:
+			return allreduceRD(x, recv, count, dt, op)
+		}
+	})
+}
+
+// Reduce combines count elements from every rank into recv on root; recv is
+// not touched on other ranks.
+func (c *Comm) Reduce(send, recv []byte, count int, dt DataType, op RedOp, root int) error {
+	return wait(c.IReduce(send, recv, count, dt, op, root))
+}
+
+func (c *Comm) IReduce(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
+	if err := firstErr(checkType(dt), checkOp(op), c.checkRank("root", root), checkBuf("send", send, count, dt)); err != nil {
+		return nil, err
+	}
+	n := count * dt.Size()
+	inPlace := false
+	if c.rank == root {
+		if err := checkBuf("recv", recv, count, dt); err != nil {
+			return nil, err
+		}
+		var err error
+		if inPlace, err = checkInPlace(send, n, recv, n, 0); err != nil {
+			return nil, err
+		}
+		recv = recv[:n]
+	}
+	send = send[:n]
+	algo := chooseAlgo(c.algo, "reduce", n, c.size)
+	sig := signature("reduce", dt, count, op, root, algo)
+	return c.submit("reduce", func(x *execCtx) error {
+		x.sig = sig
+		x.debug("reduce", algo, n)
+		// acc is where this rank accumulates: the result buffer on the root,
+		// scratch elsewhere (the user's send buffer is read-only).
+		acc := recv
+		if c.rank != root {
+			acc = x.scratchBuf(1, n)
+		}
+		if !inPlace {
+			copy(acc, send)
+		}
+		if c.size == 1 || n == 0 {
+			if op == Avg && c.rank == root {
+				kernel.DivideBy(acc, dt, c.size)
+			}
+			return nil
+		}
+		if algo == "hd" {
+			return reduceHD(x, acc, count, dt, op, root)
+		}
+		return reduceTree(x, acc, count, dt, op, root)
+	})
+}
+
+// Broadcast copies count elements from root's send into recv on every rank.
+func (c *Comm) Broadcast(send, recv []byte, count int, dt DataType, root int) error {
+	return wait(c.IBroadcast(send, recv, count, dt, root))
+}
+
+func (c *Comm) IBroadcast(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
+	if err := firstErr(checkType(dt), c.checkRank("root", root), checkBuf("recv", recv, count, dt)); err != nil {
+		return nil, err
+	}
+	n := count * dt.Size()
+	inPlace := false
+	if c.rank == root {
+		if err := checkBuf("send", send, count, dt); err != nil {
+			return nil, err
+		}
+		var err error
+		if inPlace, err = checkInPlace(send, n, recv, n, 0); err != nil {
+			return nil, err
+		}
+		send = send[:n]
+	}
+	recv = recv[:n]
+	algo := chooseAlgo(c.algo, "broadcast", n, c.size)
+	sig := signature("broadcast", dt, count, 0, root, algo)
+	return c.submit("broadcast", func(x *execCtx) error {
+		x.sig = sig
+		x.debug("broadcast", algo, n)
+		if c.rank == root && !inPlace {
+			copy(recv, send)
+		}
+		if c.size == 1 || n == 0 {
+			return nil
+		}
+		if algo == "pipeline" {
+			return broadcastPipeline(x, recv, root)
+		}
+		return broadcastTree(x, recv, root)
+	})
+}
+
+// AllGather concatenates every rank's sendcount elements, in rank order,
+// into recv (size*sendcount elements) on every rank. In place when send is
+// recv's block of this rank.
+func (c *Comm) AllGather(send, recv []byte, sendcount int, dt DataType) error {
+	return wait(c.IAllGather(send, recv, sendcount, dt))
+}
+
+func (c *Comm) IAllGather(send, recv []byte, sendcount int, dt DataType) (*Request, error) {
+	if err := firstErr(checkType(dt), checkBuf("send", send, sendcount, dt), checkBuf("recv", recv, sendcount*c.size, dt)); err != nil {
+		return nil, err
+	}
+	block := sendcount * dt.Size()
+	inPlace, err := checkInPlace(send, block, recv, block*c.size, block*c.rank)
+	if err != nil {
+		return nil, err
+	}
+	send, recv = send[:block], recv[:block*c.size]
+	algo := chooseAlgo(c.algo, "allgather", block*c.size, c.size)
+	sig := signature("allgather", dt, sendcount, 0, -1, algo)
+	return c.submit("allgather", func(x *execCtx) error {
+		x.sig = sig
+		x.debug("allgather", algo, block*c.size)
+		if !inPlace {
+			copy(recv[block*c.rank:], send)
+		}
+		if c.size == 1 || block == 0 {
+			return nil
+		}
+		return allgatherRing(x, recv, evenLayout(c.size, block))
+	})
+}
+
+// ReduceScatter combines size*recvcount elements from every rank with op and
+// leaves block r of the result (recvcount elements) in recv on rank r. In
+// place when recv is send's block of this rank.
+func (c *Comm) ReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) error {
+	return wait(c.IReduceScatter(send, recv, recvcount, dt, op))
+}
+
+func (c *Comm) IReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
+	if err := firstErr(checkType(dt), checkOp(op), checkBuf("send", send, recvcount*c.size, dt), checkBuf("recv", recv, recvcount, dt)); err != nil {
+		return nil, err
+	}
+	block := recvcount * dt.Size()
+	// In place means recv == send + rank*block; overlap is judged from send's side.
+	inPlace := block > 0 && addr(recv) == addr(send)+uintptr(block*c.rank)
+	if !inPlace && overlap(send, block*c.size, recv, block) {
+		return nil, invalidArg("send and receive buffers overlap without being in place")
+	}
+	send, recv = send[:block*c.size], recv[:block]
+	algo := chooseAlgo(c.algo, "reducescatter", block*c.size, c.size)
+	sig := signature("reducescatter", dt, recvcount, op, -1, algo)
+	return c.submit("reducescatter", func(x *execCtx) error {
+		x.sig = sig
+		x.debug("reducescatter", algo, block*c.size)
+		if block == 0 {
+			return nil
+		}
+		// Work on a copy: the user's send buffer is read-only.
+		work := x.scratchBuf(1, len(send))
+		copy(work, send)
+		var err error
+		if c.size > 1 {
+			if algo == "hd" {
+				err = reduceScatterHD(x, work, recvcount, dt, op)
+			} else {
+				err = reduceScatterRing(x, work, evenLayout(c.size, block), dt, op, -1)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		mine := work[block*c.rank : block*(c.rank+1)]
+		if op == Avg {
+			kernel.DivideBy(mine, dt, c.size)
+		}
+		if !inPlace {
+			copy(recv, mine)
+		} else {
+			copy(send[block*c.rank:], mine)
+		}
+		return nil
+	})
+}
+
+// AllToAll sends block j (count elements) of send to rank j, which stores it
+// as block i of its recv, for every pair (i, j).
+func (c *Comm) AllToAll(send, recv []byte, count int, dt DataType) error {
+	return wait(c.IAllToAll(send, recv, count, dt))
+}
+
+func (c *Comm) IAllToAll(send, recv []byte, count int, dt DataType) (*Request, error) {
+	if err := firstErr(checkType(dt), checkBuf("send", send, count*c.size, dt), checkBuf("recv", recv, count*c.size, dt)); err != nil {
+		return nil, err
+	}
+	block := count * dt.Size()
+	total := block * c.size
+	inPlace, err := checkInPlace(send, total, recv, total, 0)
+	if err != nil {
+		return nil, err
+	}
+	send, recv = send[:total], recv[:total]
+	algo := chooseAlgo(c.algo, "alltoall", total, c.size)
+	sig := signature("alltoall", dt, count, 0, -1, algo)
+	return c.submit("alltoall", func(x *execCtx) error {
+		x.sig = sig
+		x.debug("alltoall", algo, total)
+		src := send
+		if inPlace {
+			src = x.scratchBuf(1, total)
+			copy(src, send)
+		}
+		if algo == "bruck" && c.size > 1 && block > 0 {
+			return alltoallBruck(x, src, recv, block, c.opts.BruckRadix)
+		}
+		return alltoallPairwise(x, src, recv, evenLayout(c.size, block), evenLayout(c.size, block))
+	})
+}
+
+// AllToAllv is AllToAll with a count and a displacement (both in elements)
+// per peer on each side. sendcounts[j] on rank i must equal recvcounts[i] on
+// rank j; a difference is reported as a mismatch on both ranks.
+func (c *Comm) AllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
+	return wait(c.IAllToAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+}
+
+func (c *Comm) IAllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
+	if err := checkType(dt); err != nil {
+		return nil, err
+	}
+	es := dt.Size()
+	sl, err := layout("send", send, sendcounts, sdispls, c.size, es)
+	if err != nil {
+		return nil, err
+	}
+	rl, err := layout("recv", recv, recvcounts, rdispls, c.size, es)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rl {
+		for _, s := range sl {
+			if overlap(send[s.off:], s.n, recv[r.off:], r.n) {
+				return nil, invalidArg("alltoallv send and receive blocks overlap")
+			}
+		}
+	}
+	for i := 0; i < c.size; i++ {
+		for j := i + 1; j < c.size; j++ {
+			if overlap(recv[rl[i].off:], rl[i].n, recv[rl[j].off:], rl[j].n) {
+				return nil, invalidArg("alltoallv receive blocks %d and %d overlap", i, j)
+			}
+		}
+	}
+	sig := signature("alltoallv", dt, 0, 0, -1, "pairwise")
+	return c.submit("alltoallv", func(x *execCtx) error {
+		x.sig = sig
+		x.debug("alltoallv", "pairwise", 0)
+		return alltoallPairwise(x, send, recv, sl, rl)
+	})
+}
+
+// block is a byte range of a buffer.
+type block struct{ off, n int }
+
+func evenLayout(n, size int) []block {
+	l := make([]block, n)
+	for i := range l {
+		l[i] = block{i * size, size}
+	}
+	return l
+}
+
+func layout(name string, buf []byte, counts, displs []int, n, es int) ([]block, error) {
+	if len(counts) != n || len(displs) != n {
+		return nil, invalidArg("%scounts and %sdispls need %d entries, got %d and %d", name[:1], name[:1], n, len(counts), len(displs))
+	}
+	l := make([]block, n)
+	for i := range l {
+		if counts[i] < 0 || displs[i] < 0 {
+			return nil, invalidArg("%s count/displacement for rank %d is negative", name, i)
+		}
+		l[i] = block{displs[i] * es, counts[i] * es}
+		if l[i].off+l[i].n > len(buf) {
+			return nil, invalidArg("%s block for rank %d ends at byte %d past the buffer (%d bytes)", name, i, l[i].off+l[i].n, len(buf))
+		}
+	}
+	return l, nil
+}
+
+// Send sends count elements to peer, which must call Recv with the same
+// count and type. Sends to one peer are received in order.
+func (c *Comm) Send(buf []byte, count int, dt DataType, peer int) error {
+	return wait(c.ISend(buf, count, dt, peer))
+}
+
+func (c *Comm) ISend(buf []byte, count int, dt DataType, peer int) (*Request, error) {
+	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkBuf("send", buf, count, dt)); err != nil {
+		return nil, err
+	}
+	if peer == c.rank {
+		return nil, fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
+	}
+	buf = buf[:count*dt.Size()]
+	sig := signature("sendrecv", dt, count, 0, -1, "")
+	return c.submitReq(&Request{op: "send", peer: peer, isSend: true, run: func(x *execCtx) error {
+		x.sig = sig
+		return x.send(peer, 0, buf)
+	}})
+}
+
+// Recv receives count elements from peer's matching Send.
+func (c *Comm) Recv(buf []byte, count int, dt DataType, peer int) error {
+	return wait(c.IRecv(buf, count, dt, peer))
+}
+
+func (c *Comm) IRecv(buf []byte, count int, dt DataType, peer int) (*Request, error) {
+	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkBuf("recv", buf, count, dt)); err != nil {
+		return nil, err
+	}
+	if peer == c.rank {
+		return nil, fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
+	}
+	buf = buf[:count*dt.Size()]
+	sig := signature("sendrecv", dt, count, 0, -1, "")
+	return c.submitReq(&Request{op: "recv", peer: peer, run: func(x *execCtx) error {
+		x.sig = sig
+		return x.recv(peer, 0, buf)
+	}})
+}
+
+// Barrier returns once every rank called it.
+func (c *Comm) Barrier() error { return wait(c.IBarrier()) }
+
+func (c *Comm) IBarrier() (*Request, error) {
+	sig := signature("barrier", 0, 0, 0, -1, "dissemination")
+	return c.submit("barrier", func(x *execCtx) error {
+		x.sig = sig
+		return barrierDissemination(x)
+	})
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *execCtx) debug(coll, algo string, bytes int) {
+	x.c.log.Debug("collective", "op", coll, "seq", x.seq, "algo", algo, "bytes", bytes)
+}

@@ -1,0 +1,324 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// Comm is one rank's membership in a group of ranks that run collectives
+// together. Operations run one at a time, in the order they were issued, on
+// the communicator's own goroutine (like an NCCL stream); blocking calls are
+// issue-and-wait. A Comm is safe for use by several goroutines, but the order
+// of operations must be the same on every rank.
+type Comm struct {
+	rank, size int
+	tr         transport.Transport
+	opts       Options
+	algo       algoSpec
+	log        *slog.Logger
+	id         uint64 // communicator id, for logs
+
+	queue    chan *Request
+	worker   sync.WaitGroup
+	abortCtx context.Context
+	abort    context.CancelCauseFunc
+
+	mu        sync.Mutex
+	asyncErr  error // first failure; the communicator is unusable after it
+	destroyed bool
+	allocs    map[uintptr][]byte // MemAlloc'd regions by start address
+	splits    uint64             // Split calls so far: names the children consistently on every rank
+
+	// Owned by the worker goroutine.
+	seq     uint64   // collective sequence number
+	sendSeq []uint64 // point-to-point sequence per peer, each direction
+	recvSeq []uint64
+	scratch [4][]byte
+
+	p2pWG    sync.WaitGroup
+	p2pChain map[int]chan struct{} // per (peer, direction): done channel of the last p2p op
+	closers  []func() error        // resources behind the transport (shm segments, listeners)
+	split    splitter              // how to build sub-communicators
+}
+
+// Request is a non-blocking operation in flight.
+type Request struct {
+	op string
+	// Point-to-point requests (peer ≥ 0) are not numbered in the collective
+	// sequence and do not wait for each other unless they share a peer and
+	// direction, so a send and a receive issued back to back both progress.
+	peer   int
+	isSend bool
+	run    func(x *execCtx) error
+	done   chan struct{}
+	err    error
+}
+
+// Test reports whether the operation finished, and its error if it did.
+func (r *Request) Test() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+// Wait blocks until the operation finished. It never blocks longer than the
+// communicator's timeout after the operation started, and returns at once
+// after an Abort.
+func (r *Request) Wait() error {
+	<-r.done
+	return r.err
+}
+
+// Done is closed when the operation finished.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
+func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error) {
+	opts = opts.withDefaults()
+	spec, err := parseAlgoSpec(opts.Algo)
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{
+		rank: rank, size: size, tr: tr, opts: opts, algo: spec,
+		queue:    make(chan *Request, 256),
+		p2pChain: map[int]chan struct{}{},
+		sendSeq:  make([]uint64, size),
+		recvSeq:  make([]uint64, size),
+	}
+	c.log = opts.Logger.With("rank", rank, "nranks", size)
+	c.abortCtx, c.abort = context.WithCancelCause(context.Background())
+	c.worker.Add(1)
+	go c.run()
+	return c, nil
+}
+
+// Rank is this rank's number in [0, Size()).
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// Options returns the options in force (defaults filled in).
+func (c *Comm) Options() Options { return c.opts }
+
+func (c *Comm) run() {
+	defer c.worker.Done()
+	for r := range c.queue {
+		if err := c.AsyncError(); err != nil {
+			r.err = &OpError{Op: r.op, Seq: c.seq, Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: communicator failed earlier: %v", ErrInvalidUsage, err)}
+			close(r.done)
+			continue
+		}
+		if r.peer >= 0 {
+			c.startP2P(r)
+			continue
+		}
+		// A collective uses every peer's stream: let point-to-point
+		// operations issued before it finish first.
+		c.p2pWG.Wait()
+		x := &execCtx{c: c, op: r.op, seq: c.seq}
+		c.seq++
+		c.execute(r, x)
+	}
+	c.p2pWG.Wait()
+}
+
+func (c *Comm) execute(r *Request, x *execCtx) {
+	ctx, cancel := context.WithTimeout(c.abortCtx, c.opts.Timeout)
+	x.ctx = ctx
+	err := r.run(x)
+	cancel()
+	if err != nil {
+		err = c.opError(x, err)
+		c.fail(err)
+	}
+	r.err = err
+	close(r.done)
+}
+
+// startP2P runs a send or receive on its own goroutine, after the previous
+// one with the same peer and direction (streams are FIFO per peer).
+func (c *Comm) startP2P(r *Request) {
+	key, seqs := 2*r.peer, c.recvSeq
+	if r.isSend {
+		key, seqs = key+1, c.sendSeq
+	}
+	x := &execCtx{c: c, op: r.op, seq: seqs[r.peer] | 1<<63}
+	seqs[r.peer]++
+	prev := c.p2pChain[key]
+	c.p2pChain[key] = r.done
+	c.p2pWG.Add(1)
+	go func() {
+		defer c.p2pWG.Done()
+		if prev != nil {
+			<-prev
+		}
+		c.execute(r, x)
+	}()
+}
+
+func (c *Comm) opError(x *execCtx, err error) error {
+	var oe *OpError
+	if errors.As(err, &oe) {
+		return err
+	}
+	peer := -1
+	var pe *peerError
+	if errors.As(err, &pe) {
+		peer = pe.peer
+	}
+	if cause := context.Cause(c.abortCtx); cause != nil && errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("%w: %v", ErrAborted, cause)
+	}
+	return &OpError{Op: x.op, Seq: x.seq, Rank: c.rank, Peer: peer, Err: err}
+}
+
+// fail records the first error and aborts the transport so that every peer
+// stops waiting on this rank too: a failed collective leaves buffers in an
+// unknown state on every rank, so the communicator cannot continue.
+func (c *Comm) fail(err error) {
+	c.mu.Lock()
+	first := c.asyncErr == nil
+	if first {
+		c.asyncErr = err
+	}
+	c.mu.Unlock()
+	if first {
+		c.log.Warn("communicator failed", "err", err)
+		c.tr.Abort(err)
+		c.abort(err)
+	}
+}
+
+// AsyncError returns the error that made the communicator unusable, if any.
+func (c *Comm) AsyncError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.asyncErr
+}
+
+// submit queues an operation. Argument errors are returned at once and do not
+// poison the communicator: nothing was sent.
+func (c *Comm) submit(op string, run func(x *execCtx) error) (*Request, error) {
+	return c.submitReq(&Request{op: op, peer: -1, run: run})
+}
+
+func (c *Comm) submitReq(r *Request) (*Request, error) {
+	op := r.op
+	r.done = make(chan struct{})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return nil, fmt.Errorf("gocoll: %s on rank %d: %w", op, c.rank, ErrDestroyed)
+	}
+	if c.asyncErr != nil {
+		return nil, fmt.Errorf("gocoll: %s on rank %d: %w: communicator failed earlier: %v", op, c.rank, ErrInvalidUsage, c.asyncErr)
+	}
+	// The queue is large; if it is full we block here while holding mu, which
+	// only delays other submitters and Destroy, never the worker.
+	c.queue <- r
+	return r, nil
+}
+
+// wait finishes a blocking call made of its non-blocking form.
+func wait(r *Request, err error) error {
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// Abort fails every pending and later operation at once, on this rank and,
+// through the transport, on its peers. It does not wait for anything.
+func (c *Comm) Abort() {
+	c.fail(fmt.Errorf("%w by rank %d", ErrAborted, c.rank))
+}
+
+// Destroy waits for the operations already issued, then releases the
+// communicator's connections and shared memory. Later calls fail with
+// ErrDestroyed. Destroy after Abort returns promptly.
+func (c *Comm) Destroy() error {
+	c.mu.Lock()
+	if c.destroyed {
+		c.mu.Unlock()
+		return fmt.Errorf("gocoll: destroy on rank %d: %w", c.rank, ErrDestroyed)
+	}
+	c.destroyed = true
+	close(c.queue)
+	c.mu.Unlock()
+	c.worker.Wait()
+	c.abort(ErrDestroyed)
+	// MemAlloc'd memory stays valid: C or Python may still hold it.
+	err := c.tr.Close()
+	for _, f := range c.closers {
+		err = errors.Join(err, f())
+	}
+	return err
+}
+
+// execCtx is what an algorithm sees: the transport, its deadline, and the
+// identity of the collective for message headers.
+type execCtx struct {
+	c   *Comm
+	ctx context.Context
+	op  string
+	seq uint64
+	sig uint64
+}
+
+func (x *execCtx) rank() int { return x.c.rank }
+func (x *execCtx) size() int { return x.c.size }
+
+func (x *execCtx) header(step int, n int) transport.Header {
+	return transport.Header{Kind: transport.KindData, Seq: x.seq, Sig: x.sig, Step: uint32(step), Len: uint64(n)}
+}
+
+func (x *execCtx) send(peer, step int, data []byte) error {
+	return wrapPeer(peer, x.c.tr.Send(x.ctx, peer, x.header(step, len(data)), data), x.c.opts.Timeout)
+}
+
+func (x *execCtx) recv(peer, step int, buf []byte) error {
+	return wrapPeer(peer, x.c.tr.Recv(x.ctx, peer, x.header(step, len(buf)), buf), x.c.opts.Timeout)
+}
+
+// pending is a send running on its own goroutine.
+type pending chan error
+
+func (p pending) wait() error { return <-p }
+
+// goSend starts a send so the caller can receive meanwhile (both sides of an
+// exchange must be able to make progress whatever the transport buffers).
+func (x *execCtx) goSend(peer, step int, data []byte) pending {
+	p := make(pending, 1)
+	go func() { p <- x.send(peer, step, data) }()
+	return p
+}
+
+// sendRecv sends to one peer while receiving from another (or the same).
+func (x *execCtx) sendRecv(to, sendStep int, data []byte, from, recvStep int, buf []byte) error {
+	p := x.goSend(to, sendStep, data)
+	rerr := x.recv(from, recvStep, buf)
+	serr := p.wait()
+	if rerr != nil {
+		return rerr
+	}
+	return serr
+}
+
+// scratchBuf returns buffer i (0..3) of n bytes, owned by the worker
+// goroutine and reused between operations so that steady-state collectives
+// allocate nothing.
+func (x *execCtx) scratchBuf(i, n int) []byte {
+	if cap(x.c.scratch[i]) < n {
+		x.c.scratch[i] = make([]byte, n)
+	}
+	return x.c.scratch[i][:n]
+}

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// Sentinel errors; test with errors.Is. The C ABI maps each to a result code.
+var (
+	// ErrInvalidArgument: a bad pointer, count, type, op, root or peer.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInvalidUsage: the call is valid alone but not now (communicator
+	// destroyed or aborted, ranks running different collectives).
+	ErrInvalidUsage = errors.New("invalid usage")
+	// ErrTimeout: a wait passed its deadline (GOCOLL_TIMEOUT).
+	ErrTimeout = errors.New("timed out")
+	// ErrMismatch: ranks called different collectives (op, type, count,
+	// root or sequence differ). It is also an ErrInvalidUsage.
+	ErrMismatch = transport.ErrMismatch
+	// ErrAborted: the communicator was aborted on this rank.
+	ErrAborted = transport.ErrAborted
+	// ErrPeerLost: a peer process went away.
+	ErrPeerLost = transport.ErrPeerLost
+	// ErrRemoteAbort: a peer aborted (its reason is in the message).
+	ErrRemoteAbort = transport.ErrRemoteAbort
+	// ErrDestroyed: the communicator was destroyed.
+	ErrDestroyed = errors.New("communicator destroyed")
+)
+
+// OpError says which operation failed, where, and waiting on whom.
+type OpError struct {
+	Op   string // "allreduce", "send", …
+	Seq  uint64 // the collective's sequence number on this communicator
+	Rank int    // this rank
+	Peer int    // the peer being waited on, -1 if none
+	Err  error
+}
+
+func (e *OpError) Error() string {
+	peer := ""
+	if e.Peer >= 0 {
+		peer = fmt.Sprintf(" (peer rank %d)", e.Peer)
+	}
+	return fmt.Sprintf("gocoll: %s #%d on rank %d%s: %v", e.Op, e.Seq, e.Rank, peer, e.Err)
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Is lets a mismatch also count as invalid usage.
+func (e *OpError) Is(target error) bool {
+	return target == ErrInvalidUsage && errors.Is(e.Err, ErrMismatch)
+}
+
+// peerError attaches the peer a transport call was talking to and turns a
+// deadline into ErrTimeout.
+type peerError struct {
+	peer int
+	err  error
+}
+
+func (e *peerError) Error() string { return e.err.Error() }
+func (e *peerError) Unwrap() error { return e.err }
+
+func wrapPeer(peer int, err error, timeout time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w after %v waiting for rank %d", ErrTimeout, timeout, peer)
+	}
+	return &peerError{peer: peer, err: err}
+}
+
+func invalidArg(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

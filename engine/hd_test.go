@@ -1,0 +1,429 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/transport"
+	"github.com/gocoll/gocoll/engine/transport/mem"
+)
+
+const hdAlgo = "allreduce=hd,reduce=hd,reducescatter=hd"
+
+func hdComms(t testing.TB, n, q int) []*Comm {
+	t.Helper()
+	comms, err := NewLocalComms(n, Options{Algo: hdAlgo, Segments: q, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Abort()
+			_ = c.Destroy()
+		}
+	})
+	return comms
+}
+
+// hdRun runs fn on every rank, each on its own goroutine, and fails the test
+// with the first error.
+func hdRun(t testing.TB, what string, comms []*Comm, fn func(c *Comm) error) {
+	t.Helper()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(c)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: rank %d: %v", what, r, err)
+		}
+	}
+}
+
+// hdSet stores the small integer v as element i of buf (native byte order,
+// as the kernels use).
+func hdSet(buf []byte, dt DataType, i int, v int64) {
+	ne := binary.NativeEndian
+	switch dt {
+	case Int32:
+		ne.PutUint32(buf[4*i:], uint32(int32(v)))
+	case Float16:
+		ne.PutUint16(buf[2*i:], kernel.Float32ToFloat16(float32(v)))
+	case Bfloat16:
+		ne.PutUint16(buf[2*i:], kernel.Float32ToBfloat16(float32(v)))
+	case Float32:
+		ne.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
+	case Float64:
+		ne.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
+	default:
+		panic("hdSet: type not covered")
+	}
+}
+
+// hdInput gives values whose reduction is exact in every tested type and in
+// any association: |sum| ≤ 9·8 < 256 (exact even in bfloat16), products of
+// ±1 and ±2 are powers of two, no zeros under prod, no negative zeros.
+func hdInput(dt DataType, op RedOp, rank, count, salt int) []byte {
+	b := make([]byte, count*dt.Size())
+	for i := 0; i < count; i++ {
+		h := rank*7 + i*13 + salt*5 + (i*i)%11
+		v := int64(h%17) - 8
+		if op == Prod {
+			v = [...]int64{1, 2, -1, 1, -2, 1, 1}[h%7]
+		}
+		hdSet(b, dt, i, v)
+	}
+	return b
+}
+
+// hdExpect folds inputs in rank order with the reference kernel.
+func hdExpect(inputs [][]byte, dt DataType, op RedOp) []byte {
+	out := append([]byte{}, inputs[0]...)
+	for _, in := range inputs[1:] {
+		kernel.ReferenceReduce(out, in, dt, op)
+	}
+	if op == Avg {
+		kernel.DivideBy(out, dt, len(inputs))
+	}
+	return out
+}
+
+func hdDiff(got, want []byte, es int) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("length %d, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			e := i / es
+			return fmt.Sprintf("element %d: got % x want % x", e, got[e*es:(e+1)*es], want[e*es:(e+1)*es])
+		}
+	}
+	return ""
+}
+
+// TestHDMatrix checks allreduce, reduce and reduce-scatter with the
+// halving–doubling algorithms against the reference, for 1..9 ranks, awkward
+// counts, five types, every op and q in {1, 3, 8}; reduce runs with every
+// root for q = 3 and with one root (varying) for the other q.
+func TestHDMatrix(t *testing.T) {
+	dts := []DataType{Float32, Float64, Int32, Float16, Bfloat16}
+	qs := []int{1, 3, 8}
+	for n := 1; n <= 9; n++ {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			comms := make([][]*Comm, len(qs))
+			for i, q := range qs {
+				comms[i] = hdComms(t, n, q)
+			}
+			counts := []int{0, 1, 2, 7, n - 1, 1000, 4097}
+			for ci, count := range counts {
+				if ci > 0 && count == counts[ci-1] || n == 1 && count == 0 && ci > 0 {
+					continue
+				}
+				for _, dt := range dts {
+					for _, op := range kernel.AllRedOps() {
+						hdCheckOne(t, comms, qs, n, count, dt, op)
+					}
+				}
+			}
+		})
+	}
+}
+
+func hdCheckOne(t *testing.T, comms [][]*Comm, qs []int, n, count int, dt DataType, op RedOp) {
+	t.Helper()
+	es := dt.Size()
+	salt := count + int(dt)*3 + int(op)*7
+	inputs := make([][]byte, n)
+	for r := range inputs {
+		inputs[r] = hdInput(dt, op, r, count, salt)
+	}
+	want := hdExpect(inputs, dt, op)
+
+	// Reduce-scatter: recvcount = count, so n*count elements per rank.
+	rsIn := make([][]byte, n)
+	for r := range rsIn {
+		rsIn[r] = hdInput(dt, op, r, n*count, salt+1)
+	}
+	rsWant := hdExpect(rsIn, dt, op)
+
+	for qi, q := range qs {
+		cs := comms[qi]
+		what := fmt.Sprintf("n=%d count=%d %v %v q=%d", n, count, dt, op, q)
+		outs := make([][]byte, n)
+		red := make([][][]byte, n) // red[root][rank]
+		rs := make([][]byte, n)
+		hdRun(t, what, cs, func(c *Comm) error {
+			r := c.Rank()
+			// allreduce: in place on odd ranks, out of place on even.
+			out := make([]byte, count*es)
+			send := inputs[r]
+			if r%2 == 1 {
+				copy(out, send)
+				send = out
+			}
+			if err := c.AllReduce(send, out, count, dt, op); err != nil {
+				return fmt.Errorf("allreduce: %w", err)
+			}
+			outs[r] = out
+			for root := 0; root < n; root++ {
+				if q != 3 && root != salt%n {
+					continue // every root with q = 3, one with the others
+				}
+				res := make([]byte, count*es)
+				if err := c.Reduce(inputs[r], res, count, dt, op, root); err != nil {
+					return fmt.Errorf("reduce root %d: %w", root, err)
+				}
+				if r == root {
+					red[root] = [][]byte{res}
+				} else if !bytes.Equal(res, make([]byte, count*es)) {
+					return fmt.Errorf("reduce root %d touched recv on rank %d", root, r)
+				}
+			}
+			blk := make([]byte, count*es)
+			if err := c.ReduceScatter(rsIn[r], blk, count, dt, op); err != nil {
+				return fmt.Errorf("reducescatter: %w", err)
+			}
+			rs[r] = blk
+			return nil
+		})
+		for r := 0; r < n; r++ {
+			if d := hdDiff(outs[r], want, es); d != "" {
+				t.Fatalf("%s: allreduce rank %d: %s", what, r, d)
+			}
+			if red[r] != nil {
+				if d := hdDiff(red[r][0], want, es); d != "" {
+					t.Fatalf("%s: reduce root %d: %s", what, r, d)
+				}
+			}
+			if d := hdDiff(rs[r], rsWant[r*count*es:(r+1)*count*es], es); d != "" {
+				t.Fatalf("%s: reducescatter rank %d: %s", what, r, d)
+			}
+		}
+	}
+}
+
+// TestHDDeterministic: with random float data (sums depend on association)
+// every rank ends with the same bytes, and reruns, new communicators and other
+// segment counts give the same bytes again.
+func TestHDDeterministic(t *testing.T) {
+	for _, n := range []int{3, 4, 6, 7} {
+		for _, dt := range []DataType{Float32, Bfloat16} {
+			rng := rand.New(rand.NewSource(int64(n)*10 + int64(dt)))
+			const count = 5003
+			es := dt.Size()
+			inputs := make([][]byte, n)
+			for r := range inputs {
+				inputs[r] = make([]byte, n*count*es)
+				for i := 0; i < n*count; i++ {
+					f := float32(rng.NormFloat64() * 1e3)
+					if dt == Float32 {
+						binary.NativeEndian.PutUint32(inputs[r][4*i:], math.Float32bits(f))
+					} else {
+						binary.NativeEndian.PutUint16(inputs[r][2*i:], kernel.Float32ToBfloat16(f))
+					}
+				}
+			}
+			var firstAR, firstRed, firstRS []byte
+			for run, q := range []int{1, 3, 8, 0, 3} {
+				what := fmt.Sprintf("n=%d %v run %d q=%d", n, dt, run, q)
+				comms := hdComms(t, n, q)
+				ar := make([][]byte, n)
+				rs := make([][]byte, n)
+				var red []byte
+				const root = 2
+				hdRun(t, what, comms, func(c *Comm) error {
+					r := c.Rank()
+					ar[r] = make([]byte, count*es)
+					if err := c.AllReduce(inputs[r][:count*es], ar[r], count, dt, Sum); err != nil {
+						return err
+					}
+					res := make([]byte, count*es)
+					if err := c.Reduce(inputs[r][:count*es], res, count, dt, Sum, root); err != nil {
+						return err
+					}
+					if r == root {
+						red = res
+					}
+					rs[r] = make([]byte, count*es)
+					return c.ReduceScatter(inputs[r], rs[r], count, dt, Sum)
+				})
+				for r := 1; r < n; r++ {
+					if !bytes.Equal(ar[r], ar[0]) {
+						t.Fatalf("%s: allreduce rank %d differs from rank 0", what, r)
+					}
+				}
+				all := bytes.Join(rs, nil)
+				if firstAR == nil {
+					firstAR, firstRed, firstRS = ar[0], red, all
+					continue
+				}
+				if !bytes.Equal(ar[0], firstAR) {
+					t.Fatalf("%s: allreduce differs from the first run", what)
+				}
+				if !bytes.Equal(red, firstRed) {
+					t.Fatalf("%s: reduce differs from the first run", what)
+				}
+				if !bytes.Equal(all, firstRS) {
+					t.Fatalf("%s: reducescatter differs from the first run", what)
+				}
+			}
+		}
+	}
+}
+
+// TestHDLarge: a message large enough for the automatic q to pick several
+// segments per round, and a forced q above the cap of 64.
+func TestHDLarge(t *testing.T) {
+	for _, tc := range []struct{ n, q, count int }{{5, 0, 300000}, {8, 0, 200003}, {6, 100, 4097}} {
+		n, count, dt := tc.n, tc.count, Float32
+		what := fmt.Sprintf("n=%d q=%d count=%d", n, tc.q, count)
+		comms, err := NewLocalComms(n, Options{Algo: hdAlgo, Segments: tc.q, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs := make([][]byte, n)
+		for r := range inputs {
+			inputs[r] = hdInput(dt, Sum, r, count, 1)
+		}
+		want := hdExpect(inputs, dt, Sum)
+		outs := make([][]byte, n)
+		var red []byte
+		hdRun(t, what, comms, func(c *Comm) error {
+			r := c.Rank()
+			outs[r] = make([]byte, count*4)
+			if err := c.AllReduce(inputs[r], outs[r], count, dt, Sum); err != nil {
+				return err
+			}
+			res := make([]byte, count*4)
+			if err := c.Reduce(inputs[r], res, count, dt, Sum, n-1); err != nil {
+				return err
+			}
+			if r == n-1 {
+				red = res
+			}
+			return nil
+		})
+		for r := range outs {
+			if d := hdDiff(outs[r], want, 4); d != "" {
+				t.Fatalf("%s: allreduce rank %d: %s", what, r, d)
+			}
+		}
+		if d := hdDiff(red, want, 4); d != "" {
+			t.Fatalf("%s: reduce: %s", what, d)
+		}
+		for _, c := range comms {
+			if err := c.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestHDSegmentCount: the automatic q stays within 1..8 and tracks size; a
+// forced q is capped by the element count and hdMaxSeg.
+func TestHDSegmentCount(t *testing.T) {
+	c := &Comm{opts: Options{}}
+	h := &hd{x: &execCtx{c: c}, es: 4}
+	for _, tc := range []struct{ elems, want int }{{0, 1}, {1, 1}, {hdSegTarget / 4, 1}, {hdSegTarget/4 + 1, 2}, {100 * hdSegTarget, hdAutoMaxQ}} {
+		if got := h.nseg(tc.elems); got != tc.want {
+			t.Errorf("auto nseg(%d) = %d, want %d", tc.elems, got, tc.want)
+		}
+	}
+	c.opts.Segments = 1000
+	for _, tc := range []struct{ elems, want int }{{0, 1}, {5, 5}, {10000, hdMaxSeg}} {
+		if got := h.nseg(tc.elems); got != tc.want {
+			t.Errorf("forced nseg(%d) = %d, want %d", tc.elems, got, tc.want)
+		}
+	}
+}
+
+// TestHDLayout: the final segments tile the buffer in order, and for
+// reduce-scatter vrank v's segment is exactly the blocks of the ranks folded
+// into it.
+func TestHDLayout(t *testing.T) {
+	for n := 1; n <= 17; n++ {
+		for _, rs := range []bool{false, true} {
+			f := newFold(n)
+			h := &hd{f: f, es: 2, rs: rs, count: 3*n + 1, block: 6}
+			total := h.count * h.es
+			if rs {
+				total = n * h.block
+			}
+			if h.off(0) != 0 || h.off(f.p) != total {
+				t.Fatalf("n=%d rs=%v: segments span [%d,%d), want [0,%d)", n, rs, h.off(0), h.off(f.p), total)
+			}
+			for v := 0; v < f.p; v++ {
+				if h.off(v) > h.off(v+1) {
+					t.Fatalf("n=%d rs=%v: segment %d decreasing", n, rs, v)
+				}
+			}
+			if !rs {
+				continue
+			}
+			for r := 0; r < n; r++ {
+				v := f.vrank(r)
+				if v < 0 {
+					v = f.vrank(r + 1)
+				}
+				if r*h.block < h.off(v) || (r+1)*h.block > h.off(v+1) {
+					t.Fatalf("n=%d: block of rank %d outside segment of vrank %d", n, r, v)
+				}
+			}
+		}
+	}
+}
+
+// TestHDFailure: a send that fails in the middle of a pipelined round fails
+// the collective on every rank instead of hanging.
+func TestHDFailure(t *testing.T) {
+	for _, n := range []int{4, 6} {
+		w := mem.NewWorld(n)
+		boom := errors.New("link cut")
+		w.Hook = func(from, to int, h transport.Header) error {
+			if from == 1 && h.Step == hdStepHalve+1 {
+				return boom
+			}
+			return nil
+		}
+		comms, err := newLocalWorld(w, Options{Algo: hdAlgo, Segments: 3, Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := hdInput(Float32, Sum, i, 100, 0)
+				errs[i] = c.AllReduce(buf, buf, 100, Float32, Sum)
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err == nil {
+				t.Errorf("n=%d: rank %d: allreduce succeeded over a cut link", n, r)
+			}
+		}
+		if !errors.Is(errs[1], boom) {
+			t.Errorf("n=%d: rank 1: %v, want the hook's error", n, errs[1])
+		}
+		for _, c := range comms {
+			_ = c.Destroy()
+		}
+	}
+}

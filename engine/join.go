@@ -1,0 +1,416 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/engine/transport"
+	"github.com/gocoll/gocoll/engine/transport/shm"
+	"github.com/gocoll/gocoll/engine/transport/tcp"
+)
+
+// UniqueID names a job's rendezvous root and carries its secret; rank 0
+// makes it and hands it to the others out of band (gocollUniqueId).
+type UniqueID = bootstrap.UniqueID
+
+// exchangeFunc is one all-to-all round of setup blobs: every rank gives one
+// and gets everyone's, indexed by rank. Setup takes exactly two rounds.
+type exchangeFunc func(ctx context.Context, blob []byte) ([][]byte, error)
+
+// NewUniqueID starts this process's rendezvous root (as ncclGetUniqueId
+// does) and returns the id that lets ranks find it. The root serves one job
+// and stops when every rank joined or after the timeout.
+func NewUniqueID(opts Options) (UniqueID, error) {
+	opts = opts.withDefaults()
+	host, err := advertiseHost(opts, "")
+	if err != nil {
+		return UniqueID{}, err
+	}
+	secret := bootstrap.NewSecret()
+	root, err := bootstrap.StartRoot(hostPort(host, 0), secret[:], opts.Timeout, opts.Logger)
+	if err != nil {
+		return UniqueID{}, fmt.Errorf("gocoll: unique id: %w", err)
+	}
+	id, err := bootstrap.NewUniqueID(hostPort(host, root.Port()), secret)
+	if err != nil {
+		root.Close()
+		return UniqueID{}, fmt.Errorf("gocoll: unique id: %w", err)
+	}
+	return id, nil
+}
+
+// NewComm joins rank of an nranks job named by id. Every rank must call it;
+// it returns once all ranks are connected.
+func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
+	opts = opts.withDefaults()
+	if nranks < 1 || rank < 0 || rank >= nranks {
+		return nil, invalidArg("rank %d of %d ranks", rank, nranks)
+	}
+	rootAddr, secret, err := id.Parse()
+	if err != nil {
+		return nil, fmt.Errorf("%w: unique id: %v", ErrInvalidArgument, err)
+	}
+	return joinRoot(rootAddr, secret, nranks, rank, opts)
+}
+
+// NewCommFromEnv joins the job described by the launcher's environment:
+// torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: gocoll's root listens
+// on GOCOLL_PORT or MASTER_PORT+1, since torchrun's store owns MASTER_PORT),
+// Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS, …) or
+// GOCOLL_RANK/GOCOLL_SIZE/GOCOLL_ROOT_ADDR. Rank 0 runs the root.
+func NewCommFromEnv(opts Options) (*Comm, error) {
+	opts = opts.withDefaults()
+	l, err := bootstrap.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if !l.SecretFromEnv {
+		opts.Logger.Info("GOCOLL_SECRET is unset: connections are authenticated with a secret derived from the job's identity; set GOCOLL_SECRET to a private value on shared networks", "launcher", l.Source)
+	}
+	if l.Rank == 0 {
+		_, port, err := splitHostPort(l.RootAddr)
+		if err != nil {
+			return nil, err
+		}
+		root, err := bootstrap.StartRoot(hostPort("", port), l.Secret, opts.Timeout, opts.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("gocoll: rank 0 could not start the rendezvous root on port %d (set GOCOLL_PORT to another free port): %w", port, err)
+		}
+		defer func() { go root.Wait() }()
+	}
+	return joinRoot(l.RootAddr, l.Secret, l.Size, l.Rank, opts)
+}
+
+func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (*Comm, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+	defer cancel()
+	host, err := advertiseHost(opts, rootAddr)
+	if err != nil {
+		return nil, err
+	}
+	var client *bootstrap.Client
+	exchange := func(ctx context.Context, blob []byte) ([][]byte, error) {
+		if client == nil {
+			var all [][]byte
+			var err error
+			client, all, err = bootstrap.Join(ctx, rootAddr, secret, rank, nranks, blob)
+			return all, err
+		}
+		return client.AllGather(ctx, blob)
+	}
+	sum := sha256.Sum256(append(append([]byte("gocoll-comm\x00"), secret...), rootAddr...))
+	var tag [8]byte
+	copy(tag[:], sum[:])
+	tr, err := connect(ctx, rank, nranks, tag, secret, host, exchange, opts)
+	if client != nil {
+		client.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	c, err := newComm(rank, nranks, tr, opts)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	c.split = &netSplitter{secret: secret, tag: tag, host: host}
+	return c, nil
+}
+
+// setupInfo is what ranks tell each other while connecting.
+type setupInfo struct {
+	Host  string `json:"host"`
+	Probe string `json:"probe,omitempty"` // a file in this rank's /dev/shm: seeing it means sharing memory
+	Addr  string `json:"addr"`
+	Pid   int    `json:"pid"`
+	// Second round.
+	Sees    []int  `json:"sees,omitempty"` // ranks whose probe this rank found
+	ShmPath string `json:"shm,omitempty"`
+}
+
+// connect links rank to the others: shared memory to the ranks that see the
+// same /dev/shm (both ways), TCP to the rest. It takes three exchange rounds:
+// who is where, who sees whom, and "everyone connected".
+func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, host string, exchange exchangeFunc, opts Options) (_ transport.Transport, err error) {
+	log := opts.Logger.With("rank", rank, "nranks", size)
+	ln, err := tcp.Listen(host)
+	if err != nil {
+		return nil, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
+	}
+	defer func() {
+		if err != nil {
+			ln.Close()
+		}
+	}()
+	addr, err := tcp.AdvertiseAddr(ln, host)
+	if err != nil {
+		return nil, err
+	}
+	hostname, _ := os.Hostname()
+	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid()}
+	useShm := opts.Transport != "tcp"
+	if useShm {
+		if p, perr := makeProbe(tag, rank); perr == nil {
+			me.Probe = p
+			defer os.Remove(filepath.Join("/dev/shm", p))
+		} else {
+			log.Info("no shared memory between processes (using TCP only)", "err", perr)
+		}
+	}
+	infos, err := exchangeInfo(ctx, exchange, me, size)
+	if err != nil {
+		return nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+	}
+	// Candidates for shared memory: same host name and this rank sees their probe.
+	var sees []int
+	for q, in := range infos {
+		if q != rank && me.Probe != "" && in.Probe != "" && in.Host == hostname {
+			if _, serr := os.Stat(filepath.Join("/dev/shm", in.Probe)); serr == nil {
+				sees = append(sees, q)
+			}
+		}
+	}
+	var seg *shm.Transport
+	if len(sees) > 0 {
+		seg, err = shm.Create(shm.Config{Rank: rank, Size: size, Peers: sees, Tag: tag, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
+		}
+		defer func() {
+			if err != nil {
+				seg.Close()
+			}
+		}()
+		me.ShmPath = seg.Path()
+	}
+	me.Sees = sees
+	infos2, err := exchangeInfo(ctx, exchange, me, size)
+	if err != nil {
+		return nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+	}
+	// Shared memory only where both sides see each other, so both pick it.
+	local := map[int]shm.PeerInfo{}
+	var remote []int
+	for q := 0; q < size; q++ {
+		if q == rank {
+			continue
+		}
+		if slices.Contains(sees, q) && slices.Contains(infos2[q].Sees, rank) && infos2[q].ShmPath != "" {
+			local[q] = shm.PeerInfo{Path: infos2[q].ShmPath, Pid: infos[q].Pid}
+		} else {
+			remote = append(remote, q)
+		}
+	}
+	byPeer := make([]transport.Transport, size)
+	var parts []transport.Transport
+	if len(local) > 0 {
+		if err = seg.Connect(ctx, local); err != nil {
+			return nil, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
+		}
+		for q := range local {
+			byPeer[q] = seg
+		}
+		parts = append(parts, seg)
+	} else if seg != nil {
+		seg.Close()
+		seg = nil
+	}
+	addrs := make([]string, size)
+	for q, in := range infos {
+		addrs[q] = in.Addr
+	}
+	if len(remote) > 0 {
+		tt, terr := tcp.New(ctx, tcp.Config{Rank: rank, Size: size, Listener: ln, Addrs: addrs, Peers: remote, Secret: secret, Tag: tag, Logger: log})
+		if terr != nil {
+			err = fmt.Errorf("gocoll: rank %d: tcp: %w", rank, terr)
+			return nil, err
+		}
+		for _, q := range remote {
+			byPeer[q] = tt
+		}
+		parts = append(parts, tt)
+	} else {
+		ln.Close()
+	}
+	tr := transport.NewRouted(rank, byPeer)
+	// Once everyone connected nobody needs the segment names: unlink them so
+	// that a crash later cannot leak shared memory.
+	if _, err = exchange(ctx, nil); err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+	}
+	if seg != nil {
+		seg.Unlink()
+	}
+	log.Debug("connected", "shm_peers", len(local), "tcp_peers", len(remote), "addr", addr)
+	return tr, nil
+}
+
+func exchangeInfo(ctx context.Context, exchange exchangeFunc, me setupInfo, size int) ([]setupInfo, error) {
+	blob, err := json.Marshal(me)
+	if err != nil {
+		return nil, err
+	}
+	all, err := exchange(ctx, blob)
+	if err != nil {
+		return nil, err
+	}
+	if len(all) != size {
+		return nil, fmt.Errorf("rendezvous returned %d entries for %d ranks", len(all), size)
+	}
+	out := make([]setupInfo, size)
+	for q, b := range all {
+		if err := json.Unmarshal(b, &out[q]); err != nil {
+			return nil, fmt.Errorf("setup data of rank %d: %w", q, err)
+		}
+	}
+	return out, nil
+}
+
+// makeProbe leaves a file in /dev/shm whose presence other ranks test.
+func makeProbe(tag [8]byte, rank int) (string, error) {
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	name := fmt.Sprintf("gocoll-probe-%x-%d-%s", tag, rank, hex.EncodeToString(nonce[:]))
+	f, err := os.OpenFile(filepath.Join("/dev/shm", name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	return name, f.Close()
+}
+
+// advertiseHost is the address this rank listens on and publishes:
+// GOCOLL_SOCKET_IFNAME's address, else the local address that routes to the
+// root, else any non-loopback address, else loopback.
+func advertiseHost(opts Options, rootAddr string) (string, error) {
+	if opts.SocketIfname != "" {
+		a, err := tcp.InterfaceAddr(opts.SocketIfname)
+		if err != nil {
+			return "", fmt.Errorf("%w: GOCOLL_SOCKET_IFNAME: %v", ErrInvalidArgument, err)
+		}
+		return a, nil
+	}
+	if rootAddr != "" {
+		if a, err := tcp.RouteAddr(rootAddr); err == nil {
+			return a, nil
+		}
+	}
+	return defaultHost(), nil
+}
+
+// defaultHost is the first IPv4 address of an interface that is up and not
+// loopback, or 127.0.0.1 on a machine with none.
+func defaultHost() string {
+	ifs, _ := net.Interfaces()
+	for _, ifi := range ifs {
+		if ifi.Flags&net.FlagUp == 0 || ifi.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifi.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+// netSplitter builds a child's connections through two setup rounds run as
+// allgathers over the parent communicator.
+type netSplitter struct {
+	secret []byte
+	tag    [8]byte
+	host   string
+}
+
+func (s *netSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (transport.Transport, splitter, []func() error, error) {
+	exchange := func(ctx context.Context, blob []byte) ([][]byte, error) {
+		all, err := allgatherBlobs(c, blob)
+		if err != nil || members == nil {
+			return nil, err
+		}
+		out := make([][]byte, len(members))
+		for i, m := range members {
+			out[i] = all[m]
+		}
+		return out, nil
+	}
+	if members == nil {
+		// Not in any child: still take part in the setup rounds.
+		for i := 0; i < 3; i++ {
+			if _, err := exchange(context.Background(), nil); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		return nil, nil, nil, nil
+	}
+	var buf [24]byte
+	copy(buf[:], s.tag[:])
+	binary.LittleEndian.PutUint64(buf[8:], seq)
+	binary.LittleEndian.PutUint64(buf[16:], uint64(int64(color)))
+	sum := sha256.Sum256(buf[:])
+	var tag [8]byte
+	copy(tag[:], sum[:])
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+	defer cancel()
+	tr, err := connect(ctx, childRank, len(members), tag, s.secret, s.host, exchange, c.opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return tr, &netSplitter{secret: s.secret, tag: tag, host: s.host}, nil, nil
+}
+
+// allgatherBlobs gathers one variable-length blob per rank over c.
+func allgatherBlobs(c *Comm, blob []byte) ([][]byte, error) {
+	n := c.Size()
+	var mine [8]byte
+	binary.LittleEndian.PutUint64(mine[:], uint64(len(blob)))
+	lens := make([]byte, 8*n)
+	if err := c.AllGather(mine[:], lens, 1, Uint64); err != nil {
+		return nil, err
+	}
+	width := 0
+	for q := 0; q < n; q++ {
+		width = max(width, int(binary.LittleEndian.Uint64(lens[8*q:])))
+	}
+	padded := make([]byte, width)
+	copy(padded, blob)
+	all := make([]byte, width*n)
+	if err := c.AllGather(padded, all, width, Uint8); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, n)
+	for q := range out {
+		l := int(binary.LittleEndian.Uint64(lens[8*q:]))
+		out[q] = all[q*width : q*width+l]
+	}
+	return out, nil
+}
+
+func hostPort(host string, port int) string {
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+func splitHostPort(a string) (string, int, error) {
+	h, p, err := net.SplitHostPort(a)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: address %q: %v", ErrInvalidArgument, a, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: address %q: bad port", ErrInvalidArgument, a)
+	}
+	return h, port, nil
+}

@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout bounds every blocking wait when Options.Timeout is zero.
+const DefaultTimeout = 5 * time.Minute
+
+// Options configure a communicator. The zero value is usable.
+type Options struct {
+	// Timeout bounds every wait of every collective (GOCOLL_TIMEOUT).
+	Timeout time.Duration
+	// Algo overrides the algorithm choice (GOCOLL_ALGO): a bare name such as
+	// "ring" applies to every collective that has it; "allreduce=hd,alltoall=bruck"
+	// sets them one by one. See algo.go for the names.
+	Algo string
+	// BruckRadix is the radix of the Bruck all-to-all (GOCOLL_BRUCK_RADIX, default 2).
+	BruckRadix int
+	// Segments is q, the number of pipeline segments per halving-doubling
+	// round (GOCOLL_HD_SEGMENTS, default chosen by size).
+	Segments int
+	// SocketIfname picks the network interface for TCP (GOCOLL_SOCKET_IFNAME).
+	SocketIfname string
+	// Transport: "auto" (shared memory inside a host, TCP between hosts), or
+	// "tcp" to force TCP everywhere (GOCOLL_TRANSPORT).
+	Transport string
+	// Logger receives debug and warning output; nil discards it.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.BruckRadix < 2 {
+		o.BruckRadix = 2
+	}
+	if o.Transport == "" {
+		o.Transport = "auto"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
+}
+
+// OptionsFromEnv reads the GOCOLL_* variables through getenv (os.Getenv when
+// nil). GOCOLL_DEBUG=INFO|DEBUG|WARN enables logging to stderr.
+func OptionsFromEnv(getenv func(string) string) (Options, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var o Options
+	if v := getenv("GOCOLL_TIMEOUT"); v != "" {
+		d, err := parseDuration(v)
+		if err != nil || d <= 0 {
+			return o, fmt.Errorf("%w: GOCOLL_TIMEOUT=%q: want a duration such as 30s or a number of seconds", ErrInvalidArgument, v)
+		}
+		o.Timeout = d
+	}
+	o.Algo = getenv("GOCOLL_ALGO")
+	if _, err := parseAlgoSpec(o.Algo); err != nil {
+		return o, err
+	}
+	for _, iv := range []struct {
+		name string
+		dst  *int
+		min  int
+	}{{"GOCOLL_BRUCK_RADIX", &o.BruckRadix, 2}, {"GOCOLL_HD_SEGMENTS", &o.Segments, 1}} {
+		if v := getenv(iv.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < iv.min {
+				return o, fmt.Errorf("%w: %s=%q: want an integer ≥ %d", ErrInvalidArgument, iv.name, v, iv.min)
+			}
+			*iv.dst = n
+		}
+	}
+	o.SocketIfname = getenv("GOCOLL_SOCKET_IFNAME")
+	switch t := strings.ToLower(getenv("GOCOLL_TRANSPORT")); t {
+	case "", "auto", "tcp":
+		o.Transport = t
+	default:
+		return o, fmt.Errorf("%w: GOCOLL_TRANSPORT=%q: want auto or tcp", ErrInvalidArgument, t)
+	}
+	if v := getenv("GOCOLL_DEBUG"); v != "" {
+		var lvl slog.Level
+		if err := lvl.UnmarshalText([]byte(strings.ToUpper(v))); err != nil {
+			return o, fmt.Errorf("%w: GOCOLL_DEBUG=%q: want DEBUG, INFO, WARN or ERROR", ErrInvalidArgument, v)
+		}
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	}
+	return o, nil
+}
+
+func parseDuration(v string) (time.Duration, error) {
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(s * float64(time.Second)), nil
+	}
+	return time.ParseDuration(v)
+}

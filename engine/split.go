@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/gocoll/gocoll/engine/transport"
+	"github.com/gocoll/gocoll/engine/transport/mem"
+)
+
+// SplitNoColor as a colour leaves a rank out of every sub-communicator
+// (Split returns nil for it), like NCCL_SPLIT_NOCOLOR.
+const SplitNoColor = -1
+
+// splitter builds the transport of a sub-communicator. members lists the
+// parent ranks of the new communicator in its rank order.
+type splitter interface {
+	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (transport.Transport, splitter, []func() error, error)
+}
+
+// Split is a collective over c: ranks passing the same colour form a new
+// communicator, ranked by key (ties by rank in c). Every rank must call it;
+// a rank passing SplitNoColor gets nil.
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	if color < SplitNoColor {
+		return nil, invalidArg("split colour %d is negative (use SplitNoColor to opt out)", color)
+	}
+	mine := make([]byte, 16)
+	binary.LittleEndian.PutUint64(mine, uint64(int64(color)))
+	binary.LittleEndian.PutUint64(mine[8:], uint64(int64(key)))
+	all := make([]byte, 16*c.size)
+	if err := c.AllGather(mine, all, 2, Int64); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.splits++
+	seq := c.splits
+	c.mu.Unlock()
+	type member struct{ rank, key int }
+	var ms []member
+	for r := 0; r < c.size; r++ {
+		col := int(int64(binary.LittleEndian.Uint64(all[16*r:])))
+		k := int(int64(binary.LittleEndian.Uint64(all[16*r+8:])))
+		if col == color {
+			ms = append(ms, member{r, k})
+		}
+	}
+	if color == SplitNoColor {
+		// Still take part in the collective steps of the children's setup.
+		_, _, _, err := c.split.child(c, seq, color, nil, -1)
+		return nil, err
+	}
+	sort.SliceStable(ms, func(i, j int) bool { return ms[i].key < ms[j].key })
+	members := make([]int, len(ms))
+	childRank := -1
+	for i, m := range ms {
+		members[i] = m.rank
+		if m.rank == c.rank {
+			childRank = i
+		}
+	}
+	tr, sp, closers, err := c.split.child(c, seq, color, members, childRank)
+	if err != nil {
+		return nil, fmt.Errorf("gocoll: split on rank %d: %w", c.rank, err)
+	}
+	child, err := newComm(childRank, len(members), tr, c.opts)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	child.split, child.closers = sp, closers
+	return child, nil
+}
+
+// localSplitter makes in-process children: the first member to arrive
+// creates the child's world and the others pick it up.
+type localSplitter struct {
+	world *mem.World
+	hub   *localHub
+}
+
+// localHub is shared by the ranks of one in-process communicator; each
+// child gets its own, so grandchildren's names never collide.
+type localHub struct {
+	mu       sync.Mutex
+	children map[string]*localSplitter
+}
+
+func newLocalHub() *localHub { return &localHub{children: map[string]*localSplitter{}} }
+
+func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (transport.Transport, splitter, []func() error, error) {
+	if members == nil {
+		return nil, nil, nil, nil
+	}
+	key := fmt.Sprintf("%d/%d", seq, color)
+	s.hub.mu.Lock()
+	ch, ok := s.hub.children[key]
+	if !ok {
+		ch = &localSplitter{world: mem.NewWorld(len(members)), hub: newLocalHub()}
+		s.hub.children[key] = ch
+	}
+	s.hub.mu.Unlock()
+	return ch.world.Endpoint(childRank), ch, nil, nil
+}

@@ -1,0 +1,62 @@
+// Package shm is a transport.Transport between processes on one host through
+// memory-mapped files in /dev/shm.
+//
+// Each rank creates one segment file, /dev/shm/gocoll-<tag hex>-<rank>, that
+// holds its inbound traffic: one single-producer/single-consumer byte ring per
+// local peer that sends to it. A Send copies the frame header and the payload
+// into the ring for this sender in the receiver's segment; a Recv copies out of
+// the ring for that peer in its own segment. Messages larger than a ring stream
+// through it in chunks, so any size works.
+//
+// Lifecycle: Create makes and maps the own segment; the caller exchanges
+// Path() and the process id with the other local ranks out of band; Connect
+// opens and maps the peers' segments and verifies their headers; after a
+// barrier that tells that everyone connected the caller calls Unlink, so that
+// a crash later leaks no file. Close and Abort unmap and unlink as well.
+//
+// Waiting (ring full or empty) spins briefly when the host has a core per
+// local rank, yields otherwise, then sleeps on a process-shared futex with a
+// short timeout; the other side issues FUTEX_WAKE only when a waiter
+// registered, so the fast path makes no system call. While waiting, a rank
+// watches its context, its own Abort/Close, the peer's segment state (closed or
+// aborted, with the reason) and the liveness of the peer's process.
+package shm
+
+import (
+	"errors"
+	"log/slog"
+)
+
+// Ring sizes (bytes per directed pair). RingBytes is rounded up to a power of
+// two within [MinRingBytes, MaxRingBytes].
+const (
+	DefaultRingBytes = 4 << 20
+	MinRingBytes     = 4 << 10
+	MaxRingBytes     = 1 << 30
+)
+
+// Config describes one rank's endpoint.
+type Config struct {
+	Rank, Size int
+	// Peers are the ranks on this host this transport serves (exchanges
+	// messages with). Rank itself may be listed; it is ignored.
+	Peers []int
+	// Tag identifies the communicator (unique per communicator); it is part
+	// of the file name and verified on Connect.
+	Tag [8]byte
+	// RingBytes is the size of each inbound ring; 0 means DefaultRingBytes.
+	RingBytes int
+	// Logger receives lifecycle and failure messages; nil discards them.
+	Logger *slog.Logger
+}
+
+// PeerInfo is what a rank learns about a peer out of band: the peer's
+// Path() and its process id (0: take the pid recorded in the segment).
+type PeerInfo struct {
+	Path string
+	Pid  int
+}
+
+// ErrClosed is returned by calls made on (or pending during) a closed
+// Transport.
+var ErrClosed = errors.New("shm: transport closed")

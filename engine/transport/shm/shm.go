@@ -1,0 +1,529 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// maxAbortPayload bounds the reason text of an abort message accepted from a
+// peer; longer means the stream is corrupt.
+const maxAbortPayload = 64 << 10
+
+// Transport is one rank's shared-memory endpoint. It implements
+// transport.Transport.
+type Transport struct {
+	rank, size int
+	tag        [8]byte
+	path       string
+	ringBytes  int
+	spin       int
+	yields     int
+	log        *slog.Logger
+
+	own   []byte      // own segment, whole
+	slots map[int]int // producing peer rank -> slot in own segment
+
+	// conns[peer] is set by Connect before connected is stored; read only
+	// after connected was seen true.
+	conns     []*peerConn
+	connected atomic.Bool
+	connectMu sync.Mutex
+
+	// opMu is read-held by every Send/Recv while it touches the mappings;
+	// shutdown takes it for writing (after setting aborted/closed and waking
+	// waiters) before unmapping.
+	opMu     sync.RWMutex
+	aborted  atomic.Bool
+	closed   atomic.Bool
+	abortErr error // set before aborted is stored
+
+	shutMu   sync.Mutex
+	shutDone bool
+	unlinked atomic.Bool
+}
+
+// peerConn is the pair of rings between this rank and one peer.
+type peerConn struct {
+	rank   int
+	remote bool // in another process: check its liveness while waiting
+	seg    *peerSegment
+	out    *ring // in the peer's segment: this rank produces
+	in     ring  // in the own segment: this rank consumes
+
+	sendMu  sync.Mutex
+	sendErr error  // sticky: the stream to the peer is unusable
+	outTail uint64 // producer's copy of out.tail
+
+	recvMu  sync.Mutex
+	recvErr error  // sticky: the stream from the peer is unusable
+	inHead  uint64 // consumer's copy of in.head
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// SegmentPath is the file a rank of the communicator tag creates.
+func SegmentPath(tag [8]byte, rank int) string {
+	return fmt.Sprintf("/dev/shm/gocoll-%x-%d", tag[:], rank)
+}
+
+// Create makes this rank's segment, with one inbound ring per peer in
+// cfg.Peers, maps it and pre-touches it.
+func Create(cfg Config) (*Transport, error) {
+	if cfg.Size <= 0 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("shm: rank %d out of range for size %d", cfg.Rank, cfg.Size)
+	}
+	var peers []int
+	for _, p := range cfg.Peers {
+		if p < 0 || p >= cfg.Size {
+			return nil, fmt.Errorf("shm: peer rank %d out of range for size %d", p, cfg.Size)
+		}
+		if p != cfg.Rank && !slices.Contains(peers, p) {
+			peers = append(peers, p)
+		}
+	}
+	ringBytes := cfg.RingBytes
+	if ringBytes == 0 {
+		ringBytes = DefaultRingBytes
+	}
+	if ringBytes < 0 || ringBytes > MaxRingBytes {
+		return nil, fmt.Errorf("shm: ring size %d out of range (max %d)", ringBytes, MaxRingBytes)
+	}
+	ringBytes = max(ringBytes, MinRingBytes)
+	for ringBytes&(ringBytes-1) != 0 {
+		ringBytes += ringBytes & -ringBytes
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Transport{
+		rank:      cfg.Rank,
+		size:      cfg.Size,
+		tag:       cfg.Tag,
+		path:      SegmentPath(cfg.Tag, cfg.Rank),
+		ringBytes: ringBytes,
+		log:       log,
+		slots:     make(map[int]int, len(peers)),
+		conns:     make([]*peerConn, cfg.Size),
+	}
+	if len(peers)+1 <= runtime.NumCPU() {
+		t.spin, t.yields = spinUndersubscribed, yieldsUnder
+	} else {
+		t.spin, t.yields = spinOversubscribed, yieldsOver
+	}
+	for i, p := range peers {
+		t.slots[p] = i
+	}
+	m, err := createSegment(t.path, cfg.Tag, cfg.Rank, cfg.Size, peers, ringBytes)
+	if err != nil {
+		return nil, fmt.Errorf("shm: rank %d: %w", cfg.Rank, err)
+	}
+	t.own = m
+	log.Debug("shm: segment created", "rank", t.rank, "path", t.path, "peers", peers, "ring", ringBytes, "bytes", len(m))
+	return t, nil
+}
+
+// Path is the file name of this rank's segment, for the peers' Connect.
+func (t *Transport) Path() string { return t.path }
+
+// Rank is this rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the communicator size.
+func (t *Transport) Size() int { return t.size }
+
+// Connect maps the segment of every peer in peers (each must be in
+// cfg.Peers) and verifies its header: magic, version, communicator tag, rank,
+// size, creator pid and the creator's start time. It may be called once.
+func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
+	t.connectMu.Lock()
+	defer t.connectMu.Unlock()
+	t.opMu.RLock()
+	defer t.opMu.RUnlock()
+	if err := t.localErr(); err != nil {
+		return err
+	}
+	if t.connected.Load() {
+		return errors.New("shm: Connect called twice")
+	}
+	ranks := make([]int, 0, len(peers))
+	for r := range peers {
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	var done []*peerConn
+	fail := func(err error) error {
+		for _, c := range done {
+			c.seg.unmap()
+		}
+		return err
+	}
+	self := os.Getpid()
+	for _, r := range ranks {
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
+		info := peers[r]
+		slot, ok := t.slots[r]
+		if !ok {
+			return fail(fmt.Errorf("shm: rank %d: peer %d was not in Config.Peers", t.rank, r))
+		}
+		seg, err := openSegment(info.Path, t.tag, t.rank, r, t.size, info.Pid)
+		if err != nil {
+			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w", t.rank, r, err))
+		}
+		c := &peerConn{rank: r, remote: seg.pid != self, seg: seg, out: &seg.ring}
+		done = append(done, c)
+		if c.remote && !processAlive(seg.pid, seg.start) {
+			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w (process %d is gone)", t.rank, r, transport.ErrPeerLost, seg.pid))
+		}
+		if st := seg.state(); st != stateReady {
+			if err := c.remoteErr(); err != nil {
+				return fail(fmt.Errorf("shm: rank %d connecting: %w", t.rank, err))
+			}
+			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w: segment state %d", t.rank, r, transport.ErrProtocol, st))
+		}
+		base := ctrlOff + slot*ctrlBytes
+		data := dataOffset(len(t.slots)) + slot*t.ringBytes
+		c.in = makeRing(t.own[base:base+ctrlBytes], t.own[data:data+t.ringBytes])
+		c.inHead = c.in.head.Load()
+		c.outTail = c.out.tail.Load()
+	}
+	for _, c := range done {
+		t.conns[c.rank] = c
+	}
+	t.connected.Store(true)
+	t.log.Debug("shm: connected", "rank", t.rank, "peers", ranks)
+	return nil
+}
+
+// Unlink removes this rank's file name. Mappings stay valid; call it once
+// every peer connected, so that a crash later leaks nothing. Idempotent.
+func (t *Transport) Unlink() error {
+	if t.unlinked.Swap(true) {
+		return nil
+	}
+	if err := syscall.Unlink(t.path); err != nil && err != syscall.ENOENT {
+		return &os.PathError{Op: "unlink", Path: t.path, Err: err}
+	}
+	return nil
+}
+
+func (t *Transport) localErr() error {
+	if t.aborted.Load() {
+		return t.abortErr
+	}
+	if t.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// begin read-locks opMu and returns the connection to peer; on error opMu is
+// not held.
+func (t *Transport) begin(peer int) (*peerConn, error) {
+	t.opMu.RLock()
+	if err := t.localErr(); err != nil {
+		t.opMu.RUnlock()
+		return nil, err
+	}
+	if peer < 0 || peer >= t.size || peer == t.rank || !t.connected.Load() || t.conns[peer] == nil {
+		t.opMu.RUnlock()
+		if !t.connected.Load() {
+			return nil, fmt.Errorf("shm: rank %d: not connected", t.rank)
+		}
+		return nil, fmt.Errorf("shm: rank %d: no connection to rank %d", t.rank, peer)
+	}
+	return t.conns[peer], nil
+}
+
+// Send copies h and data into this rank's ring in the peer's segment.
+func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data []byte) error {
+	if h.Len != uint64(len(data)) {
+		return fmt.Errorf("shm: send to rank %d: header length %d, payload %d bytes", peer, h.Len, len(data))
+	}
+	p, err := t.begin(peer)
+	if err != nil {
+		return err
+	}
+	defer t.opMu.RUnlock()
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if p.sendErr != nil {
+		return p.sendErr
+	}
+	if err := t.localErr(); err != nil {
+		return err
+	}
+	var hb [transport.HeaderSize]byte
+	h.Encode(hb[:])
+	start := p.outTail
+	if err := t.write(ctx, p, hb[:], data); err != nil {
+		if p.outTail != start || isPeerGone(err) {
+			p.sendErr = err
+		}
+		return err
+	}
+	return nil
+}
+
+func isPeerGone(err error) bool {
+	return errors.Is(err, transport.ErrPeerLost) || errors.Is(err, transport.ErrRemoteAbort)
+}
+
+// write streams a then b into p.out, publishing tail after every chunk.
+func (t *Transport) write(ctx context.Context, p *peerConn, a, b []byte) error {
+	r := p.out
+	size := uint64(len(r.data))
+	tail := p.outTail
+	for len(a)+len(b) > 0 {
+		head := r.head.Load()
+		free := size - (tail - head)
+		if free == 0 {
+			if err := t.await(ctx, p, waitSpace, r.head, head, r.prodWait); err != nil {
+				return err
+			}
+			continue
+		}
+		free = min(free, r.chunk)
+		for free > 0 && len(a)+len(b) > 0 {
+			if len(a) == 0 {
+				a, b = b, nil
+			}
+			n := min(free, uint64(len(a)))
+			off := tail & r.mask
+			k := copy(r.data[off:], a[:n])
+			copy(r.data, a[k:n])
+			a = a[n:]
+			tail += n
+			free -= n
+		}
+		r.tail.Store(tail)
+		p.outTail = tail
+		if r.consWait.Load() != 0 {
+			futexWake(r.tail)
+		}
+		if len(a)+len(b) > 0 {
+			if err := t.localErr(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// read streams len(dst) bytes out of p.in, publishing head after every chunk.
+func (t *Transport) read(ctx context.Context, p *peerConn, dst []byte) error {
+	r := &p.in
+	head := p.inHead
+	for len(dst) > 0 {
+		tail := r.tail.Load()
+		avail := tail - head
+		if avail == 0 {
+			if err := t.await(ctx, p, waitData, r.tail, tail, r.consWait); err != nil {
+				return err
+			}
+			continue
+		}
+		n := min(avail, uint64(len(dst)), r.chunk)
+		off := head & r.mask
+		k := copy(dst[:n], r.data[off:])
+		copy(dst[k:n], r.data)
+		dst = dst[n:]
+		head += n
+		r.head.Store(head)
+		p.inHead = head
+		if r.prodWait.Load() != 0 {
+			futexWake(r.head)
+		}
+		if len(dst) > 0 {
+			if err := t.localErr(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Recv receives the next message from peer into buf and checks its header
+// against want.
+func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, buf []byte) error {
+	if want.Len != uint64(len(buf)) {
+		return fmt.Errorf("shm: recv from rank %d: expected length %d, buffer %d bytes", peer, want.Len, len(buf))
+	}
+	p, err := t.begin(peer)
+	if err != nil {
+		return err
+	}
+	defer t.opMu.RUnlock()
+	p.recvMu.Lock()
+	defer p.recvMu.Unlock()
+	if p.recvErr != nil {
+		return p.recvErr
+	}
+	if err := t.localErr(); err != nil {
+		return err
+	}
+	var hb [transport.HeaderSize]byte
+	start := p.inHead
+	if err := t.read(ctx, p, hb[:]); err != nil {
+		if p.inHead != start || isPeerGone(err) {
+			p.recvErr = err
+		}
+		return err
+	}
+	got, err := transport.DecodeHeader(hb[:])
+	if err == nil && got.Kind == transport.KindAbort {
+		err = fmt.Errorf("%w: abort message from rank %d with %d bytes", transport.ErrProtocol, peer, got.Len)
+		if got.Len <= maxAbortPayload {
+			reason := make([]byte, got.Len)
+			if err = t.read(ctx, p, reason); err == nil {
+				err = &transport.RemoteAbortError{Peer: peer, Reason: string(reason)}
+			}
+		}
+	} else if err == nil {
+		err = transport.Check(peer, want, got)
+	}
+	if err == nil {
+		err = t.read(ctx, p, buf)
+	}
+	if err != nil {
+		// The stream is now inside or past a message that was not
+		// consumed as expected: unusable.
+		p.recvErr = err
+	}
+	return err
+}
+
+// Abort stops this rank: it records the reason in its segment and writes a
+// KindAbort message to every peer whose ring has room (without blocking),
+// fails pending and later calls with an error wrapping transport.ErrAborted,
+// then unmaps and unlinks. Later Aborts and Close do nothing.
+func (t *Transport) Abort(reason error) {
+	if reason == nil {
+		reason = errors.New("aborted")
+	}
+	t.shutdown(reason)
+}
+
+// Close marks this rank's segment closed (peers waiting on it fail with
+// transport.ErrPeerLost), fails pending calls with ErrClosed, unmaps and
+// unlinks. Idempotent.
+func (t *Transport) Close() error {
+	return t.shutdown(nil)
+}
+
+func (t *Transport) shutdown(reason error) error {
+	t.shutMu.Lock()
+	defer t.shutMu.Unlock()
+	if t.shutDone {
+		return nil
+	}
+	t.shutDone = true
+	st := stateClosed
+	if reason != nil {
+		st = stateAborted
+		t.abortErr = fmt.Errorf("%w: %v", transport.ErrAborted, reason)
+		t.aborted.Store(true)
+		text := reason.Error()
+		n := copy(t.own[offReason:offReason+maxReason], text)
+		word(t.own, offReasonLen).Store(uint64(n))
+		if len(text) > n {
+			text = text[:n]
+		}
+		t.log.Debug("shm: abort", "rank", t.rank, "reason", text)
+		if t.connected.Load() {
+			for _, p := range t.conns {
+				if p != nil {
+					t.sendAbort(p, text)
+				}
+			}
+		}
+	} else {
+		t.closed.Store(true)
+	}
+	word(t.own, offState).Store(st)
+	// Wake everything that may sleep on these rings, here and in the peers,
+	// until the calls in flight left (a wake can miss a waiter that is just
+	// going to sleep; the futex timeout bounds that, the loop shortens it).
+	for i := 0; ; i++ {
+		t.wakeAll()
+		if t.opMu.TryLock() {
+			break
+		}
+		time.Sleep(time.Duration(min(i+1, 10)) * 100 * time.Microsecond)
+	}
+	if t.connected.Load() {
+		for _, p := range t.conns {
+			if p != nil {
+				p.seg.unmap()
+			}
+		}
+	}
+	syscall.Munmap(t.own)
+	t.own = nil
+	t.opMu.Unlock()
+	err := t.Unlink()
+	if err != nil {
+		t.log.Warn("shm: unlink", "rank", t.rank, "err", err)
+	}
+	t.log.Debug("shm: closed", "rank", t.rank)
+	return err
+}
+
+// sendAbort writes a KindAbort message to p if no Send is in progress and
+// the ring has room for all of it.
+func (t *Transport) sendAbort(p *peerConn, reason string) {
+	if !p.sendMu.TryLock() {
+		return
+	}
+	defer p.sendMu.Unlock()
+	if p.sendErr != nil {
+		return
+	}
+	r := p.out
+	need := uint64(transport.HeaderSize + len(reason))
+	if uint64(len(r.data))-(p.outTail-r.head.Load()) < need {
+		return
+	}
+	var hb [transport.HeaderSize]byte
+	transport.Header{Kind: transport.KindAbort, Len: uint64(len(reason))}.Encode(hb[:])
+	tail := p.outTail
+	for _, b := range [][]byte{hb[:], []byte(reason)} {
+		off := tail & r.mask
+		k := copy(r.data[off:], b)
+		copy(r.data, b[k:])
+		tail += uint64(len(b))
+	}
+	r.tail.Store(tail)
+	p.outTail = tail
+	p.sendErr = t.abortErr
+}
+
+func (t *Transport) wakeAll() {
+	if !t.connected.Load() {
+		return
+	}
+	for _, p := range t.conns {
+		if p == nil {
+			continue
+		}
+		futexWake(p.in.tail)
+		futexWake(p.in.head)
+		futexWake(p.out.tail)
+		futexWake(p.out.head)
+	}
+}

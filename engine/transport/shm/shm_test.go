@@ -1,0 +1,594 @@
+//go:build linux
+
+package shm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// TestChild is the body of the child processes the other tests start; run
+// directly it does nothing.
+func TestChild(t *testing.T) {
+	role := os.Getenv(envRole)
+	if role == "" {
+		t.Skip("only run as a child process")
+	}
+	in := bufio.NewScanner(os.Stdin)
+	tr := childSetup(t, in)
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ring, _ := strconv.Atoi(os.Getenv("GOCOLL_SHM_TEST_RING"))
+	switch role {
+	case "mesh":
+		if err := runMesh(ctx, tr, ring, 2); err != nil {
+			fmt.Printf("@@ERR %v\n", err)
+			return
+		}
+		fmt.Println("@@OK")
+	case "sleep": // wait to be killed
+		fmt.Println("@@SLEEPING")
+		time.Sleep(time.Minute)
+	case "abort": // abort with the reason the parent sends
+		if !in.Scan() {
+			return
+		}
+		tr.Abort(errors.New(in.Text()))
+		fmt.Println("@@ABORTED")
+		for in.Scan() { // until the parent is done
+		}
+	case "echo": // benchmark peer: "PING n size" or "SINK n size"
+		for in.Scan() {
+			f := strings.Fields(in.Text())
+			n, _ := strconv.Atoi(f[1])
+			size, _ := strconv.Atoi(f[2])
+			buf := make([]byte, size)
+			h := transport.Header{Kind: transport.KindData, Len: uint64(size)}
+			var err error
+			for i := 0; i < n && err == nil; i++ {
+				h.Seq = uint64(i)
+				if err = tr.Recv(ctx, 0, h, buf); err == nil && f[0] == "PING" {
+					err = tr.Send(ctx, 0, h, buf)
+				}
+			}
+			if err == nil && f[0] == "SINK" {
+				err = tr.Send(ctx, 0, transport.Header{Kind: transport.KindData}, nil)
+			}
+			if err != nil {
+				fmt.Printf("@@ERR %v\n", err)
+				return
+			}
+			fmt.Println("@@DONE")
+		}
+	default:
+		t.Fatalf("unknown role %q", role)
+	}
+}
+
+func TestMeshInProcess(t *testing.T) {
+	for n := 2; n <= 6; n++ {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			ts, tag := newGroup(t, n, testRing)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			errs := make(chan error, n)
+			for _, tr := range ts {
+				go func() { errs <- runMesh(ctx, tr, testRing, 3) }()
+			}
+			for range ts {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+			for _, tr := range ts {
+				if err := tr.Close(); err != nil {
+					t.Error(err)
+				}
+			}
+			checkNoLeftovers(t, tag)
+		})
+	}
+}
+
+func TestMeshProcesses(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 6} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			tag := newTag(t)
+			ring := 2 * testRing
+			children := make([]*child, n)
+			for i := range children {
+				children[i] = startChild(t, "mesh", i, n, tag, ring)
+			}
+			connectChildren(t, children, nil)
+			for _, c := range children {
+				c.expect(t, "OK")
+			}
+			for _, c := range children {
+				c.stdin.Close()
+				if err := c.cmd.Wait(); err != nil {
+					t.Errorf("child %d: %v\n%s", c.rank, err, c.output())
+				}
+			}
+			checkNoLeftovers(t, tag)
+		})
+	}
+}
+
+// A parent rank 0 in this process and a mixed group: children 1..2, so that
+// in-process and cross-process pairs run at once.
+func TestMeshMixed(t *testing.T) {
+	tag := newTag(t)
+	const n = 3
+	tr, err := Create(Config{Rank: 0, Size: n, Peers: allRanks(n), Tag: tag, RingBytes: testRing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	children := []*child{startChild(t, "mesh", 1, n, tag, testRing), startChild(t, "mesh", 2, n, tag, testRing)}
+	connectChildren(t, children, []*Transport{tr})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := runMesh(ctx, tr, testRing, 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range children {
+		c.expect(t, "OK")
+	}
+}
+
+func TestMismatch(t *testing.T) {
+	ts, _ := newGroup(t, 2, testRing)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		sent, exp transport.Header
+	}{
+		{"seq", transport.Header{Kind: transport.KindData, Seq: 5, Len: 4}, transport.Header{Kind: transport.KindData, Seq: 6, Len: 4}},
+		{"sig", transport.Header{Kind: transport.KindData, Sig: 1, Len: 4}, transport.Header{Kind: transport.KindData, Sig: 2, Len: 4}},
+		{"len", transport.Header{Kind: transport.KindData, Len: 3}, transport.Header{Kind: transport.KindData, Len: 4}},
+		{"step", transport.Header{Kind: transport.KindData, Step: 1, Len: 4}, transport.Header{Kind: transport.KindData, Step: 2, Len: 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, _ := newGroup(t, 2, testRing)
+			if err := ts[0].Send(ctx, 1, tc.sent, make([]byte, tc.sent.Len)); err != nil {
+				t.Fatal(err)
+			}
+			err := ts[1].Recv(ctx, 0, tc.exp, make([]byte, tc.exp.Len))
+			if !errors.Is(err, transport.ErrMismatch) {
+				t.Fatalf("got %v, want ErrMismatch", err)
+			}
+			t.Log(err)
+			// The stream is unusable afterwards.
+			if err2 := ts[1].Recv(ctx, 0, tc.exp, make([]byte, tc.exp.Len)); !errors.Is(err2, transport.ErrMismatch) {
+				t.Fatalf("second Recv: %v", err2)
+			}
+		})
+	}
+	// Bad arguments.
+	if err := ts[0].Send(ctx, 1, transport.Header{Len: 3}, nil); err == nil {
+		t.Error("Send with h.Len != len(data) succeeded")
+	}
+	if err := ts[0].Send(ctx, 0, transport.Header{}, nil); err == nil {
+		t.Error("Send to self succeeded")
+	}
+	if err := ts[0].Recv(ctx, 7, transport.Header{}, nil); err == nil {
+		t.Error("Recv from rank 7 succeeded")
+	}
+}
+
+func TestAbort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	data := func(n int) transport.Header { return transport.Header{Kind: transport.KindData, Len: uint64(n)} }
+
+	t.Run("waiting-recv", func(t *testing.T) {
+		ts, tag := newGroup(t, 3, testRing)
+		// Rank 0 has a pending Recv; rank 1 and 2 wait on rank 0.
+		pending := make(chan error, 1)
+		go func() { pending <- ts[0].Recv(ctx, 2, data(8), make([]byte, 8)) }()
+		remote := make(chan error, 2)
+		for _, r := range []int{1, 2} {
+			go func() { remote <- ts[r].Recv(ctx, 0, data(8), make([]byte, 8)) }()
+		}
+		time.Sleep(100 * time.Millisecond)
+		start := time.Now()
+		ts[0].Abort(errors.New("out of memory on rank 0"))
+		if err := <-pending; !errors.Is(err, transport.ErrAborted) {
+			t.Errorf("pending Recv: %v, want ErrAborted", err)
+		}
+		for range 2 {
+			err := <-remote
+			var ra *transport.RemoteAbortError
+			if !errors.As(err, &ra) || !errors.Is(err, transport.ErrRemoteAbort) || ra.Peer != 0 || ra.Reason != "out of memory on rank 0" {
+				t.Errorf("peer Recv: %v (%T), want RemoteAbortError from 0 with the reason", err, err)
+			}
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("abort took %v to propagate", d)
+		}
+		if err := ts[0].Send(ctx, 1, data(0), nil); !errors.Is(err, transport.ErrAborted) {
+			t.Errorf("Send after Abort: %v", err)
+		}
+		if err := ts[0].Recv(ctx, 1, data(0), nil); !errors.Is(err, transport.ErrAborted) {
+			t.Errorf("Recv after Abort: %v", err)
+		}
+		ts[0].Abort(errors.New("again")) // no-op
+		ts[0].Close()
+		checkNoLeftovers(t, tag)
+	})
+
+	t.Run("full-ring", func(t *testing.T) {
+		// Rank 0 is blocked sending into a full ring when it aborts: no
+		// abort message fits; rank 1 reads the reason from the segment.
+		ts, _ := newGroup(t, 2, testRing)
+		big := make([]byte, 3*testRing)
+		pending := make(chan error, 1)
+		go func() { pending <- ts[0].Send(ctx, 1, data(len(big)), big) }()
+		time.Sleep(100 * time.Millisecond)
+		ts[0].Abort(errors.New("reason in header"))
+		if err := <-pending; !errors.Is(err, transport.ErrAborted) {
+			t.Errorf("pending Send: %v", err)
+		}
+		err := ts[1].Recv(ctx, 0, data(len(big)), make([]byte, len(big)))
+		var ra *transport.RemoteAbortError
+		if !errors.As(err, &ra) || ra.Reason != "reason in header" {
+			t.Errorf("Recv: %v, want RemoteAbortError", err)
+		}
+	})
+
+	t.Run("after-data", func(t *testing.T) {
+		// Messages sent before the abort are delivered first.
+		ts, _ := newGroup(t, 2, testRing)
+		if err := ts[0].Send(ctx, 1, data(3), []byte("abc")); err != nil {
+			t.Fatal(err)
+		}
+		ts[0].Abort(errors.New("later"))
+		b := make([]byte, 3)
+		if err := ts[1].Recv(ctx, 0, data(3), b); err != nil || string(b) != "abc" {
+			t.Fatalf("first Recv: %v %q", err, b)
+		}
+		err := ts[1].Recv(ctx, 0, data(3), b)
+		var ra *transport.RemoteAbortError
+		if !errors.As(err, &ra) || ra.Reason != "later" {
+			t.Errorf("Recv: %v, want RemoteAbortError", err)
+		}
+	})
+
+	t.Run("waiting-send", func(t *testing.T) {
+		// Rank 0 waits for room in rank 1's ring when rank 1 aborts.
+		ts, _ := newGroup(t, 2, testRing)
+		big := make([]byte, 3*testRing)
+		pending := make(chan error, 1)
+		go func() { pending <- ts[0].Send(ctx, 1, data(len(big)), big) }()
+		time.Sleep(100 * time.Millisecond)
+		ts[1].Abort(errors.New("receiver gave up"))
+		err := <-pending
+		var ra *transport.RemoteAbortError
+		if !errors.As(err, &ra) || ra.Reason != "receiver gave up" || ra.Peer != 1 {
+			t.Errorf("Send: %v, want RemoteAbortError", err)
+		}
+	})
+
+	t.Run("process", func(t *testing.T) {
+		tag := newTag(t)
+		tr, err := Create(Config{Rank: 0, Size: 2, Peers: []int{1}, Tag: tag, RingBytes: testRing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		c := startChild(t, "abort", 1, 2, tag, testRing)
+		connectChildren(t, []*child{c}, []*Transport{tr})
+		res := make(chan error, 1)
+		go func() { res <- tr.Recv(ctx, 1, data(8), make([]byte, 8)) }()
+		time.Sleep(50 * time.Millisecond)
+		c.say(t, "disk full on rank 1")
+		c.expect(t, "ABORTED")
+		err = <-res
+		var ra *transport.RemoteAbortError
+		if !errors.As(err, &ra) || ra.Reason != "disk full on rank 1" || ra.Peer != 1 {
+			t.Errorf("Recv: %v, want RemoteAbortError", err)
+		}
+		c.stdin.Close()
+		if err := c.cmd.Wait(); err != nil {
+			t.Errorf("child: %v\n%s", err, c.output())
+		}
+		tr.Close()
+		checkNoLeftovers(t, tag)
+	})
+}
+
+func TestDeadline(t *testing.T) {
+	ts, _ := newGroup(t, 2, testRing)
+	h := transport.Header{Kind: transport.KindData, Len: 8}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := ts[0].Recv(ctx, 1, h, make([]byte, 8))
+	d := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("Recv: %v, want DeadlineExceeded naming rank 1", err)
+	}
+	if d < 140*time.Millisecond || d > time.Second {
+		t.Errorf("Recv returned after %v, deadline was 150ms", d)
+	}
+
+	// Send into a full ring (in a group of its own: it leaves the stream
+	// half-written).
+	ts2, _ := newGroup(t, 2, testRing)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	big := make([]byte, 2*testRing)
+	err = ts2[0].Send(ctx2, 1, transport.Header{Kind: transport.KindData, Len: uint64(len(big))}, big)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("Send: %v, want DeadlineExceeded naming rank 1", err)
+	}
+
+	// Cancellation returns ctx.Err() itself, promptly.
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	go func() { time.Sleep(100 * time.Millisecond); cancel3() }()
+	start = time.Now()
+	err = ts[1].Recv(ctx3, 0, h, make([]byte, 8))
+	if err != context.Canceled {
+		t.Errorf("Recv: %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("cancellation noticed after %v", d)
+	}
+	// A Recv that failed before any byte arrived leaves the stream usable.
+	go ts[0].Send(context.Background(), 1, h, []byte("12345678"))
+	b := make([]byte, 8)
+	if err := ts[1].Recv(context.Background(), 0, h, b); err != nil || string(b) != "12345678" {
+		t.Errorf("Recv after cancel: %v %q", err, b)
+	}
+}
+
+func TestPeerKilled(t *testing.T) {
+	for _, op := range []string{"recv", "send"} {
+		t.Run(op, func(t *testing.T) {
+			tag := newTag(t)
+			tr, err := Create(Config{Rank: 0, Size: 2, Peers: []int{1}, Tag: tag, RingBytes: testRing})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			c := startChild(t, "sleep", 1, 2, tag, testRing)
+			connectChildren(t, []*child{c}, []*Transport{tr})
+			c.expect(t, "SLEEPING")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res := make(chan error, 1)
+			go func() {
+				big := make([]byte, 3*testRing)
+				h := transport.Header{Kind: transport.KindData, Len: uint64(len(big))}
+				if op == "recv" {
+					res <- tr.Recv(ctx, 1, h, big)
+				} else {
+					res <- tr.Send(ctx, 1, h, big)
+				}
+			}()
+			time.Sleep(200 * time.Millisecond)
+			start := time.Now()
+			if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			// Do not reap the child: the test also covers a zombie peer.
+			err = <-res
+			d := time.Since(start)
+			if !errors.Is(err, transport.ErrPeerLost) {
+				t.Errorf("got %v, want ErrPeerLost", err)
+			}
+			if d > 2*time.Second {
+				t.Errorf("dead peer noticed after %v", d)
+			}
+			t.Logf("noticed after %v: %v", d, err)
+			tr.Close()
+			checkNoLeftovers(t, tag)
+		})
+	}
+}
+
+func TestCloseWakesPending(t *testing.T) {
+	ts, tag := newGroup(t, 2, testRing)
+	h := transport.Header{Kind: transport.KindData, Len: 8}
+	res := make(chan error, 1)
+	peer := make(chan error, 1)
+	go func() { res <- ts[0].Recv(context.Background(), 1, h, make([]byte, 8)) }()
+	go func() { peer <- ts[1].Recv(context.Background(), 0, h, make([]byte, 8)) }()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := ts[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; !errors.Is(err, ErrClosed) {
+		t.Errorf("pending Recv: %v, want ErrClosed", err)
+	}
+	if err := <-peer; !errors.Is(err, transport.ErrPeerLost) {
+		t.Errorf("peer Recv: %v, want ErrPeerLost", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("took %v", d)
+	}
+	if err := ts[0].Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := ts[0].Send(context.Background(), 1, h, make([]byte, 8)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Send after Close: %v", err)
+	}
+	ts[1].Close()
+	checkNoLeftovers(t, tag)
+}
+
+func TestNoLeftovers(t *testing.T) {
+	mk := func(t *testing.T) ([]*Transport, [8]byte) {
+		tag := newTag(t)
+		ts := make([]*Transport, 2)
+		for i := range ts {
+			var err error
+			if ts[i], err = Create(Config{Rank: i, Size: 2, Peers: []int{1 - i}, Tag: tag, RingBytes: testRing}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := len(leftovers(tag)); got != 2 {
+			t.Fatalf("%d segment files after Create, want 2", got)
+		}
+		for i, tr := range ts {
+			o := ts[1-i]
+			if err := tr.Connect(context.Background(), map[int]PeerInfo{o.Rank(): {Path: o.Path(), Pid: os.Getpid()}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ts, tag
+	}
+	t.Run("close", func(t *testing.T) {
+		ts, tag := mk(t)
+		ts[0].Close()
+		ts[1].Close()
+		checkNoLeftovers(t, tag)
+	})
+	t.Run("abort", func(t *testing.T) {
+		ts, tag := mk(t)
+		ts[0].Abort(errors.New("x"))
+		ts[1].Abort(errors.New("y"))
+		checkNoLeftovers(t, tag)
+	})
+	t.Run("unlink", func(t *testing.T) {
+		ts, tag := mk(t)
+		for _, tr := range ts {
+			if err := tr.Unlink(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Unlink(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkNoLeftovers(t, tag)
+		// The mappings still work.
+		h := transport.Header{Kind: transport.KindData, Len: 2}
+		if err := ts[0].Send(context.Background(), 1, h, []byte("hi")); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 2)
+		if err := ts[1].Recv(context.Background(), 0, h, b); err != nil || string(b) != "hi" {
+			t.Fatal(err, b)
+		}
+		ts[0].Close()
+		ts[1].Close()
+	})
+	t.Run("create-only", func(t *testing.T) {
+		tag := newTag(t)
+		tr, err := Create(Config{Rank: 0, Size: 1, Tag: tag})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Close()
+		checkNoLeftovers(t, tag)
+	})
+}
+
+func TestConnectVerifies(t *testing.T) {
+	ctx := context.Background()
+	tagA, tagB := newTag(t), newTag(t)
+	a, err := Create(Config{Rank: 0, Size: 3, Peers: []int{1, 2}, Tag: tagA, RingBytes: testRing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Create(Config{Rank: 1, Size: 3, Peers: []int{0, 2}, Tag: tagB, RingBytes: testRing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, err := Create(Config{Rank: 2, Size: 3, Peers: []int{1}, Tag: tagA, RingBytes: testRing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := Create(Config{Rank: 0, Size: 3, Tag: tagA}); !errors.Is(err, os.ErrExist) {
+		t.Errorf("second Create of the same rank: %v", err)
+	}
+	cases := []struct {
+		name  string
+		peers map[int]PeerInfo
+		want  error
+	}{
+		{"other-communicator", map[int]PeerInfo{1: {Path: b.Path()}}, transport.ErrProtocol},
+		{"wrong-rank", map[int]PeerInfo{1: {Path: c.Path()}}, transport.ErrProtocol},
+		{"wrong-pid", map[int]PeerInfo{2: {Path: c.Path(), Pid: 1}}, transport.ErrProtocol},
+		{"no-slot-for-us", map[int]PeerInfo{2: {Path: c.Path(), Pid: os.Getpid()}}, transport.ErrProtocol},
+		{"missing", map[int]PeerInfo{1: {Path: "/dev/shm/gocoll-nonexistent-1"}}, transport.ErrPeerLost},
+	}
+	for _, tc := range cases {
+		err := a.Connect(ctx, tc.peers)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		} else {
+			t.Logf("%s: %v", tc.name, err)
+		}
+	}
+	// A file that is not a segment.
+	junk := SegmentPath(tagA, 1)
+	if err := os.WriteFile(junk, make([]byte, 3*pageSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(junk)
+	if err := a.Connect(ctx, map[int]PeerInfo{1: {Path: junk}}); !errors.Is(err, transport.ErrProtocol) {
+		t.Errorf("junk file: %v", err)
+	}
+	// Not in Config.Peers.
+	if err := c.Connect(ctx, map[int]PeerInfo{0: {Path: a.Path()}}); err == nil {
+		t.Error("Connect to a rank outside Config.Peers succeeded")
+	}
+	// A failed Connect leaves the transport connectable.
+	os.Remove(junk)
+	if err := c.Connect(ctx, map[int]PeerInfo{1: {Path: b.Path()}}); !errors.Is(err, transport.ErrProtocol) {
+		t.Errorf("c to b: %v", err)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{Rank: 2, Size: 2},
+		{Rank: 0, Size: 0},
+		{Rank: 0, Size: 2, Peers: []int{5}},
+		{Rank: 0, Size: 2, RingBytes: -1},
+	} {
+		if tr, err := Create(cfg); err == nil {
+			tr.Close()
+			t.Errorf("Create(%+v) succeeded", cfg)
+		}
+	}
+	tag := newTag(t)
+	tr, err := Create(Config{Rank: 0, Size: 2, Peers: []int{0, 1, 1}, Tag: tag, RingBytes: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if tr.ringBytes != 8192 || len(tr.slots) != 1 || tr.Rank() != 0 || tr.Size() != 2 || tr.Path() != SegmentPath(tag, 0) {
+		t.Errorf("ring %d slots %v rank %d size %d path %s", tr.ringBytes, tr.slots, tr.Rank(), tr.Size(), tr.Path())
+	}
+}
+
+func TestProcStart(t *testing.T) {
+	s, alive := procStart(os.Getpid())
+	if !alive || s == 0 {
+		t.Fatalf("procStart(self) = %d, %v", s, alive)
+	}
+	if !processAlive(os.Getpid(), s) || processAlive(os.Getpid(), s+1) {
+		t.Error("processAlive wrong for self")
+	}
+	if _, alive := procStart(1 << 30); alive {
+		t.Error("nonexistent pid alive")
+	}
+}

@@ -1,0 +1,40 @@
+//go:build !linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// Transport is unavailable on this platform: Create fails.
+type Transport struct{}
+
+var _ transport.Transport = (*Transport)(nil)
+
+var errUnsupported = fmt.Errorf("shm transport: %w on this platform", errors.ErrUnsupported)
+
+// SegmentPath is the file a rank of the communicator tag creates.
+func SegmentPath(tag [8]byte, rank int) string {
+	return fmt.Sprintf("/dev/shm/gocoll-%x-%d", tag[:], rank)
+}
+
+// Create fails: the shared-memory transport needs Linux.
+func Create(cfg Config) (*Transport, error) { return nil, errUnsupported }
+
+func (t *Transport) Path() string                                              { return "" }
+func (t *Transport) Rank() int                                                 { return 0 }
+func (t *Transport) Size() int                                                 { return 0 }
+func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error { return errUnsupported }
+func (t *Transport) Unlink() error                                             { return nil }
+func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data []byte) error {
+	return errUnsupported
+}
+func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, buf []byte) error {
+	return errUnsupported
+}
+func (t *Transport) Abort(reason error) {}
+func (t *Transport) Close() error       { return nil }

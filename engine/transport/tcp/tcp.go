@@ -1,0 +1,670 @@
+// Package tcp is a transport.Transport over TCP: one authenticated
+// connection per pair of ranks, a 32-byte header and the payload written with
+// one writev, payloads read straight into the caller's buffer.
+//
+// Setup (New) builds a full mesh among the configured peers: for each pair
+// the higher rank dials the lower one, which accepts on its listener. Both
+// sides of every connection prove that they hold the job's secret and the
+// communicator's tag (challenge-response, HMAC-SHA256, see ServerHandshake);
+// a connection that fails is closed and logged, and setup goes on.
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+const (
+	// DefaultSocketBuffer is the SO_SNDBUF/SO_RCVBUF size used when
+	// Config.SocketBuffer is 0. (Linux caps it at net.core.{r,w}mem_max.)
+	DefaultSocketBuffer = 4 << 20
+	// maxAbortReason bounds the reason text carried by an abort message.
+	maxAbortReason = 64 << 10
+	// abortBudget bounds how long Abort spends telling peers.
+	abortBudget = time.Second
+)
+
+// Config describes one rank's transport.
+type Config struct {
+	Rank, Size int
+	// Listener accepts the connections of the higher-ranked peers. New
+	// closes it before returning (also on error). It may be nil when no
+	// peer ranks above Rank.
+	Listener net.Listener
+	// Addrs holds every rank's listen address ("host:port"), indexed by
+	// rank; only the entries of lower-ranked peers are used (they are dialled).
+	Addrs []string
+	// Peers are the ranks this transport connects to (others are served by
+	// another transport, e.g. shared memory). Rank itself is ignored if present.
+	Peers []int
+	// Secret authenticates every connection; all ranks of the job hold it.
+	Secret []byte
+	// Tag identifies the communicator; connections made for another
+	// communicator are refused.
+	Tag [8]byte
+	// Logger receives refused connections (WARN) and setup progress
+	// (DEBUG). Nil discards.
+	Logger *slog.Logger
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF in bytes: 0 means
+	// DefaultSocketBuffer, a negative value leaves the kernel's defaults
+	// (and its buffer autotuning) alone.
+	SocketBuffer int
+}
+
+// Transport is one rank's TCP connections; it implements transport.Transport.
+type Transport struct {
+	rank, size int
+	peers      []*peer // by rank; nil where this transport has no connection
+	logger     *slog.Logger
+	stop       atomic.Pointer[error] // set once by Abort or Close
+	closeOnce  sync.Once
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+type peer struct {
+	rank int
+	addr string // remote address, for messages
+	conn net.Conn
+
+	// Write side, guarded by wmu.
+	wmu  sync.Mutex
+	whdr [transport.HeaderSize]byte
+	wvec [2][]byte
+	wb   net.Buffers // kept here so writev does not allocate
+	werr error       // sticky: a partial message was written
+
+	// Read side: one Recv at a time (the interface's contract).
+	rhdr [transport.HeaderSize]byte
+	rerr error // sticky: the stream is out of step
+
+	remoteAbort atomic.Pointer[transport.RemoteAbortError]
+
+	// Cancellation: a context.AfterFunc sets a past deadline; the
+	// generation counters keep a late one from hitting the next call.
+	dlmu       sync.Mutex
+	rgen, wgen uint64
+}
+
+// aLongTimeAgo is a deadline in the past: it unblocks pending I/O at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// New connects this rank to cfg.Peers and returns once every connection is
+// up and authenticated, or fails when ctx ends (the error names the ranks
+// still missing and wraps ctx's error) or a peer proves to be the wrong
+// endpoint. Dialling retries with backoff, since a peer may not listen yet:
+// give ctx a deadline.
+func New(ctx context.Context, cfg Config) (*Transport, error) {
+	if cfg.Listener != nil {
+		defer cfg.Listener.Close()
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("tcp: rank %d out of range for size %d", cfg.Rank, cfg.Size)
+	}
+	var lower, higher []int
+	seen := make(map[int]bool)
+	for _, r := range cfg.Peers {
+		if r < 0 || r >= cfg.Size {
+			return nil, fmt.Errorf("tcp: peer rank %d out of range for size %d", r, cfg.Size)
+		}
+		if seen[r] {
+			return nil, fmt.Errorf("tcp: peer rank %d listed twice", r)
+		}
+		seen[r] = true
+		switch {
+		case r < cfg.Rank:
+			if len(cfg.Addrs) != cfg.Size {
+				return nil, fmt.Errorf("tcp: %d addresses for %d ranks", len(cfg.Addrs), cfg.Size)
+			}
+			if cfg.Addrs[r] == "" {
+				return nil, fmt.Errorf("tcp: no address for rank %d", r)
+			}
+			lower = append(lower, r)
+		case r > cfg.Rank:
+			higher = append(higher, r)
+		}
+	}
+	if len(higher) > 0 && cfg.Listener == nil {
+		return nil, fmt.Errorf("tcp: rank %d must accept ranks %v but has no listener", cfg.Rank, higher)
+	}
+	t := &Transport{rank: cfg.Rank, size: cfg.Size, peers: make([]*peer, cfg.Size), logger: logger}
+	m := &mesh{
+		cfg:      cfg,
+		logger:   logger,
+		results:  make(chan dialed),
+		inflight: make(map[net.Conn]struct{}),
+		lastErr:  make(map[int]error),
+	}
+	conns, err := m.run(ctx, lower, higher)
+	if err != nil {
+		return nil, err
+	}
+	for r, c := range conns {
+		tune(c, cfg.SocketBuffer, logger)
+		t.peers[r] = &peer{rank: r, addr: c.RemoteAddr().String(), conn: c}
+	}
+	logger.Debug("tcp: mesh ready", "rank", cfg.Rank, "peers", len(conns))
+	return t, nil
+}
+
+type dialed struct {
+	rank int
+	conn net.Conn
+	err  error // fatal for New
+}
+
+// mesh is the state of one New call.
+type mesh struct {
+	cfg     Config
+	logger  *slog.Logger
+	results chan dialed
+	wg      sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight map[net.Conn]struct{} // connections in their handshake
+	lastErr  map[int]error         // last dial error per lower rank
+	done     bool
+}
+
+func (m *mesh) track(c net.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done {
+		return false
+	}
+	m.inflight[c] = struct{}{}
+	return true
+}
+
+func (m *mesh) untrack(c net.Conn) {
+	m.mu.Lock()
+	delete(m.inflight, c)
+	m.mu.Unlock()
+}
+
+func handshakeDeadline(ctx context.Context) time.Time {
+	d := time.Now().Add(DefaultHandshakeTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
+}
+
+func (m *mesh) run(ctx context.Context, lower, higher []int) (map[int]net.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	want := make(map[int]bool, len(higher))
+	for _, r := range higher {
+		want[r] = true
+	}
+	if len(higher) > 0 {
+		m.wg.Add(1)
+		go m.acceptLoop(ctx, want)
+	}
+	for _, r := range lower {
+		m.wg.Add(1)
+		go m.dial(ctx, r)
+	}
+
+	conns := make(map[int]net.Conn)
+	var fail error
+	for len(conns) < len(lower)+len(higher) && fail == nil {
+		select {
+		case d := <-m.results:
+			if d.err != nil {
+				fail = d.err
+				break
+			}
+			if old := conns[d.rank]; old != nil {
+				// An authenticated rank dialled again: it gave up on the
+				// first connection (e.g. lost the verdict), so keep the new one.
+				m.logger.Warn("tcp: rank connected twice, keeping the newer connection", "rank", m.cfg.Rank, "peer", d.rank, "remote", d.conn.RemoteAddr().String())
+				old.Close()
+			}
+			conns[d.rank] = d.conn
+		case <-ctx.Done():
+			var missing []int
+			for _, r := range append(slices.Clone(lower), higher...) {
+				if conns[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			slices.Sort(missing)
+			fail = fmt.Errorf("tcp: rank %d: connecting to peers: %w; no connection with ranks %v", m.cfg.Rank, ctx.Err(), missing)
+			m.mu.Lock()
+			for _, r := range missing {
+				if e := m.lastErr[r]; e != nil {
+					fail = fmt.Errorf("%w (rank %d at %s: %v)", fail, r, m.cfg.Addrs[r], e)
+				}
+			}
+			m.mu.Unlock()
+		}
+	}
+	// Stop accepting and dialling, unblock handshakes, wait for every goroutine.
+	cancel()
+	if m.cfg.Listener != nil {
+		m.cfg.Listener.Close()
+	}
+	m.mu.Lock()
+	m.done = true
+	for c := range m.inflight {
+		c.Close()
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+	if fail != nil {
+		for _, c := range conns {
+			c.Close()
+		}
+		return nil, fail
+	}
+	return conns, nil
+}
+
+// deliver hands a connection to run, or closes it if run has finished.
+func (m *mesh) deliver(ctx context.Context, d dialed) {
+	select {
+	case m.results <- d:
+	case <-ctx.Done():
+		if d.conn != nil {
+			d.conn.Close()
+		}
+	}
+}
+
+func (m *mesh) acceptLoop(ctx context.Context, want map[int]bool) {
+	defer m.wg.Done()
+	for {
+		c, err := m.cfg.Listener.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient (e.g. out of file descriptors): keep serving.
+			m.logger.Warn("tcp: accept failed", "rank", m.cfg.Rank, "err", err)
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		if !m.track(c) {
+			c.Close()
+			return
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			r, err := ServerHandshake(c, m.cfg.Secret, m.cfg.Tag, m.cfg.Rank, handshakeDeadline(ctx), func(r int) error {
+				if !want[r] {
+					return fmt.Errorf("rank %d does not accept a connection from rank %d on this communicator", m.cfg.Rank, r)
+				}
+				return nil
+			})
+			m.untrack(c)
+			if err != nil {
+				if ctx.Err() == nil {
+					m.logger.Warn("tcp: refused connection", "rank", m.cfg.Rank, "remote", c.RemoteAddr().String(), "err", err)
+				}
+				c.Close()
+				return
+			}
+			m.logger.Debug("tcp: accepted", "rank", m.cfg.Rank, "peer", r, "remote", c.RemoteAddr().String())
+			m.deliver(ctx, dialed{rank: r, conn: c})
+		}()
+	}
+}
+
+func (m *mesh) dial(ctx context.Context, r int) {
+	defer m.wg.Done()
+	addr := m.cfg.Addrs[r]
+	backoff := 5 * time.Millisecond
+	for ctx.Err() == nil {
+		var d net.Dialer
+		dctx, dcancel := context.WithTimeout(ctx, DefaultHandshakeTimeout)
+		c, err := d.DialContext(dctx, "tcp", addr)
+		dcancel()
+		if err == nil {
+			if !m.track(c) {
+				c.Close()
+				return
+			}
+			var got int
+			got, err = ClientHandshake(c, m.cfg.Secret, m.cfg.Tag, m.cfg.Rank, handshakeDeadline(ctx))
+			m.untrack(c)
+			if err == nil && got != r {
+				err = fmt.Errorf("tcp: %w: %s answered as rank %d, expected rank %d", ErrAuth, addr, got, r)
+			}
+			if err == nil {
+				m.logger.Debug("tcp: connected", "rank", m.cfg.Rank, "peer", r, "remote", addr)
+				m.deliver(ctx, dialed{rank: r, conn: c})
+				return
+			}
+			c.Close()
+			if errors.Is(err, ErrAuth) || errors.Is(err, ErrRefused) {
+				// The listener at addr is not our peer (or does not want
+				// us): retrying cannot help.
+				m.deliver(ctx, dialed{err: fmt.Errorf("tcp: rank %d connecting to rank %d at %s: %w", m.cfg.Rank, r, addr, err)})
+				return
+			}
+		}
+		m.mu.Lock()
+		m.lastErr[r] = err
+		m.mu.Unlock()
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, time.Second)
+		select {
+		case <-time.After(sleep):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func tune(c net.Conn, bufSize int, logger *slog.Logger) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	if err := tc.SetNoDelay(true); err != nil {
+		logger.Debug("tcp: TCP_NODELAY", "err", err)
+	}
+	if bufSize == 0 {
+		bufSize = DefaultSocketBuffer
+	}
+	if bufSize > 0 {
+		if err := tc.SetWriteBuffer(bufSize); err != nil {
+			logger.Debug("tcp: SO_SNDBUF", "err", err)
+		}
+		if err := tc.SetReadBuffer(bufSize); err != nil {
+			logger.Debug("tcp: SO_RCVBUF", "err", err)
+		}
+	}
+	// A peer host that vanishes (power loss, partition) is noticed after
+	// about 30 s of silence instead of the kernel's 2 h default.
+	if err := tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}); err != nil {
+		logger.Debug("tcp: keepalive", "err", err)
+	}
+}
+
+// Rank is this endpoint's rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the number of ranks of the communicator.
+func (t *Transport) Size() int { return t.size }
+
+// Connected reports whether this transport has a connection to rank peer.
+func (t *Transport) Connected(peer int) bool {
+	return peer >= 0 && peer < len(t.peers) && t.peers[peer] != nil
+}
+
+func (t *Transport) lookup(peer int) (*peer, error) {
+	if !t.Connected(peer) {
+		return nil, fmt.Errorf("tcp: rank %d has no TCP connection to rank %d", t.rank, peer)
+	}
+	return t.peers[peer], nil
+}
+
+func (t *Transport) stopErr() error {
+	if e := t.stop.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// ioErr classifies a failed read or write on p's connection.
+func (t *Transport) ioErr(ctx context.Context, p *peer, op string, err error) error {
+	if se := t.stopErr(); se != nil {
+		return se
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		cerr := ctx.Err()
+		if cerr == nil {
+			// The connection's deadline fired a moment before ctx's timer.
+			cerr = context.DeadlineExceeded
+		}
+		return fmt.Errorf("tcp: %s rank %d: %w", op, p.rank, cerr)
+	}
+	if rae := p.remoteAbort.Load(); rae != nil {
+		return rae
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("tcp: %s rank %d (%s): %w: connection closed by the peer", op, p.rank, p.addr, transport.ErrPeerLost)
+	}
+	return fmt.Errorf("tcp: %s rank %d (%s): %w: %w", op, p.rank, p.addr, transport.ErrPeerLost, err)
+}
+
+func (p *peer) armWrite(ctx context.Context) (stop func() bool) {
+	d, _ := ctx.Deadline()
+	p.conn.SetWriteDeadline(d)
+	if ctx.Done() == nil {
+		return nil
+	}
+	p.dlmu.Lock()
+	gen := p.wgen
+	p.dlmu.Unlock()
+	return context.AfterFunc(ctx, func() {
+		p.dlmu.Lock()
+		if p.wgen == gen {
+			p.conn.SetWriteDeadline(aLongTimeAgo)
+		}
+		p.dlmu.Unlock()
+	})
+}
+
+func (p *peer) disarmWrite(stop func() bool) {
+	if stop == nil {
+		return
+	}
+	stop()
+	p.dlmu.Lock()
+	p.wgen++
+	p.dlmu.Unlock()
+}
+
+func (p *peer) armRead(ctx context.Context) (stop func() bool) {
+	d, _ := ctx.Deadline()
+	p.conn.SetReadDeadline(d)
+	if ctx.Done() == nil {
+		return nil
+	}
+	p.dlmu.Lock()
+	gen := p.rgen
+	p.dlmu.Unlock()
+	return context.AfterFunc(ctx, func() {
+		p.dlmu.Lock()
+		if p.rgen == gen {
+			p.conn.SetReadDeadline(aLongTimeAgo)
+		}
+		p.dlmu.Unlock()
+	})
+}
+
+func (p *peer) disarmRead(stop func() bool) {
+	if stop == nil {
+		return
+	}
+	stop()
+	p.dlmu.Lock()
+	p.rgen++
+	p.dlmu.Unlock()
+}
+
+// Send writes h and data to peer with one writev. It honours ctx's deadline
+// and cancellation; after a failure that left part of a message on the wire,
+// later Sends to peer fail with the same error.
+func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data []byte) error {
+	p, err := t.lookup(peer)
+	if err != nil {
+		return err
+	}
+	if h.Len != uint64(len(data)) {
+		return fmt.Errorf("tcp: send to rank %d: header says %d bytes, data has %d", peer, h.Len, len(data))
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if err := t.stopErr(); err != nil {
+		return err
+	}
+	if p.werr != nil {
+		return p.werr
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tcp: send to rank %d: %w", peer, err)
+	}
+	h.Encode(p.whdr[:])
+	p.wvec[0], p.wvec[1] = p.whdr[:], data
+	p.wb = p.wvec[:]
+	stop := p.armWrite(ctx)
+	n, werr := p.wb.WriteTo(p.conn)
+	p.disarmWrite(stop)
+	p.wvec[1], p.wb = nil, nil
+	if werr != nil {
+		err := t.ioErr(ctx, p, "send to", werr)
+		if n > 0 {
+			p.werr = err
+		}
+		return err
+	}
+	return nil
+}
+
+// Recv reads the next message from peer into buf (no intermediate copy). It
+// fails with an error wrapping transport.ErrMismatch, ErrProtocol,
+// ErrRemoteAbort (a *transport.RemoteAbortError), ErrPeerLost, ErrAborted or
+// ctx's error. After a failure that left the stream out of step (a mismatch,
+// a partial read), later Recvs from peer fail with the same error.
+func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, buf []byte) error {
+	p, err := t.lookup(peer)
+	if err != nil {
+		return err
+	}
+	if want.Len != uint64(len(buf)) {
+		return fmt.Errorf("tcp: recv from rank %d: expected header says %d bytes, buffer has %d", peer, want.Len, len(buf))
+	}
+	if err := t.stopErr(); err != nil {
+		return err
+	}
+	if p.rerr != nil {
+		return p.rerr
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tcp: recv from rank %d: %w", peer, err)
+	}
+	stop := p.armRead(ctx)
+	err = t.recv(ctx, p, want, buf)
+	p.disarmRead(stop)
+	return err
+}
+
+func (t *Transport) recv(ctx context.Context, p *peer, want transport.Header, buf []byte) error {
+	if n, err := io.ReadFull(p.conn, p.rhdr[:]); err != nil {
+		err = t.ioErr(ctx, p, "recv from", err)
+		if n > 0 {
+			p.rerr = err
+		}
+		return err
+	}
+	got, err := transport.DecodeHeader(p.rhdr[:])
+	if err != nil {
+		p.rerr = fmt.Errorf("tcp: recv from rank %d: %w", p.rank, err)
+		return p.rerr
+	}
+	if got.Kind == transport.KindAbort {
+		reason := make([]byte, min(got.Len, maxAbortReason))
+		n, _ := io.ReadFull(p.conn, reason)
+		rae := &transport.RemoteAbortError{Peer: p.rank, Reason: string(reason[:n])}
+		p.remoteAbort.Store(rae)
+		p.rerr = rae
+		return rae
+	}
+	if err := transport.Check(p.rank, want, got); err != nil {
+		p.rerr = err
+		return err
+	}
+	if _, err := io.ReadFull(p.conn, buf); err != nil {
+		p.rerr = t.ioErr(ctx, p, "recv from", err)
+		return p.rerr
+	}
+	return nil
+}
+
+// Abort tells every peer whose connection is not busy sending why this rank
+// stops (a KindAbort message carrying reason.Error(); at most about a second
+// in all), then closes every connection. Pending and later calls fail with
+// an error wrapping transport.ErrAborted. Only the first Abort or Close acts.
+func (t *Transport) Abort(reason error) {
+	if reason == nil {
+		reason = errors.New("abort requested")
+	}
+	stopErr := fmt.Errorf("%w: %v", transport.ErrAborted, reason)
+	if !t.stop.CompareAndSwap(nil, &stopErr) {
+		return
+	}
+	msg := []byte(reason.Error())
+	if len(msg) > maxAbortReason {
+		msg = msg[:maxAbortReason]
+	}
+	deadline := time.Now().Add(abortBudget)
+	var wg sync.WaitGroup
+	for _, p := range t.peers {
+		if p == nil || !p.wmu.TryLock() {
+			continue // a Send holds the stream: the peer sees the connection close
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer p.wmu.Unlock()
+			if p.werr != nil {
+				return
+			}
+			var hdr [transport.HeaderSize]byte
+			transport.Header{Kind: transport.KindAbort, Len: uint64(len(msg))}.Encode(hdr[:])
+			p.conn.SetWriteDeadline(deadline)
+			bufs := net.Buffers{hdr[:], msg}
+			if _, err := bufs.WriteTo(p.conn); err == nil {
+				if tc, ok := p.conn.(*net.TCPConn); ok {
+					tc.CloseWrite() // FIN after the message
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.logger.Debug("tcp: aborted", "rank", t.rank, "reason", reason)
+	t.closeConns()
+}
+
+// Close closes every connection; pending and later calls fail with an error
+// wrapping transport.ErrAborted ("transport closed"). Idempotent.
+func (t *Transport) Close() error {
+	closed := fmt.Errorf("%w: transport closed", transport.ErrAborted)
+	t.stop.CompareAndSwap(nil, &closed)
+	t.closeConns()
+	return nil
+}
+
+func (t *Transport) closeConns() {
+	t.closeOnce.Do(func() {
+		for _, p := range t.peers {
+			if p != nil {
+				p.conn.Close()
+			}
+		}
+	})
+}
