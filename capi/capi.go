@@ -122,7 +122,6 @@ func capi_CommInitFromEnv(commOK C.int, out *C.uintptr_t) (rc C.int) {
 	if err != nil {
 		return fail(name, nil, err)
 	}
-	syncEnv()
 	c, err := engine.NewCommFromEnv(opts)
 	if err != nil {
 		return fail(name, nil, err)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -71,7 +72,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 // GOCOLL_RANK/GOCOLL_SIZE/GOCOLL_ROOT_ADDR. Rank 0 runs the root.
 func NewCommFromEnv(opts Options) (*Comm, error) {
 	opts = opts.withDefaults()
-	l, err := bootstrap.FromEnv(os.Getenv)
+	l, err := bootstrap.FromEnv(opts.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
@@ -92,7 +93,12 @@ func NewCommFromEnv(opts Options) (*Comm, error) {
 	return joinRoot(l.RootAddr, l.Secret, l.Size, l.Rank, opts)
 }
 
-func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (*Comm, error) {
+func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c *Comm, err error) {
+	defer func() {
+		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+			err = fmt.Errorf("%w: joining the job (rank %d of %d, root %s) took longer than %v: %w", ErrTimeout, rank, nranks, rootAddr, opts.Timeout, err)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
 	host, err := advertiseHost(opts, rootAddr)
@@ -119,7 +125,7 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (*
 	if err != nil {
 		return nil, err
 	}
-	c, err := newComm(rank, nranks, tr, opts)
+	c, err = newComm(rank, nranks, tr, opts)
 	if err != nil {
 		tr.Close()
 		return nil, err

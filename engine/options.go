@@ -33,6 +33,10 @@ type Options struct {
 	Transport string
 	// Logger receives debug and warning output; nil discards it.
 	Logger *slog.Logger
+	// Getenv reads launcher variables for NewCommFromEnv (os.Getenv when
+	// nil). A C library passes C's getenv: Go's copy of the environment is
+	// taken at load time and misses variables set later.
+	Getenv func(string) string
 }
 
 func (o Options) withDefaults() Options {
@@ -48,6 +52,9 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
 	return o
 }
 
@@ -57,7 +64,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	var o Options
+	o := Options{Getenv: getenv}
 	if v := getenv("GOCOLL_TIMEOUT"); v != "" {
 		d, err := parseDuration(v)
 		if err != nil || d <= 0 {
