@@ -169,7 +169,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	if useShm {
 		if p, perr := makeProbe(tag, rank); perr == nil {
 			me.Probe = p
-			defer os.Remove(filepath.Join("/dev/shm", p))
+			defer os.Remove(filepath.Join("/dev/shm", p)) // on early return
 		} else {
 			log.Info("no shared memory between processes (using TCP only)", "err", perr)
 		}
@@ -204,6 +204,10 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	infos2, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
 		return nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+	}
+	if me.Probe != "" {
+		// Everyone has looked for it by the end of the second round.
+		os.Remove(filepath.Join("/dev/shm", me.Probe))
 	}
 	// Shared memory only where both sides see each other, so both pick it.
 	local := map[int]shm.PeerInfo{}

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs what gocoll's demo and tests need from Debian: a C toolchain and
+# pkg-config (cgo, C tests), Open MPI (launcher tests, benchmarks), Python with
+# torch, numpy and pytest (the Python bridge), and Fashion-MNIST (the demo).
+# As root it runs apt-get; otherwise it prints the command to run as root.
+# Usage: build/deps.sh [demo|test]
+set -eu
+want="gcc pkg-config dataset-fashion-mnist"
+if [ "${1:-test}" = test ]; then
+	want="$want openmpi-bin libopenmpi-dev python3-torch python3-numpy python3-pytest iproute2"
+fi
+missing=""
+for p in $want; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "deps: missing Debian packages:$missing" >&2
+	echo "deps: run as root: apt-get update && apt-get install -y$missing" >&2
+	exit 1
+fi
+echo "deps: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,52 @@
+#!/bin/sh
+# Runs every test of gocoll: formatting and vet, the Go tests (engine, C ABI
+# with C programs under torchrun-style variables and mpirun, the C++ trainer,
+# the Gorgonia example), the engine again under the race detector, and the
+# Python bridge's pytest suite with Debian's /usr/bin/python3.
+# Usage: build/test.sh      (installs missing Debian packages when root)
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build/deps.sh test || exit 1
+
+passed=0
+failed=0
+failures=""
+step() {
+	name=$1
+	shift
+	echo "=== $name: $*"
+	start=$(date +%s)
+	if "$@"; then
+		passed=$((passed + 1))
+		echo "=== $name: ok ($(($(date +%s) - start))s)"
+	else
+		failed=$((failed + 1))
+		failures="$failures $name"
+		echo "=== $name: FAILED ($(($(date +%s) - start))s)"
+	fi
+}
+
+gofmt_clean() {
+	out=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+	[ -z "$out" ] || { echo "gofmt would change: $out"; return 1; }
+}
+no_cgo_outside_capi() {
+	out=$(grep -rl --include='*.go' '^import "C"' engine topology vppu 2>/dev/null)
+	[ -z "$out" ] || { echo "cgo outside capi/: $out"; return 1; }
+}
+
+step gofmt gofmt_clean
+step cgo-only-in-capi no_cgo_outside_capi
+step vet go vet ./...
+step go-test go test -count=1 -timeout 15m ./...
+step race go test -race -short -count=1 -timeout 15m ./engine/...
+if [ -d bridge/python/tests ]; then
+	step build-lib build/build.sh
+	step pytest env GOCOLL_LIBRARY="$root/build/out/lib/libgocoll.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider bridge/python/tests
+fi
+
+echo
+[ -z "$failures" ] || echo "failed steps:$failures"
+echo "steps: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
