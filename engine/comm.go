@@ -302,6 +302,14 @@ func (x *execCtx) goSend(peer, step int, data []byte) pending {
 	return p
 }
 
+// goRecv starts a receive so the caller can compute meanwhile (pipelining:
+// reduce one segment while the next arrives).
+func (x *execCtx) goRecv(peer, step int, buf []byte) pending {
+	p := make(pending, 1)
+	go func() { p <- x.recv(peer, step, buf) }()
+	return p
+}
+
 // sendRecv sends to one peer while receiving from another (or the same).
 func (x *execCtx) sendRecv(to, sendStep int, data []byte, from, recvStep int, buf []byte) error {
 	p := x.goSend(to, sendStep, data)

@@ -149,13 +149,6 @@ func (h *hd) sendSegs(peer, step0 int, data []byte) pending {
 	return p
 }
 
-// hdRecvAsync receives into buf on its own goroutine.
-func hdRecvAsync(x *execCtx, peer, step int, buf []byte) pending {
-	p := make(pending, 1)
-	go func() { p <- x.recv(peer, step, buf) }()
-	return p
-}
-
 // recvReduce receives len(acc) bytes from peer in the segments sendSegs cuts
 // them into and folds each into acc (theirs op mine if theirsLower, else mine
 // op theirs). Segment k+1 is being received while segment k is reduced; two
@@ -179,7 +172,7 @@ func (h *hd) recvReduce(peer, step0 int, acc []byte, theirsLower bool) error {
 		var nlo, nhi int
 		if k+1 < ns {
 			nlo, nhi = h.seg(k+1, ne, ns)
-			next = hdRecvAsync(h.x, peer, step0+k+1, bufs[(k+1)%2][:nhi-nlo])
+			next = h.x.goRecv(peer, step0+k+1, bufs[(k+1)%2][:nhi-nlo])
 		}
 		combine(acc[lo:hi], in, theirsLower, h.dt, h.op)
 		if next == nil {
