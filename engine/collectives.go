@@ -84,10 +84,15 @@ func checkInPlace(send []byte, ns int, recv []byte, nr int, inPlaceOff int) (inP
 // AllReduce combines count elements from every rank with op and leaves the
 // result in recv on every rank.
 func (c *Comm) AllReduce(send, recv []byte, count int, dt DataType, op RedOp) error {
-	return wait(c.IAllReduce(send, recv, count, dt, op))
+	return c.run(c.allReduceReq(send, recv, count, dt, op))
 }
 
+// IAllReduce is the non-blocking AllReduce: it returns once the operation is queued.
 func (c *Comm) IAllReduce(send, recv []byte, count int, dt DataType, op RedOp) (*Request, error) {
+	return c.start(c.allReduceReq(send, recv, count, dt, op))
+}
+
+func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp) (*Request, error) {
 	if err := firstErr(checkType(dt), checkOp(op), checkBuf("send", send, count, dt), checkBuf("recv", recv, count, dt)); err != nil {
 		return nil, err
 	}
@@ -99,7 +104,7 @@ func (c *Comm) IAllReduce(send, recv []byte, count int, dt DataType, op RedOp) (
 	send, recv = send[:n], recv[:n]
 	algo := chooseAlgo(c.algo, "allreduce", n, c.size)
 	sig := signature("allreduce", dt, count, op, -1, algo)
-	return c.submit("allreduce", func(x *execCtx) error {
+	return c.newReq("allreduce", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("allreduce", algo, n)
 		if !inPlace {
@@ -122,10 +127,15 @@ func (c *Comm) IAllReduce(send, recv []byte, count int, dt DataType, op RedOp) (
 // Reduce combines count elements from every rank into recv on root; recv is
 // not touched on other ranks.
 func (c *Comm) Reduce(send, recv []byte, count int, dt DataType, op RedOp, root int) error {
-	return wait(c.IReduce(send, recv, count, dt, op, root))
+	return c.run(c.reduceReq(send, recv, count, dt, op, root))
 }
 
+// IReduce is the non-blocking Reduce: it returns once the operation is queued.
 func (c *Comm) IReduce(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
+	return c.start(c.reduceReq(send, recv, count, dt, op, root))
+}
+
+func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
 	if err := firstErr(checkType(dt), checkOp(op), c.checkRank("root", root), checkBuf("send", send, count, dt)); err != nil {
 		return nil, err
 	}
@@ -144,7 +154,7 @@ func (c *Comm) IReduce(send, recv []byte, count int, dt DataType, op RedOp, root
 	send = send[:n]
 	algo := chooseAlgo(c.algo, "reduce", n, c.size)
 	sig := signature("reduce", dt, count, op, root, algo)
-	return c.submit("reduce", func(x *execCtx) error {
+	return c.newReq("reduce", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("reduce", algo, n)
 		// acc is where this rank accumulates: the result buffer on the root,
@@ -171,10 +181,15 @@ func (c *Comm) IReduce(send, recv []byte, count int, dt DataType, op RedOp, root
 
 // Broadcast copies count elements from root's send into recv on every rank.
 func (c *Comm) Broadcast(send, recv []byte, count int, dt DataType, root int) error {
-	return wait(c.IBroadcast(send, recv, count, dt, root))
+	return c.run(c.broadcastReq(send, recv, count, dt, root))
 }
 
+// IBroadcast is the non-blocking Broadcast: it returns once the operation is queued.
 func (c *Comm) IBroadcast(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
+	return c.start(c.broadcastReq(send, recv, count, dt, root))
+}
+
+func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("root", root), checkBuf("recv", recv, count, dt)); err != nil {
 		return nil, err
 	}
@@ -193,7 +208,7 @@ func (c *Comm) IBroadcast(send, recv []byte, count int, dt DataType, root int) (
 	recv = recv[:n]
 	algo := chooseAlgo(c.algo, "broadcast", n, c.size)
 	sig := signature("broadcast", dt, count, 0, root, algo)
-	return c.submit("broadcast", func(x *execCtx) error {
+	return c.newReq("broadcast", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("broadcast", algo, n)
 		if c.rank == root && !inPlace {
@@ -213,10 +228,15 @@ func (c *Comm) IBroadcast(send, recv []byte, count int, dt DataType, root int) (
 // into recv (size*sendcount elements) on every rank. In place when send is
 // recv's block of this rank.
 func (c *Comm) AllGather(send, recv []byte, sendcount int, dt DataType) error {
-	return wait(c.IAllGather(send, recv, sendcount, dt))
+	return c.run(c.allGatherReq(send, recv, sendcount, dt))
 }
 
+// IAllGather is the non-blocking AllGather: it returns once the operation is queued.
 func (c *Comm) IAllGather(send, recv []byte, sendcount int, dt DataType) (*Request, error) {
+	return c.start(c.allGatherReq(send, recv, sendcount, dt))
+}
+
+func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (*Request, error) {
 	if err := firstErr(checkType(dt), checkBuf("send", send, sendcount, dt), checkBuf("recv", recv, sendcount*c.size, dt)); err != nil {
 		return nil, err
 	}
@@ -228,7 +248,7 @@ func (c *Comm) IAllGather(send, recv []byte, sendcount int, dt DataType) (*Reque
 	send, recv = send[:block], recv[:block*c.size]
 	algo := chooseAlgo(c.algo, "allgather", block*c.size, c.size)
 	sig := signature("allgather", dt, sendcount, 0, -1, algo)
-	return c.submit("allgather", func(x *execCtx) error {
+	return c.newReq("allgather", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("allgather", algo, block*c.size)
 		if !inPlace {
@@ -245,10 +265,15 @@ func (c *Comm) IAllGather(send, recv []byte, sendcount int, dt DataType) (*Reque
 // leaves block r of the result (recvcount elements) in recv on rank r. In
 // place when recv is send's block of this rank.
 func (c *Comm) ReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) error {
-	return wait(c.IReduceScatter(send, recv, recvcount, dt, op))
+	return c.run(c.reduceScatterReq(send, recv, recvcount, dt, op))
 }
 
+// IReduceScatter is the non-blocking ReduceScatter: it returns once the operation is queued.
 func (c *Comm) IReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
+	return c.start(c.reduceScatterReq(send, recv, recvcount, dt, op))
+}
+
+func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
 	if err := firstErr(checkType(dt), checkOp(op), checkBuf("send", send, recvcount*c.size, dt), checkBuf("recv", recv, recvcount, dt)); err != nil {
 		return nil, err
 	}
@@ -261,7 +286,7 @@ func (c *Comm) IReduceScatter(send, recv []byte, recvcount int, dt DataType, op 
 	send, recv = send[:block*c.size], recv[:block]
 	algo := chooseAlgo(c.algo, "reducescatter", block*c.size, c.size)
 	sig := signature("reducescatter", dt, recvcount, op, -1, algo)
-	return c.submit("reducescatter", func(x *execCtx) error {
+	return c.newReq("reducescatter", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("reducescatter", algo, block*c.size)
 		if block == 0 {
@@ -297,10 +322,15 @@ func (c *Comm) IReduceScatter(send, recv []byte, recvcount int, dt DataType, op 
 // AllToAll sends block j (count elements) of send to rank j, which stores it
 // as block i of its recv, for every pair (i, j).
 func (c *Comm) AllToAll(send, recv []byte, count int, dt DataType) error {
-	return wait(c.IAllToAll(send, recv, count, dt))
+	return c.run(c.allToAllReq(send, recv, count, dt))
 }
 
+// IAllToAll is the non-blocking AllToAll: it returns once the operation is queued.
 func (c *Comm) IAllToAll(send, recv []byte, count int, dt DataType) (*Request, error) {
+	return c.start(c.allToAllReq(send, recv, count, dt))
+}
+
+func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (*Request, error) {
 	if err := firstErr(checkType(dt), checkBuf("send", send, count*c.size, dt), checkBuf("recv", recv, count*c.size, dt)); err != nil {
 		return nil, err
 	}
@@ -313,7 +343,7 @@ func (c *Comm) IAllToAll(send, recv []byte, count int, dt DataType) (*Request, e
 	send, recv = send[:total], recv[:total]
 	algo := chooseAlgo(c.algo, "alltoall", total, c.size)
 	sig := signature("alltoall", dt, count, 0, -1, algo)
-	return c.submit("alltoall", func(x *execCtx) error {
+	return c.newReq("alltoall", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("alltoall", algo, total)
 		src := send
@@ -332,10 +362,15 @@ func (c *Comm) IAllToAll(send, recv []byte, count int, dt DataType) (*Request, e
 // per peer on each side. sendcounts[j] on rank i must equal recvcounts[i] on
 // rank j; a difference is reported as a mismatch on both ranks.
 func (c *Comm) AllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
-	return wait(c.IAllToAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+	return c.run(c.allToAllvReq(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
 }
 
+// IAllToAllv is the non-blocking AllToAllv: it returns once the operation is queued.
 func (c *Comm) IAllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
+	return c.start(c.allToAllvReq(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+}
+
+func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
 	if err := checkType(dt); err != nil {
 		return nil, err
 	}
@@ -363,7 +398,7 @@ func (c *Comm) IAllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, r
 		}
 	}
 	sig := signature("alltoallv", dt, 0, 0, -1, "pairwise")
-	return c.submit("alltoallv", func(x *execCtx) error {
+	return c.newReq("alltoallv", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("alltoallv", "pairwise", 0)
 		return alltoallPairwise(x, send, recv, sl, rl)
@@ -401,10 +436,15 @@ func layout(name string, buf []byte, counts, displs []int, n, es int) ([]block, 
 // Send sends count elements to peer, which must call Recv with the same
 // count and type. Sends to one peer are received in order.
 func (c *Comm) Send(buf []byte, count int, dt DataType, peer int) error {
-	return wait(c.ISend(buf, count, dt, peer))
+	return c.run(c.sendReq(buf, count, dt, peer))
 }
 
+// ISend is the non-blocking Send: it returns once the operation is queued.
 func (c *Comm) ISend(buf []byte, count int, dt DataType, peer int) (*Request, error) {
+	return c.start(c.sendReq(buf, count, dt, peer))
+}
+
+func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer int) (*Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkBuf("send", buf, count, dt)); err != nil {
 		return nil, err
 	}
@@ -413,18 +453,23 @@ func (c *Comm) ISend(buf []byte, count int, dt DataType, peer int) (*Request, er
 	}
 	buf = buf[:count*dt.Size()]
 	sig := signature("sendrecv", dt, count, 0, -1, "")
-	return c.submitReq(&Request{op: "send", peer: peer, isSend: true, run: func(x *execCtx) error {
+	return &Request{op: "send", peer: peer, isSend: true, run: func(x *execCtx) error {
 		x.sig = sig
 		return x.send(peer, 0, buf)
-	}})
+	}}, nil
 }
 
 // Recv receives count elements from peer's matching Send.
 func (c *Comm) Recv(buf []byte, count int, dt DataType, peer int) error {
-	return wait(c.IRecv(buf, count, dt, peer))
+	return c.run(c.recvReq(buf, count, dt, peer))
 }
 
+// IRecv is the non-blocking Recv: it returns once the operation is queued.
 func (c *Comm) IRecv(buf []byte, count int, dt DataType, peer int) (*Request, error) {
+	return c.start(c.recvReq(buf, count, dt, peer))
+}
+
+func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer int) (*Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkBuf("recv", buf, count, dt)); err != nil {
 		return nil, err
 	}
@@ -433,18 +478,21 @@ func (c *Comm) IRecv(buf []byte, count int, dt DataType, peer int) (*Request, er
 	}
 	buf = buf[:count*dt.Size()]
 	sig := signature("sendrecv", dt, count, 0, -1, "")
-	return c.submitReq(&Request{op: "recv", peer: peer, run: func(x *execCtx) error {
+	return &Request{op: "recv", peer: peer, run: func(x *execCtx) error {
 		x.sig = sig
 		return x.recv(peer, 0, buf)
-	}})
+	}}, nil
 }
 
 // Barrier returns once every rank called it.
-func (c *Comm) Barrier() error { return wait(c.IBarrier()) }
+func (c *Comm) Barrier() error { return c.run(c.barrierReq()) }
 
-func (c *Comm) IBarrier() (*Request, error) {
+// IBarrier is the non-blocking Barrier.
+func (c *Comm) IBarrier() (*Request, error) { return c.start(c.barrierReq()) }
+
+func (c *Comm) barrierReq() (*Request, error) {
 	sig := signature("barrier", 0, 0, 0, -1, "dissemination")
-	return c.submit("barrier", func(x *execCtx) error {
+	return c.newReq("barrier", func(x *execCtx) error {
 		x.sig = sig
 		return barrierDissemination(x)
 	})

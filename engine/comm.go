@@ -29,12 +29,16 @@ type Comm struct {
 	abort    context.CancelCauseFunc
 
 	mu        sync.Mutex
+	pending   int   // issued operations not yet finished
 	asyncErr  error // first failure; the communicator is unusable after it
 	destroyed bool
 	allocs    map[uintptr][]byte // MemAlloc'd regions by start address
 	splits    uint64             // Split calls so far: names the children consistently on every rank
 
-	// Owned by the worker goroutine.
+	// execMu is held by whoever executes a collective: the worker goroutine,
+	// or a blocking call that found nothing pending and runs inline (saving
+	// two goroutine hand-offs on small messages). It guards what follows.
+	execMu  sync.Mutex
 	seq     uint64   // collective sequence number
 	sendSeq []uint64 // point-to-point sequence per peer, each direction
 	recvSeq []uint64
@@ -96,7 +100,7 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 	c.log = opts.Logger.With("rank", rank, "nranks", size)
 	c.abortCtx, c.abort = context.WithCancelCause(context.Background())
 	c.worker.Add(1)
-	go c.run()
+	go c.loop()
 	return c, nil
 }
 
@@ -109,12 +113,14 @@ func (c *Comm) Size() int { return c.size }
 // Options returns the options in force (defaults filled in).
 func (c *Comm) Options() Options { return c.opts }
 
-func (c *Comm) run() {
+// loop is the worker: it runs queued operations in issue order.
+func (c *Comm) loop() {
 	defer c.worker.Done()
 	for r := range c.queue {
 		if err := c.AsyncError(); err != nil {
 			r.err = &OpError{Op: r.op, Seq: c.seq, Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: communicator failed earlier: %v", ErrInvalidUsage, err)}
 			close(r.done)
+			c.finished()
 			continue
 		}
 		if r.peer >= 0 {
@@ -124,11 +130,20 @@ func (c *Comm) run() {
 		// A collective uses every peer's stream: let point-to-point
 		// operations issued before it finish first.
 		c.p2pWG.Wait()
+		c.execMu.Lock()
 		x := &execCtx{c: c, op: r.op, seq: c.seq}
 		c.seq++
 		c.execute(r, x)
+		c.execMu.Unlock()
+		c.finished()
 	}
 	c.p2pWG.Wait()
+}
+
+func (c *Comm) finished() {
+	c.mu.Lock()
+	c.pending--
+	c.mu.Unlock()
 }
 
 func (c *Comm) execute(r *Request, x *execCtx) {
@@ -162,6 +177,7 @@ func (c *Comm) startP2P(r *Request) {
 			<-prev
 		}
 		c.execute(r, x)
+		c.finished()
 	}()
 }
 
@@ -205,35 +221,69 @@ func (c *Comm) AsyncError() error {
 	return c.asyncErr
 }
 
-// submit queues an operation. Argument errors are returned at once and do not
-// poison the communicator: nothing was sent.
-func (c *Comm) submit(op string, run func(x *execCtx) error) (*Request, error) {
-	return c.submitReq(&Request{op: op, peer: -1, run: run})
+func (c *Comm) newReq(op string, run func(x *execCtx) error) (*Request, error) {
+	return &Request{op: op, peer: -1, run: run}, nil
 }
 
-func (c *Comm) submitReq(r *Request) (*Request, error) {
-	op := r.op
+// usable says why no operation may be issued now, if so. Called with mu held.
+func (c *Comm) usable(op string) error {
+	if c.destroyed {
+		return fmt.Errorf("gocoll: %s on rank %d: %w", op, c.rank, ErrDestroyed)
+	}
+	if c.asyncErr != nil {
+		return fmt.Errorf("gocoll: %s on rank %d: %w: communicator failed earlier: %v", op, c.rank, ErrInvalidUsage, c.asyncErr)
+	}
+	return nil
+}
+
+// start queues an operation for the worker. Argument errors come back at
+// once and do not poison the communicator: nothing was sent.
+func (c *Comm) start(r *Request, err error) (*Request, error) {
+	if err != nil {
+		return nil, err
+	}
 	r.done = make(chan struct{})
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.destroyed {
-		return nil, fmt.Errorf("gocoll: %s on rank %d: %w", op, c.rank, ErrDestroyed)
+	if err := c.usable(r.op); err != nil {
+		return nil, err
 	}
-	if c.asyncErr != nil {
-		return nil, fmt.Errorf("gocoll: %s on rank %d: %w: communicator failed earlier: %v", op, c.rank, ErrInvalidUsage, c.asyncErr)
-	}
-	// The queue is large; if it is full we block here while holding mu, which
-	// only delays other submitters and Destroy, never the worker.
+	c.pending++
+	// The queue is large; if it is full we block here while holding mu,
+	// which only delays other submitters and Destroy, never the worker.
 	c.queue <- r
 	return r, nil
 }
 
-// wait finishes a blocking call made of its non-blocking form.
-func wait(r *Request, err error) error {
+// run is a blocking call: inline on the caller's goroutine when nothing else
+// is pending (the common case of a training loop), queued otherwise.
+func (c *Comm) run(r *Request, err error) error {
 	if err != nil {
 		return err
 	}
-	return r.Wait()
+	c.mu.Lock()
+	if r.peer >= 0 || c.pending > 0 {
+		c.mu.Unlock()
+		r, err := c.start(r, nil)
+		if err != nil {
+			return err
+		}
+		return r.Wait()
+	}
+	if err := c.usable(r.op); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.pending++
+	c.execMu.Lock()
+	c.mu.Unlock()
+	r.done = make(chan struct{})
+	x := &execCtx{c: c, op: r.op, seq: c.seq}
+	c.seq++
+	c.execute(r, x)
+	c.execMu.Unlock()
+	c.finished()
+	return r.err
 }
 
 // Abort fails every pending and later operation at once, on this rank and,
@@ -255,6 +305,8 @@ func (c *Comm) Destroy() error {
 	close(c.queue)
 	c.mu.Unlock()
 	c.worker.Wait()
+	c.execMu.Lock() // an inline call may still run
+	c.execMu.Unlock()
 	c.abort(ErrDestroyed)
 	// MemAlloc'd memory stays valid: C or Python may still hold it.
 	err := c.tr.Close()
