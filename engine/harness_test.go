@@ -56,17 +56,17 @@ func setElem(buf []byte, dt DataType, i int, v int64) {
 	case Int8, Uint8:
 		buf[i] = byte(v)
 	case Int32, Uint32:
-		binary.LittleEndian.PutUint32(buf[4*i:], uint32(v))
+		binary.NativeEndian.PutUint32(buf[4*i:], uint32(v))
 	case Int64, Uint64:
-		binary.LittleEndian.PutUint64(buf[8*i:], uint64(v))
+		binary.NativeEndian.PutUint64(buf[8*i:], uint64(v))
 	case Float16:
-		binary.LittleEndian.PutUint16(buf[2*i:], kernel.Float32ToFloat16(float32(v)))
+		binary.NativeEndian.PutUint16(buf[2*i:], kernel.Float32ToFloat16(float32(v)))
 	case Bfloat16:
-		binary.LittleEndian.PutUint16(buf[2*i:], kernel.Float32ToBfloat16(float32(v)))
+		binary.NativeEndian.PutUint16(buf[2*i:], kernel.Float32ToBfloat16(float32(v)))
 	case Float32:
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
+		binary.NativeEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
 	case Float64:
-		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
+		binary.NativeEndian.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
 	}
 }
 
@@ -115,4 +115,4 @@ func diffBytes(got, want []byte, es int) string {
 	return ""
 }
 
-func putF32(b []byte, f float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(f)) }
+func putF32(b []byte, f float32) { binary.NativeEndian.PutUint32(b, math.Float32bits(f)) }

@@ -54,26 +54,6 @@ func hdRun(t testing.TB, what string, comms []*Comm, fn func(c *Comm) error) {
 	}
 }
 
-// hdSet stores the small integer v as element i of buf (native byte order,
-// as the kernels use).
-func hdSet(buf []byte, dt DataType, i int, v int64) {
-	ne := binary.NativeEndian
-	switch dt {
-	case Int32:
-		ne.PutUint32(buf[4*i:], uint32(int32(v)))
-	case Float16:
-		ne.PutUint16(buf[2*i:], kernel.Float32ToFloat16(float32(v)))
-	case Bfloat16:
-		ne.PutUint16(buf[2*i:], kernel.Float32ToBfloat16(float32(v)))
-	case Float32:
-		ne.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
-	case Float64:
-		ne.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
-	default:
-		panic("hdSet: type not covered")
-	}
-}
-
 // hdInput gives values whose reduction is exact in every tested type and in
 // any association: |sum| ≤ 9·8 < 256 (exact even in bfloat16), products of
 // ±1 and ±2 are powers of two, no zeros under prod, no negative zeros.
@@ -85,34 +65,9 @@ func hdInput(dt DataType, op RedOp, rank, count, salt int) []byte {
 		if op == Prod {
 			v = [...]int64{1, 2, -1, 1, -2, 1, 1}[h%7]
 		}
-		hdSet(b, dt, i, v)
+		setElem(b, dt, i, v)
 	}
 	return b
-}
-
-// hdExpect folds inputs in rank order with the reference kernel.
-func hdExpect(inputs [][]byte, dt DataType, op RedOp) []byte {
-	out := append([]byte{}, inputs[0]...)
-	for _, in := range inputs[1:] {
-		kernel.ReferenceReduce(out, in, dt, op)
-	}
-	if op == Avg {
-		kernel.DivideBy(out, dt, len(inputs))
-	}
-	return out
-}
-
-func hdDiff(got, want []byte, es int) string {
-	if len(got) != len(want) {
-		return fmt.Sprintf("length %d, want %d", len(got), len(want))
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			e := i / es
-			return fmt.Sprintf("element %d: got % x want % x", e, got[e*es:(e+1)*es], want[e*es:(e+1)*es])
-		}
-	}
-	return ""
 }
 
 // TestHDMatrix checks allreduce, reduce and reduce-scatter with the
@@ -151,14 +106,14 @@ func hdCheckOne(t *testing.T, comms [][]*Comm, qs []int, n, count int, dt DataTy
 	for r := range inputs {
 		inputs[r] = hdInput(dt, op, r, count, salt)
 	}
-	want := hdExpect(inputs, dt, op)
+	want := expectReduce(inputs, dt, op)
 
 	// Reduce-scatter: recvcount = count, so n*count elements per rank.
 	rsIn := make([][]byte, n)
 	for r := range rsIn {
 		rsIn[r] = hdInput(dt, op, r, n*count, salt+1)
 	}
-	rsWant := hdExpect(rsIn, dt, op)
+	rsWant := expectReduce(rsIn, dt, op)
 
 	for qi, q := range qs {
 		cs := comms[qi]
@@ -201,15 +156,15 @@ func hdCheckOne(t *testing.T, comms [][]*Comm, qs []int, n, count int, dt DataTy
 			return nil
 		})
 		for r := 0; r < n; r++ {
-			if d := hdDiff(outs[r], want, es); d != "" {
+			if d := diffBytes(outs[r], want, es); d != "" {
 				t.Fatalf("%s: allreduce rank %d: %s", what, r, d)
 			}
 			if red[r] != nil {
-				if d := hdDiff(red[r][0], want, es); d != "" {
+				if d := diffBytes(red[r][0], want, es); d != "" {
 					t.Fatalf("%s: reduce root %d: %s", what, r, d)
 				}
 			}
-			if d := hdDiff(rs[r], rsWant[r*count*es:(r+1)*count*es], es); d != "" {
+			if d := diffBytes(rs[r], rsWant[r*count*es:(r+1)*count*es], es); d != "" {
 				t.Fatalf("%s: reducescatter rank %d: %s", what, r, d)
 			}
 		}
@@ -299,7 +254,7 @@ func TestHDLarge(t *testing.T) {
 		for r := range inputs {
 			inputs[r] = hdInput(dt, Sum, r, count, 1)
 		}
-		want := hdExpect(inputs, dt, Sum)
+		want := expectReduce(inputs, dt, Sum)
 		outs := make([][]byte, n)
 		var red []byte
 		hdRun(t, what, comms, func(c *Comm) error {
@@ -318,11 +273,11 @@ func TestHDLarge(t *testing.T) {
 			return nil
 		})
 		for r := range outs {
-			if d := hdDiff(outs[r], want, 4); d != "" {
+			if d := diffBytes(outs[r], want, 4); d != "" {
 				t.Fatalf("%s: allreduce rank %d: %s", what, r, d)
 			}
 		}
-		if d := hdDiff(red, want, 4); d != "" {
+		if d := diffBytes(red, want, 4); d != "" {
 			t.Fatalf("%s: reduce: %s", what, d)
 		}
 		for _, c := range comms {
