@@ -35,7 +35,7 @@ type Launch struct {
 // Port range for ports derived from a job id.
 const (
 	derivedPortBase  = 20000
-	derivedPortRange = 40000
+	derivedPortRange = 12768
 )
 
 // FromEnv reads the launcher environment through getenv (os.Getenv, or a
@@ -57,7 +57,8 @@ const (
 // Slurm starts task 0); else it is an error asking for GOCOLL_ROOT_ADDR.
 //
 // The root's port: the port of GOCOLL_ROOT_ADDR, else GOCOLL_PORT, else
-// MASTER_PORT+1, else (Open MPI, Slurm) a port in [20000, 60000) hashed from
+// MASTER_PORT+1, else (Open MPI, Slurm) a port in [20000, 32768) — below
+// Linux's ephemeral range, so no outgoing connection holds it — hashed from
 // the job id (OMPI_MCA_ess_base_jobid; SLURM_JOB_ID and SLURM_STEP_ID), which
 // all ranks of the job compute alike. Under torchrun, gocoll never binds
 // MASTER_PORT itself: torchrun's own TCP store already listens there, so the
