@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -100,3 +103,44 @@ func TestHandles(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// GOCOLL_METRICS_ADDR serves the library's registry; the port moves up by
+// the local rank so ranks on one host do not collide.
+func TestMetricsEndpoint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	env := map[string]string{
+		"GOCOLL_METRICS_ADDR": fmt.Sprintf("127.0.0.1:%d", base-1),
+		"GOCOLL_RANK":         "1", "GOCOLL_SIZE": "2", "GOCOLL_LOCAL_RANK": "1", "GOCOLL_LOCAL_SIZE": "2",
+		"GOCOLL_ROOT_ADDR": "127.0.0.1:1",
+	}
+	opts, err := withMetrics(engine.Options{}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Metrics == nil {
+		t.Fatal("no metrics attached")
+	}
+	comms, err := engine.NewLocalComms(1, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 8)
+	if err := comms[0].AllReduce(b, b, 2, engine.Float32, engine.Sum); err != nil {
+		t.Fatal(err)
+	}
+	comms[0].Destroy()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), `gocoll_operations_total{algo="rd",op="allreduce"} 1`) {
+		t.Fatalf("metrics page lacks the allreduce:\n%s", body)
+	}
+}

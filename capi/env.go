@@ -30,5 +30,9 @@ func cGetenv(key string) string {
 // options reads the GOCOLL_* settings, and later the launcher's variables,
 // from the C environment.
 func options() (engine.Options, error) {
-	return engine.OptionsFromEnv(cGetenv)
+	opts, err := engine.OptionsFromEnv(cGetenv)
+	if err != nil {
+		return opts, err
+	}
+	return withMetrics(opts, cGetenv)
 }

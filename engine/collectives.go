@@ -454,7 +454,7 @@ func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer int) (*Request, 
 	buf = buf[:count*dt.Size()]
 	sig := signature("sendrecv", dt, count, 0, -1, "")
 	return &Request{op: "send", peer: peer, isSend: true, run: func(x *execCtx) error {
-		x.sig = sig
+		x.sig, x.bytes = sig, len(buf)
 		return x.send(peer, 0, buf)
 	}}, nil
 }
@@ -479,7 +479,7 @@ func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer int) (*Request, 
 	buf = buf[:count*dt.Size()]
 	sig := signature("sendrecv", dt, count, 0, -1, "")
 	return &Request{op: "recv", peer: peer, run: func(x *execCtx) error {
-		x.sig = sig
+		x.sig, x.bytes = sig, len(buf)
 		return x.recv(peer, 0, buf)
 	}}, nil
 }
@@ -507,6 +507,8 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
+// debug records and logs (at DEBUG) which algorithm runs the collective.
 func (x *execCtx) debug(coll, algo string, bytes int) {
+	x.algo, x.bytes = algo, bytes
 	x.c.log.Debug("collective", "op", coll, "seq", x.seq, "algo", algo, "bytes", bytes)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/gocoll/gocoll/engine/transport"
 )
@@ -149,11 +150,18 @@ func (c *Comm) finished() {
 func (c *Comm) execute(r *Request, x *execCtx) {
 	ctx, cancel := context.WithTimeout(c.abortCtx, c.opts.Timeout)
 	x.ctx = ctx
+	var began time.Time
+	if c.opts.Metrics != nil {
+		began = time.Now()
+	}
 	err := r.run(x)
 	cancel()
 	if err != nil {
 		err = c.opError(x, err)
 		c.fail(err)
+	}
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.observe(x.op, x.algo, x.bytes, time.Since(began), err)
 	}
 	r.err = err
 	close(r.done)
@@ -319,11 +327,13 @@ func (c *Comm) Destroy() error {
 // execCtx is what an algorithm sees: the transport, its deadline, and the
 // identity of the collective for message headers.
 type execCtx struct {
-	c   *Comm
-	ctx context.Context
-	op  string
-	seq uint64
-	sig uint64
+	c     *Comm
+	ctx   context.Context
+	op    string
+	seq   uint64
+	sig   uint64
+	algo  string // for logs and metrics
+	bytes int
 }
 
 func (x *execCtx) rank() int { return x.c.rank }

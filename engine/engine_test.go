@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/mem"
@@ -395,3 +398,30 @@ func TestAlgoSpec(t *testing.T) {
 }
 
 var _ transport.Transport = (*mem.Endpoint)(nil)
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms := newLocal(t, 3, Options{Metrics: m, Algo: "allreduce=ring"})
+	mustRanks(t, comms, func(c *Comm) error {
+		b := make([]byte, 400)
+		for i := 0; i < 2; i++ {
+			if err := c.AllReduce(b, b, 100, Float32, Sum); err != nil {
+				return err
+			}
+		}
+		return c.Barrier()
+	})
+	if got := testutil.ToFloat64(m.ops.WithLabelValues("allreduce", "ring")); got != 6 {
+		t.Errorf("allreduce count %v, want 6 (2 per rank)", got)
+	}
+	if got := testutil.ToFloat64(m.bytes.WithLabelValues("allreduce")); got != 6*400 {
+		t.Errorf("allreduce bytes %v", got)
+	}
+	if n := testutil.CollectAndCount(m.seconds); n == 0 {
+		t.Error("no duration observed")
+	}
+}

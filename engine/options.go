@@ -33,6 +33,8 @@ type Options struct {
 	Transport string
 	// Logger receives debug and warning output; nil discards it.
 	Logger *slog.Logger
+	// Metrics, when set, is updated after every operation (see NewMetrics).
+	Metrics *Metrics
 	// Getenv reads launcher variables for NewCommFromEnv (os.Getenv when
 	// nil). A C library passes C's getenv: Go's copy of the environment is
 	// taken at load time and misses variables set later.
