@@ -1,0 +1,214 @@
+"""Finding, loading and declaring libgocoll.so (ctypes only).
+
+Loading the library starts a Go runtime in this process, so it happens on
+first use, not at ``import gocoll``: a program may import gocoll, fork
+worker processes, and only then create a communicator. Once the library is
+loaded this process must not fork and keep using it (the Go runtime does
+not survive fork()); :func:`check_process` refuses every call made in a
+forked child.
+"""
+
+import ctypes
+import os
+import threading
+
+LIBRARY_ENV = "GOCOLL_LIBRARY"
+LIBRARY_NAME = "libgocoll.so"
+UNIQUE_ID_BYTES = 128
+SPLIT_NOCOLOR = -1
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+# bridge/python/gocoll -> repository root
+_REPO_ROOT = os.path.normpath(os.path.join(_PKG_DIR, os.pardir, os.pardir, os.pardir))
+
+
+class UniqueId(ctypes.Structure):
+    """gocollUniqueId: 128 opaque bytes, passed by value."""
+
+    _fields_ = [("internal", ctypes.c_char * UNIQUE_ID_BYTES)]
+
+
+c_int = ctypes.c_int
+c_size_t = ctypes.c_size_t
+c_void_p = ctypes.c_void_p
+c_char_p = ctypes.c_char_p
+p_size_t = ctypes.POINTER(ctypes.c_size_t)
+p_void_p = ctypes.POINTER(ctypes.c_void_p)
+p_int = ctypes.POINTER(ctypes.c_int)
+Result = ctypes.c_int  # gocollResult_t
+DataType = ctypes.c_int  # gocollDataType_t
+RedOp = ctypes.c_int  # gocollRedOp_t
+Comm = c_void_p  # gocollComm_t (an opaque identifier, not an address)
+Request = c_void_p  # gocollRequest_t
+
+# Every function of gocoll.h: name -> (restype, argtypes).
+SIGNATURES = {
+    "gocollGetVersion": (Result, [p_int]),
+    "gocollGetErrorString": (c_char_p, [Result]),
+    "gocollGetLastError": (c_char_p, [Comm]),
+    "gocollGetUniqueId": (Result, [ctypes.POINTER(UniqueId)]),
+    "gocollCommInitRank": (Result, [ctypes.POINTER(Comm), c_int, UniqueId, c_int]),
+    "gocollCommInitFromEnv": (Result, [ctypes.POINTER(Comm)]),
+    "gocollCommSplit": (Result, [Comm, c_int, c_int, ctypes.POINTER(Comm)]),
+    "gocollCommDestroy": (Result, [Comm]),
+    "gocollCommAbort": (Result, [Comm]),
+    "gocollCommCount": (Result, [Comm, p_int]),
+    "gocollCommUserRank": (Result, [Comm, p_int]),
+    "gocollCommGetAsyncError": (Result, [Comm, p_int]),
+    "gocollMemAlloc": (Result, [p_void_p, c_size_t, Comm]),
+    "gocollMemFree": (Result, [c_void_p, Comm]),
+    # blocking collectives
+    "gocollAllReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, Comm]),
+    "gocollReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_int, Comm]),
+    "gocollBroadcast": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_int, Comm]),
+    "gocollAllGather": (Result, [c_void_p, c_void_p, c_size_t, DataType, Comm]),
+    "gocollReduceScatter": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, Comm]),
+    "gocollAllToAll": (Result, [c_void_p, c_void_p, c_size_t, DataType, Comm]),
+    "gocollAllToAllv": (Result, [c_void_p, p_size_t, p_size_t, c_void_p, p_size_t, p_size_t, DataType, Comm]),
+    "gocollSend": (Result, [c_void_p, c_size_t, DataType, c_int, Comm]),
+    "gocollRecv": (Result, [c_void_p, c_size_t, DataType, c_int, Comm]),
+    "gocollBarrier": (Result, [Comm]),
+    # non-blocking forms: same arguments plus gocollRequest_t*
+    "gocollIAllReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, Comm, p_void_p]),
+    "gocollIReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_int, Comm, p_void_p]),
+    "gocollIBroadcast": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_int, Comm, p_void_p]),
+    "gocollIAllGather": (Result, [c_void_p, c_void_p, c_size_t, DataType, Comm, p_void_p]),
+    "gocollIReduceScatter": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, Comm, p_void_p]),
+    "gocollIAllToAll": (Result, [c_void_p, c_void_p, c_size_t, DataType, Comm, p_void_p]),
+    "gocollIAllToAllv": (Result, [c_void_p, p_size_t, p_size_t, c_void_p, p_size_t, p_size_t, DataType, Comm,
+                                  p_void_p]),
+    "gocollISend": (Result, [c_void_p, c_size_t, DataType, c_int, Comm, p_void_p]),
+    "gocollIRecv": (Result, [c_void_p, c_size_t, DataType, c_int, Comm, p_void_p]),
+    "gocollIBarrier": (Result, [Comm, p_void_p]),
+    "gocollTest": (Result, [Request, p_int]),
+    "gocollWait": (Result, [Request]),
+}
+
+
+class LibraryNotFound(ImportError):
+    """libgocoll.so could not be loaded from any of the places tried."""
+
+    def __init__(self, tried):
+        self.tried = list(tried)
+        lines = ["gocoll: could not load %s; tried:" % LIBRARY_NAME]
+        for path, why in self.tried:
+            lines.append("  %s: %s" % (path, why))
+        lines.append(
+            "Build it with build/build.sh (output in build/out/lib/), copy it into the "
+            "gocoll package directory, or set %s to its path." % LIBRARY_ENV)
+        super().__init__("\n".join(lines))
+
+
+def candidate_paths(environ=None):
+    """The places :func:`load` tries, in order, as (path, origin) pairs.
+
+    1. ``$GOCOLL_LIBRARY`` when set (then nothing else: an explicit choice
+       that fails is an error, not a reason to pick another library);
+    2. a copy inside the package: ``gocoll/libgocoll.so`` or
+       ``gocoll/lib/libgocoll.so``;
+    3. the repository's build output, ``build/out/lib/libgocoll.so``;
+    4. the dynamic linker's search path (``LD_LIBRARY_PATH``, ldconfig).
+    """
+    environ = os.environ if environ is None else environ
+    explicit = environ.get(LIBRARY_ENV)
+    if explicit:
+        return [(explicit, "$" + LIBRARY_ENV)]
+    return [
+        (os.path.join(_PKG_DIR, LIBRARY_NAME), "package"),
+        (os.path.join(_PKG_DIR, "lib", LIBRARY_NAME), "package"),
+        (os.path.join(_REPO_ROOT, "build", "out", "lib", LIBRARY_NAME), "repository build output"),
+        (LIBRARY_NAME, "dynamic linker search path"),
+    ]
+
+
+def _declare(cdll):
+    missing = []
+    for name, (restype, argtypes) in SIGNATURES.items():
+        try:
+            fn = getattr(cdll, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return missing
+
+
+class Library:
+    """The loaded library: ``lib.gocollAllReduce(...)`` etc., all declared."""
+
+    def __init__(self, path, cdll, missing):
+        self.path = path
+        self.cdll = cdll
+        self.missing = missing
+        for name in SIGNATURES:
+            if name not in missing:
+                setattr(self, name, getattr(cdll, name))
+        v = ctypes.c_int()
+        rc = self.gocollGetVersion(ctypes.byref(v))
+        self.version = v.value if rc == 0 else None
+
+    def __getattr__(self, name):
+        if name.startswith("gocoll") and name in SIGNATURES:
+            raise NotImplementedError("gocoll: %s is not exported by %s" % (name, self.path))
+        raise AttributeError(name)
+
+
+_lock = threading.Lock()
+_lib = None
+_loaded_pid = None
+_forked = False
+
+
+def _after_fork_in_child():
+    global _forked
+    if _lib is not None:
+        _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forked():
+    """True in a child forked after this process loaded the library."""
+    return _forked
+
+
+def check_process():
+    if _forked:
+        raise RuntimeError(
+            "gocoll: this process was forked after process %d loaded libgocoll; the Go runtime "
+            "inside it does not survive fork(), so gocoll cannot be used here. Start workers "
+            "with multiprocessing's 'spawn' start method (multiprocessing.get_context('spawn')) "
+            "or as separate programs (subprocess, torchrun)." % _loaded_pid)
+
+
+def load(environ=None):
+    """Load and declare libgocoll (once per process) and return it."""
+    global _lib, _loaded_pid
+    check_process()
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path, origin in candidate_paths(environ):
+            if os.sep in path and not os.path.exists(path):
+                tried.append((path, "no such file (%s)" % origin))
+                continue
+            try:
+                cdll = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append((path, "%s (%s)" % (e, origin)))
+                continue
+            missing = _declare(cdll)
+            _loaded_pid = os.getpid()
+            _lib = Library(path, cdll, missing)
+            return _lib
+        raise LibraryNotFound(tried)
+
+
+def loaded():
+    """The loaded library, or None if nothing loaded it yet."""
+    return _lib

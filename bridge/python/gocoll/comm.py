@@ -1,0 +1,736 @@
+"""Communicators, collectives and requests over the C ABI (gocoll.h)."""
+
+import atexit
+import ctypes
+import enum
+import itertools
+import sys
+import threading
+
+from . import _buffer, _lib, errors
+from ._buffer import as_buffer
+
+
+class ReduceOp(enum.IntEnum):
+    """gocollRedOp_t. Methods also accept the names as strings."""
+
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4
+
+
+class DataType(enum.IntEnum):
+    """gocollDataType_t (informational: buffers carry their dtype)."""
+
+    INT8 = 0
+    UINT8 = 1
+    INT32 = 2
+    UINT32 = 3
+    INT64 = 4
+    UINT64 = 5
+    FLOAT16 = 6
+    FLOAT32 = 7
+    FLOAT64 = 8
+    BFLOAT16 = 9
+
+
+_OP_NAMES = {
+    "sum": 0, "prod": 1, "product": 1, "max": 2, "min": 3, "avg": 4, "mean": 4, "average": 4,
+}
+
+
+def _op(op):
+    if isinstance(op, str):
+        v = _OP_NAMES.get(op.lower())
+        if v is None:
+            raise errors.InvalidArgument(
+                "gocoll: unknown reduction op %r; use one of 'sum', 'prod', 'max', 'min', 'avg' "
+                "or gocoll.ReduceOp" % op)
+        return v
+    if isinstance(op, int) and not isinstance(op, bool) and 0 <= op <= 4:
+        return int(op)
+    td = sys.modules.get("torch.distributed")
+    red = getattr(td, "ReduceOp", None)
+    if red is not None and isinstance(op, (red, getattr(red, "RedOpType", red))):
+        for name, v in (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4)):
+            if hasattr(red, name) and op == getattr(red, name):
+                return v
+    raise errors.InvalidArgument("gocoll: unknown reduction op %r; use one of 'sum', 'prod', 'max', "
+                                 "'min', 'avg' or gocoll.ReduceOp" % (op,))
+
+
+def _error(lib, rc, op, comm_handle):
+    detail = lib.gocollGetLastError(comm_handle)
+    detail = detail.decode("utf-8", "replace") if detail else ""
+    reason = lib.gocollGetErrorString(rc)
+    reason = reason.decode("utf-8", "replace") if reason else None
+    if not detail:
+        detail = "gocoll: %s failed: %s" % (op, reason)
+    return errors.from_code(rc, detail, reason, op)
+
+
+def _check_call(rc, op, comm_handle=None):
+    if rc != 0:
+        raise _error(_lib.load(), rc, op, comm_handle)
+
+
+def version():
+    """The loaded library's version code (major*10000 + minor*100 + patch)."""
+    lib = _lib.load()
+    v = ctypes.c_int()
+    _check_call(lib.gocollGetVersion(ctypes.byref(v)), "gocollGetVersion")
+    return v.value
+
+
+def get_unique_id():
+    """Create the rendezvous of a new job (128 bytes) and start serving it in
+    this process; give the bytes to every rank's ``init(rank=, size=,
+    unique_id=)``. The process that made it must stay alive until every rank
+    joined (it is usually rank 0). Treat the bytes like a password: they
+    carry the secret that authenticates the job's connections."""
+    lib = _lib.load()
+    uid = _lib.UniqueId()
+    _check_call(lib.gocollGetUniqueId(ctypes.byref(uid)), "gocollGetUniqueId")
+    return ctypes.string_at(ctypes.addressof(uid), _lib.UNIQUE_ID_BYTES)
+
+
+def init(rank=None, size=None, unique_id=None):
+    """Join a job and return its :class:`Comm`.
+
+    - ``gocoll.init()``: from the launcher's environment (torchrun: RANK,
+      WORLD_SIZE, MASTER_ADDR, MASTER_PORT — gocoll's rendezvous uses
+      MASTER_PORT+1 or GOCOLL_PORT; Open MPI; Slurm; GOCOLL_RANK/SIZE/ROOT_ADDR).
+    - ``gocoll.init(rank=r, size=n, unique_id=uid)``: uid from
+      :func:`get_unique_id` on one process.
+
+    Collective: returns once every rank joined. GOCOLL_* settings are read
+    from the environment here.
+    """
+    lib = _lib.load()
+    h = _lib.Comm()
+    if rank is None and size is None and unique_id is None:
+        _check_call(lib.gocollCommInitFromEnv(ctypes.byref(h)), "gocollCommInitFromEnv")
+    else:
+        if rank is None or size is None or unique_id is None:
+            raise errors.InvalidArgument(
+                "gocoll.init: pass rank, size and unique_id together (or none of them, to "
+                "read the launcher's environment)")
+        uid = _unique_id(unique_id)
+        _check_call(lib.gocollCommInitRank(ctypes.byref(h), int(size), uid, int(rank)),
+                    "gocollCommInitRank")
+    return Comm._adopt(lib, h.value)
+
+
+def _unique_id(unique_id):
+    if isinstance(unique_id, _lib.UniqueId):
+        return unique_id
+    if isinstance(unique_id, str):
+        try:
+            unique_id = bytes.fromhex(unique_id)
+        except ValueError:
+            raise errors.InvalidArgument("gocoll: unique_id string must be hex") from None
+    b = bytes(unique_id)
+    if len(b) != _lib.UNIQUE_ID_BYTES:
+        raise errors.InvalidArgument(
+            "gocoll: unique_id must be %d bytes (from gocoll.get_unique_id()), got %d"
+            % (_lib.UNIQUE_ID_BYTES, len(b)))
+    uid = _lib.UniqueId()
+    ctypes.memmove(ctypes.addressof(uid), b, len(b))
+    return uid
+
+
+# ---------------------------------------------------------------------------
+# Live communicators, destroyed at interpreter exit.
+
+_live = {}  # handle -> Comm
+_live_lock = threading.Lock()
+_atexit_registered = False
+
+
+def _register(comm):
+    global _atexit_registered
+    with _live_lock:
+        _live[comm._h] = comm
+        if not _atexit_registered:
+            atexit.register(_destroy_all)
+            _atexit_registered = True
+
+
+def _destroy_all():
+    """atexit: destroy every communicator still alive (children first)."""
+    if _lib.forked():
+        return
+    with _live_lock:
+        comms = list(_live.values())
+    for c in reversed(comms):
+        try:
+            c.destroy()
+        except Exception:  # exiting anyway; a failed peer must not hide the real exit status
+            pass
+
+
+class Work:
+    """A non-blocking operation. Keeps the Python objects of its buffers alive
+    until it completed (also when the caller drops this handle: the
+    communicator holds it until it is done)."""
+
+    __slots__ = ("_comm", "_req", "_keep", "_result", "_op", "_lock", "_done", "_exc",
+                 "__weakref__")
+
+    def __init__(self, comm, req, keep, result, op):
+        self._comm = comm
+        self._req = req
+        self._keep = keep
+        self._result = result
+        self._op = op
+        self._lock = threading.Lock()
+        self._done = False
+        self._exc = None
+
+    def _finish(self, rc):
+        # with self._lock held
+        if rc != 0:
+            self._exc = _error(self._comm._lib, rc, self._op, self._comm._h)
+        self._done = True
+        self._req = None
+        self._keep = None
+        self._comm._forget(self)
+
+    def wait(self, timeout=None):
+        """Block until the operation finished (never longer than
+        GOCOLL_TIMEOUT after it started) and return its result buffer (None
+        for barrier/send); raise the operation's error if it failed.
+        ``timeout`` is accepted for torch.distributed compatibility; the
+        library's GOCOLL_TIMEOUT bounds the wait."""
+        if not self._done:
+            _lib.check_process()
+            with self._lock:
+                if not self._done:
+                    self._finish(self._comm._lib.gocollWait(self._req))
+        if self._exc is not None:
+            raise self._exc
+        return self._result
+
+    def is_completed(self):
+        """True once the operation finished (successfully or not); never blocks.
+        Errors are raised by :meth:`wait`."""
+        if self._done:
+            return True
+        _lib.check_process()
+        if not self._lock.acquire(blocking=False):
+            return False  # another thread is waiting on it
+        try:
+            if not self._done:
+                done = ctypes.c_int()
+                rc = self._comm._lib.gocollTest(self._req, ctypes.byref(done))
+                if done.value:
+                    self._finish(rc)
+                elif rc != 0:
+                    raise _error(self._comm._lib, rc, "gocollTest", self._comm._h)
+        finally:
+            self._lock.release()
+        return self._done
+
+    def exception(self):
+        """The error the finished operation raised, else None."""
+        return self._exc
+
+    def result(self):
+        """Alias of :meth:`wait`."""
+        return self.wait()
+
+    def __repr__(self):
+        state = "done" if self._done else "pending"
+        return "<gocoll.Work %s %s>" % (self._op, state)
+
+
+def _ptr_array(values, n, what):
+    if values is None:
+        return None
+    vals = [int(v) for v in values]
+    if len(vals) != n:
+        raise errors.InvalidArgument("gocoll: alltoallv: %s has %d entries, want one per rank (%d)"
+                                     % (what, len(vals), n))
+    if any(v < 0 for v in vals):
+        raise errors.InvalidArgument("gocoll: alltoallv: %s has a negative entry: %s" % (what, vals))
+    return vals
+
+
+def _prefix(counts):
+    return list(itertools.accumulate([0] + counts[:-1]))
+
+
+class Comm:
+    """One rank's membership in a group; made by :func:`init` or :meth:`split`.
+
+    Collectives take numpy arrays or torch CPU tensors and pass their memory
+    to the library without copying. Blocking calls return their result
+    buffer; ``async_op=True`` (or the ``i``-prefixed method) returns a
+    :class:`Work`. Every rank must issue the same collectives in the same
+    order.
+
+    A ``with`` block destroys the communicator at its end (aborts it when the
+    block raised, so that peers stop waiting); communicators still alive are
+    destroyed at interpreter exit.
+    """
+
+    def __init__(self, *a, **k):
+        raise TypeError("use gocoll.init(...) or comm.split(...)")
+
+    @classmethod
+    def _adopt(cls, lib, handle):
+        self = object.__new__(cls)
+        self._lib = lib
+        self._h = handle
+        self._closed = False
+        self._pending = set()
+        self._plock = threading.Lock()
+        n, r = ctypes.c_int(), ctypes.c_int()
+        _check_call(lib.gocollCommCount(handle, ctypes.byref(n)), "gocollCommCount", handle)
+        _check_call(lib.gocollCommUserRank(handle, ctypes.byref(r)), "gocollCommUserRank", handle)
+        self._size = n.value
+        self._rank = r.value
+        self._waiter = None
+        _register(self)
+        return self
+
+    # -- properties ---------------------------------------------------------
+
+    @property
+    def rank(self):
+        """This process's rank, 0 … size-1."""
+        return self._rank
+
+    @property
+    def size(self):
+        """Number of ranks."""
+        return self._size
+
+    def get_rank(self):
+        return self._rank
+
+    def get_world_size(self):
+        return self._size
+
+    @property
+    def handle(self):
+        """The gocollComm_t value (an integer), for passing to C code."""
+        return self._h
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __repr__(self):
+        state = "closed" if self._closed else "rank %d of %d" % (self._rank, self._size)
+        return "<gocoll.Comm %s>" % state
+
+    # -- lifetime -----------------------------------------------------------
+
+    def _handle(self):
+        if self._closed:
+            raise errors.InvalidUsage("gocoll: communicator was destroyed or aborted",
+                                      code=errors.INVALID_USAGE)
+        _lib.check_process()
+        return self._h
+
+    def _check(self, rc, op):
+        if rc != 0:
+            raise _error(self._lib, rc, op, self._h)
+
+    def _forget(self, work):
+        with self._plock:
+            self._pending.discard(work)
+
+    def pending(self):
+        """Number of non-blocking operations not yet known to be finished."""
+        with self._plock:
+            return len(self._pending)
+
+    def _finish_pending(self):
+        with self._plock:
+            works = list(self._pending)
+        for w in works:
+            try:
+                w.wait()
+            except Exception:
+                pass
+
+    def destroy(self):
+        """Wait for this rank's outstanding operations, then release the
+        communicator (not collective). Idempotent."""
+        if self._closed:
+            return
+        _lib.check_process()
+        self._finish_pending()
+        self._closed = True
+        with _live_lock:
+            _live.pop(self._h, None)
+        self._stop_waiter()
+        self._check(self._lib.gocollCommDestroy(self._h), "gocollCommDestroy")
+
+    close = destroy
+
+    def abort(self):
+        """Abort: every pending operation on this rank fails at once and the
+        peers are told. Never blocks on peers. Idempotent."""
+        if self._closed:
+            return
+        _lib.check_process()
+        self._closed = True
+        with _live_lock:
+            _live.pop(self._h, None)
+        rc = self._lib.gocollCommAbort(self._h)
+        self._finish_pending()  # frees the requests; they report the abort
+        self._stop_waiter()
+        self._check(rc, "gocollCommAbort")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._closed:
+            return False
+        if exc_type is None:
+            self.destroy()
+        else:
+            try:
+                self.abort()
+            except Exception:
+                pass
+        return False
+
+    def async_error(self):
+        """The error that made this communicator unusable (an :class:`Error`
+        instance, not raised), or None while it is healthy."""
+        e = ctypes.c_int()
+        self._check(self._lib.gocollCommGetAsyncError(self._handle(), ctypes.byref(e)),
+                    "gocollCommGetAsyncError")
+        if e.value == 0:
+            return None
+        return _error(self._lib, e.value, "async", self._h)
+
+    def last_error(self):
+        """gocollGetLastError text for this communicator ("" if none)."""
+        s = self._lib.gocollGetLastError(self._h)
+        return s.decode("utf-8", "replace") if s else ""
+
+    def split(self, color, key=None):
+        """Collective: ranks passing the same ``color`` form a new
+        communicator ranked by ``key`` (default: this rank). ``color=None``
+        takes part without joining any (returns None)."""
+        c = _lib.SPLIT_NOCOLOR if color is None else int(color)
+        k = self._rank if key is None else int(key)
+        out = _lib.Comm()
+        self._check(self._lib.gocollCommSplit(self._handle(), c, k, ctypes.byref(out)),
+                    "gocollCommSplit")
+        if not out.value:
+            return None
+        return Comm._adopt(self._lib, out.value)
+
+    # -- memory -------------------------------------------------------------
+
+    def mem_alloc(self, nbytes):
+        """``nbytes`` of page-aligned memory from gocollMemAlloc (what the
+        shared-memory path reads in place), as a :class:`MemBlock`; freed
+        when the block and every array made from it are garbage."""
+        if nbytes <= 0:
+            raise errors.InvalidArgument("gocoll: mem_alloc: size must be positive, got %d" % nbytes)
+        p = ctypes.c_void_p()
+        self._check(self._lib.gocollMemAlloc(ctypes.byref(p), int(nbytes), self._handle()),
+                    "gocollMemAlloc")
+        return MemBlock(self._lib, p.value, int(nbytes))
+
+    def empty(self, shape, dtype="float32"):
+        """A numpy array in gocollMemAlloc memory (uninitialised).
+        (``gocoll.torch.empty(comm, ...)`` makes torch tensors.)"""
+        import numpy as np
+        dt = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        n = 1
+        for s in shape:
+            n *= int(s)
+        block = self.mem_alloc(max(n * dt.itemsize, 1))
+        return block.numpy(dt, n).reshape(shape)
+
+    # -- the call itself ----------------------------------------------------
+
+    def _run(self, name, args, async_op, keep, result, op):
+        h = self._handle()
+        if not async_op:
+            rc = getattr(self._lib, name)(*args, h)
+            if rc != 0:
+                raise _error(self._lib, rc, op, h)
+            return result
+        req = ctypes.c_void_p()
+        rc = getattr(self._lib, "gocollI" + name[len("gocoll"):])(*args, h, ctypes.byref(req))
+        if rc != 0:
+            raise _error(self._lib, rc, op, h)
+        w = Work(self, req.value, keep, result, op)
+        with self._plock:
+            self._pending.add(w)
+        return w
+
+    def _peer(self, peer, what):
+        p = int(peer)
+        if not 0 <= p < self._size:
+            raise errors.InvalidArgument("gocoll: %s %d is outside [0, %d)" % (what, p, self._size))
+        return p
+
+    def _out(self, inp, out, what, shape, count):
+        """Validate or allocate an output of ``count`` elements like ``inp``."""
+        if out is None:
+            o = as_buffer(_buffer.new_like(inp, shape), what)
+            return o
+        o = as_buffer(out, what, writable=True)
+        _buffer.same_kind(inp, o, what)
+        if o.count != count:
+            raise errors.InvalidArgument(
+                "gocoll: %s has %d elements, want %d (%s)" % (what, o.count, count,
+                                                               "shape %s" % (shape,)))
+        return o
+
+    # -- collectives --------------------------------------------------------
+
+    def allreduce(self, tensor, op="sum", *, out=None, async_op=False):
+        """Reduce ``tensor`` over all ranks with ``op``; the result replaces
+        ``tensor`` (in place) or goes to ``out``. Returns the result buffer,
+        or a :class:`Work` when ``async_op``."""
+        b = as_buffer(tensor, "allreduce tensor", writable=out is None)
+        o = b if out is None else self._out(b, out, "allreduce out", tuple(getattr(tensor, "shape", ())), b.count)
+        return self._run("gocollAllReduce", (b.ptr, o.ptr, b.count, b.dtype, _op(op)), async_op,
+                         (b.obj, o.obj), o.obj, "allreduce")
+
+    def reduce(self, tensor, root=0, op="sum", *, out=None, async_op=False):
+        """Like allreduce, but only ``root`` receives the result (into
+        ``tensor``, or ``out``); other ranks' buffers are left unchanged."""
+        root = self._peer(root, "root")
+        is_root = root == self._rank
+        b = as_buffer(tensor, "reduce tensor", writable=is_root and out is None)
+        if out is None:
+            o = b
+        elif is_root:
+            o = self._out(b, out, "reduce out", tuple(tensor.shape), b.count)
+        else:
+            o = as_buffer(out, "reduce out", writable=False)
+        return self._run("gocollReduce", (b.ptr, o.ptr, b.count, b.dtype, _op(op), root), async_op,
+                         (b.obj, o.obj), o.obj, "reduce")
+
+    def broadcast(self, tensor, root=0, *, out=None, async_op=False):
+        """Copy root's ``tensor`` to every rank's ``tensor`` (or ``out``)."""
+        root = self._peer(root, "root")
+        is_root = root == self._rank
+        b = as_buffer(tensor, "broadcast tensor", writable=out is None and not is_root)
+        o = b if out is None else self._out(b, out, "broadcast out", tuple(tensor.shape), b.count)
+        return self._run("gocollBroadcast", (b.ptr, o.ptr, b.count, b.dtype, root), async_op,
+                         (b.obj, o.obj), o.obj, "broadcast")
+
+    def allgather(self, tensor, *, out=None, async_op=False):
+        """Gather every rank's ``tensor`` into ``out`` (size × tensor, in rank
+        order); a new array/tensor of shape ``(size, *tensor.shape)`` when
+        ``out`` is None. In place when ``tensor`` is ``out``'s block ``rank``."""
+        b = as_buffer(tensor, "allgather tensor", writable=False)
+        shape = (self._size,) + tuple(tensor.shape)
+        o = self._out(b, out, "allgather out", shape, b.count * self._size)
+        return self._run("gocollAllGather", (b.ptr, o.ptr, b.count, b.dtype), async_op,
+                         (b.obj, o.obj), o.obj, "allgather")
+
+    all_gather = allgather
+
+    def reduce_scatter(self, tensor, op="sum", *, out=None, async_op=False):
+        """Reduce ``tensor`` (size blocks of equal length) over all ranks and
+        give block ``rank`` to this rank: into ``out`` or a new buffer of
+        shape ``tensor.shape[1:]`` (if ``tensor.shape[0] == size``) or
+        ``(numel // size,)``."""
+        b = as_buffer(tensor, "reduce_scatter tensor", writable=False)
+        if b.count % self._size:
+            raise errors.InvalidArgument(
+                "gocoll: reduce_scatter tensor has %d elements, not a multiple of the %d ranks"
+                % (b.count, self._size))
+        n = b.count // self._size
+        shp = tuple(tensor.shape)
+        shape = shp[1:] if shp and shp[0] == self._size else (n,)
+        o = self._out(b, out, "reduce_scatter out", shape, n)
+        return self._run("gocollReduceScatter", (b.ptr, o.ptr, n, b.dtype, _op(op)), async_op,
+                         (b.obj, o.obj), o.obj, "reduce_scatter")
+
+    def alltoall(self, tensor, *, out=None, async_op=False):
+        """Block j of ``tensor`` (numel/size elements) goes to rank j, which
+        stores it as block ``rank`` of its result (``out``, a new buffer of
+        ``tensor``'s shape, or ``tensor`` itself when ``out is tensor``)."""
+        b = as_buffer(tensor, "alltoall tensor", writable=out is tensor)
+        if b.count % self._size:
+            raise errors.InvalidArgument(
+                "gocoll: alltoall tensor has %d elements, not a multiple of the %d ranks"
+                % (b.count, self._size))
+        o = b if out is tensor else self._out(b, out, "alltoall out", tuple(tensor.shape), b.count)
+        return self._run("gocollAllToAll", (b.ptr, o.ptr, b.count // self._size, b.dtype), async_op,
+                         (b.obj, o.obj), o.obj, "alltoall")
+
+    def alltoallv(self, tensor, send_counts, recv_counts, *, send_displs=None, recv_displs=None,
+                  out=None, async_op=False):
+        """All-to-all with per-peer counts (elements): ``send_counts[j]``
+        elements from ``tensor`` at ``send_displs[j]`` go to rank j, which
+        stores them at ``recv_displs[rank]`` of its ``out``. Displacements
+        default to the packed prefix sums; ``out`` defaults to a new 1-D
+        buffer just large enough."""
+        n = self._size
+        sc = _ptr_array(send_counts, n, "send_counts")
+        rc = _ptr_array(recv_counts, n, "recv_counts")
+        sd = _ptr_array(send_displs, n, "send_displs") or _prefix(sc)
+        rd = _ptr_array(recv_displs, n, "recv_displs") or _prefix(rc)
+        b = as_buffer(tensor, "alltoallv tensor", writable=False)
+        need_s = max((d + c for d, c in zip(sd, sc) if c), default=0)
+        if need_s > b.count:
+            raise errors.InvalidArgument(
+                "gocoll: alltoallv: send blocks reach element %d but tensor has %d elements"
+                % (need_s, b.count))
+        need_r = max((d + c for d, c in zip(rd, rc) if c), default=0)
+        if out is None:
+            o = as_buffer(_buffer.new_like(b, (need_r,)), "alltoallv out")
+        else:
+            o = as_buffer(out, "alltoallv out", writable=True)
+            _buffer.same_kind(b, o, "alltoallv out")
+            if need_r > o.count:
+                raise errors.InvalidArgument(
+                    "gocoll: alltoallv: receive blocks reach element %d but out has %d elements"
+                    % (need_r, o.count))
+        arr = _lib.c_size_t * n
+        a_sc, a_sd, a_rc, a_rd = arr(*sc), arr(*sd), arr(*rc), arr(*rd)
+        return self._run("gocollAllToAllv", (b.ptr, a_sc, a_sd, o.ptr, a_rc, a_rd, b.dtype),
+                         async_op, (b.obj, o.obj, a_sc, a_sd, a_rc, a_rd), o.obj, "alltoallv")
+
+    def send(self, tensor, peer, *, async_op=False):
+        """Send ``tensor`` to ``peer``, which posts a matching :meth:`recv`."""
+        peer = self._peer(peer, "peer")
+        b = as_buffer(tensor, "send tensor", writable=False)
+        return self._run("gocollSend", (b.ptr, b.count, b.dtype, peer), async_op, (b.obj,), None,
+                         "send")
+
+    def recv(self, tensor, peer, *, async_op=False):
+        """Receive ``peer``'s matching :meth:`send` into ``tensor``."""
+        peer = self._peer(peer, "peer")
+        b = as_buffer(tensor, "recv tensor", writable=True)
+        return self._run("gocollRecv", (b.ptr, b.count, b.dtype, peer), async_op, (b.obj,), b.obj,
+                         "recv")
+
+    def barrier(self, *, async_op=False):
+        """Return once every rank called barrier."""
+        return self._run("gocollBarrier", (), async_op, None, None, "barrier")
+
+    # -- non-blocking spellings --------------------------------------------
+
+    def iallreduce(self, tensor, op="sum", *, out=None):
+        return self.allreduce(tensor, op, out=out, async_op=True)
+
+    def ireduce(self, tensor, root=0, op="sum", *, out=None):
+        return self.reduce(tensor, root, op, out=out, async_op=True)
+
+    def ibroadcast(self, tensor, root=0, *, out=None):
+        return self.broadcast(tensor, root, out=out, async_op=True)
+
+    def iallgather(self, tensor, *, out=None):
+        return self.allgather(tensor, out=out, async_op=True)
+
+    def ireduce_scatter(self, tensor, op="sum", *, out=None):
+        return self.reduce_scatter(tensor, op, out=out, async_op=True)
+
+    def ialltoall(self, tensor, *, out=None):
+        return self.alltoall(tensor, out=out, async_op=True)
+
+    def ialltoallv(self, tensor, send_counts, recv_counts, **kw):
+        return self.alltoallv(tensor, send_counts, recv_counts, async_op=True, **kw)
+
+    def isend(self, tensor, peer):
+        return self.send(tensor, peer, async_op=True)
+
+    def irecv(self, tensor, peer):
+        return self.recv(tensor, peer, async_op=True)
+
+    def ibarrier(self):
+        return self.barrier(async_op=True)
+
+    # -- completion callbacks -----------------------------------------------
+
+    def on_complete(self, work, callback):
+        """Call ``callback(work)`` on this communicator's waiter thread once
+        ``work`` finished. Works complete in issue order, so one thread
+        waiting on them in order adds no delay (used by the DDP hook)."""
+        with self._plock:
+            if self._waiter is None:
+                self._waiter = _Waiter(self)
+            waiter = self._waiter
+        waiter.put(work, callback)
+
+    def _stop_waiter(self):
+        with self._plock:
+            w, self._waiter = self._waiter, None
+        if w is not None:
+            w.stop()
+
+
+class _Waiter:
+    """One daemon thread per communicator that waits on works in order and
+    runs their callbacks (ctypes releases the GIL while it waits)."""
+
+    def __init__(self, comm):
+        import queue
+        self._q = queue.SimpleQueue()
+        self._t = threading.Thread(target=self._loop, name="gocoll-waiter-%d" % comm.rank,
+                                   daemon=True)
+        self._t.start()
+
+    def put(self, work, callback):
+        self._q.put((work, callback))
+
+    def stop(self):
+        self._q.put(None)
+        if threading.current_thread() is not self._t:
+            self._t.join(timeout=60)
+
+    def _loop(self):
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            work, callback = item
+            try:
+                work.wait()
+            except BaseException:
+                pass  # the callback inspects work.exception()
+            try:
+                callback(work)
+            except BaseException as e:  # never kill the waiter
+                print("gocoll: completion callback raised %r" % (e,), file=sys.stderr)
+
+
+class MemBlock:
+    """Memory from gocollMemAlloc. ``numpy()`` views it as an array (the
+    array keeps the block alive); gocollMemFree runs when the block and all
+    views are garbage (not at interpreter exit, where an operation might
+    still use it)."""
+
+    def __init__(self, lib, ptr, nbytes):
+        import weakref
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.__array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
+        }
+        fin = weakref.finalize(self, MemBlock._free, lib, ptr)
+        fin.atexit = False
+
+    @staticmethod
+    def _free(lib, ptr):
+        if not _lib.forked():
+            lib.gocollMemFree(ptr, None)
+
+    def numpy(self, dtype="uint8", count=None):
+        """A 1-D numpy view of the block (``count`` elements of ``dtype``)."""
+        import numpy as np
+        dt = np.dtype(dtype)
+        raw = np.asarray(self)
+        n = self.nbytes // dt.itemsize if count is None else int(count)
+        return raw[: n * dt.itemsize].view(dt)

@@ -1,0 +1,37 @@
+"""Every collective × every dtype, numpy and torch, blocking and async, on
+real multi-process jobs (torchrun-style environment)."""
+
+from launch import run_ranks
+
+TORCH_DTYPES = 8  # int8 uint8 int32 int64 float16 bfloat16 float32 float64
+NUMPY_DTYPES = 9  # int8 uint8 int32 uint32 int64 uint64 float16 float32 float64
+
+
+def _checked(results):
+    counts = [r.result["checked"] for r in results]
+    assert all(c == counts[0] for c in counts[:-1])
+    return counts[0]
+
+
+def test_every_collective_numpy_and_torch_4_ranks(library):
+    res = run_ranks("collectives.py", 4, ["both"], timeout=120)
+    counts = _checked(res)
+    # 19 checks per dtype (5 allreduce ops, prod, out, reduce, 2 broadcast,
+    # 2 allgather, 2 reduce_scatter, 2 alltoall, alltoallv, send/recv pair,
+    # blocking pair) on every rank
+    assert counts["numpy"] >= 18 * NUMPY_DTYPES
+    assert counts["torch"] >= 18 * TORCH_DTYPES
+    assert counts["numpy-async"] == counts["numpy"]
+    assert counts["torch-async"] == counts["torch"]
+
+
+def test_non_power_of_two_ranks(library):
+    _checked(run_ranks("collectives.py", 3, ["numpy"], timeout=90))
+
+
+def test_single_rank(library):
+    _checked(run_ranks("collectives.py", 1, ["numpy"], timeout=60))
+
+
+def test_tcp_transport(library):
+    _checked(run_ranks("collectives.py", 2, ["numpy"], env={"GOCOLL_TRANSPORT": "tcp"}, timeout=90))
