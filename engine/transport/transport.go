@@ -17,6 +17,7 @@ type Kind uint8
 const (
 	KindData  Kind = 1 // payload of a collective step
 	KindAbort Kind = 2 // the sender aborted; payload is the reason text
+	KindClose Kind = 3 // orderly goodbye: the sender closed its communicator, nothing follows
 )
 
 // HeaderSize is the encoded size of a Header on byte-stream transports.

@@ -20,6 +20,18 @@
 // registered, so the fast path makes no system call. While waiting, a rank
 // watches its context, its own Abort/Close, the peer's segment state (closed or
 // aborted, with the reason) and the liveness of the peer's process.
+//
+// Failure propagation: besides, a watcher goroutine looks at the state word of
+// every peer's segment every 50 ms and at every peer's process every 100 ms.
+// When any peer aborted (or announces a failure it heard of) or its process
+// died, this transport fails every pending and later call with a
+// *transport.RemoteAbortError or *transport.PeerLostError naming the rank
+// where the failure started, and announces it in its own segment in turn, so
+// that a rank waiting on another peer, or in no call, stops too. Messages that
+// the failed peer sent before are still delivered to a Recv that takes them
+// (the watcher gives it unreadGrace). A peer's orderly Close is not a failure:
+// only a later Recv from it (once its messages were taken) or Send to it fails,
+// with transport.ErrPeerLost.
 package shm
 
 import (

@@ -39,6 +39,8 @@ const (
 	offDataOff   = 72
 	offState     = 128 // own cache line: stateReady, stateClosed, stateAborted
 	offReasonLen = 192
+	offOrigin    = 200 // rank where the failure started, plus 1 (0: this rank)
+	offCause     = 208 // causeAborted or causeLost
 	offReason    = 256 // abort reason text up to the end of the page
 	maxReason    = pageSize - offReason
 
@@ -50,6 +52,13 @@ const (
 	ctlHead     = 128 // bytes consumed so far (consumer); low 32 bits are the producer's futex word
 	ctlConsWait = 256 // consumer sleeps on tail (consumer writes, producer reads)
 	ctlProdWait = 384 // producer sleeps on head (producer writes, consumer reads)
+)
+
+// What an aborted segment reports (offCause): the origin rank aborted with
+// the reason, or was lost (its process died).
+const (
+	causeAborted uint64 = 0
+	causeLost    uint64 = 1
 )
 
 const (
@@ -165,6 +174,17 @@ func (s *peerSegment) reason() string {
 		n = maxReason
 	}
 	return string(s.hdr[offReason : offReason+int(n)])
+}
+
+// failure reads the failure a peer announced; call after state() returned
+// stateAborted.
+func (s *peerSegment) failure(peer int) transport.Failure {
+	f := transport.Failure{Origin: peer, Reason: s.reason()}
+	if o := word(s.hdr, offOrigin).Load(); o > 0 {
+		f.Origin = int(o - 1)
+	}
+	f.Lost = word(s.hdr, offCause).Load() == causeLost
+	return f
 }
 
 func (s *peerSegment) unmap() {

@@ -48,7 +48,12 @@ type Transport struct {
 	opMu     sync.RWMutex
 	aborted  atomic.Bool
 	closed   atomic.Bool
-	abortErr error // set before aborted is stored
+	failMu   sync.Mutex        // serialises failWith and Close's choice of the final state
+	abortErr error             // set before aborted is stored
+	failure  transport.Failure // what this rank announced; set before aborted is stored
+
+	quit     chan struct{} // closed to stop the watcher
+	quitOnce sync.Once
 
 	shutMu   sync.Mutex
 	shutDone bool
@@ -59,6 +64,7 @@ type Transport struct {
 type peerConn struct {
 	rank   int
 	remote bool // in another process: check its liveness while waiting
+	pidfd  int  // the remote process's pidfd for the watcher, or -1
 	seg    *peerSegment
 	out    *ring // in the peer's segment: this rank produces
 	in     ring  // in the own segment: this rank consumes
@@ -118,6 +124,7 @@ func Create(cfg Config) (*Transport, error) {
 		log:       log,
 		slots:     make(map[int]int, len(peers)),
 		conns:     make([]*peerConn, cfg.Size),
+		quit:      make(chan struct{}),
 	}
 	if len(peers)+1 <= runtime.NumCPU() {
 		t.spin, t.yields = spinUndersubscribed, yieldsUnder
@@ -168,6 +175,7 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 	fail := func(err error) error {
 		for _, c := range done {
 			c.seg.unmap()
+			c.closePidfd()
 		}
 		return err
 	}
@@ -185,13 +193,18 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		if err != nil {
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w", t.rank, r, err))
 		}
-		c := &peerConn{rank: r, remote: seg.pid != self, seg: seg, out: &seg.ring}
+		c := &peerConn{rank: r, remote: seg.pid != self, seg: seg, out: &seg.ring, pidfd: -1}
 		done = append(done, c)
+		if c.remote {
+			// Before the liveness check, so that it is known to refer
+			// to the process that created the segment.
+			c.pidfd = pidfdOpen(seg.pid)
+		}
 		if c.remote && !processAlive(seg.pid, seg.start) {
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w (process %d is gone)", t.rank, r, transport.ErrPeerLost, seg.pid))
 		}
 		if st := seg.state(); st != stateReady {
-			if err := c.remoteErr(); err != nil {
+			if err, _ := c.remoteErr(); err != nil {
 				return fail(fmt.Errorf("shm: rank %d connecting: %w", t.rank, err))
 			}
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w: segment state %d", t.rank, r, transport.ErrProtocol, st))
@@ -206,6 +219,17 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		t.conns[c.rank] = c
 	}
 	t.connected.Store(true)
+	if len(done) > 0 {
+		var pfds []pollFd
+		polled := make(map[int]int)
+		for _, c := range done {
+			if c.pidfd >= 0 {
+				polled[c.rank] = len(pfds)
+				pfds = append(pfds, pollFd{fd: int32(c.pidfd)})
+			}
+		}
+		go t.watch(pfds, polled)
+	}
 	t.log.Debug("shm: connected", "rank", t.rank, "peers", ranks)
 	return nil
 }
@@ -267,6 +291,16 @@ func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data
 	}
 	if err := t.localErr(); err != nil {
 		return err
+	}
+	if p.seg.state() != stateReady {
+		// Closed (nobody will read) or failed: do not write into the void.
+		if err, failed := p.remoteErr(); err != nil {
+			if failed {
+				err = t.fail(err)
+			}
+			p.sendErr = err
+			return err
+		}
 	}
 	var hb [transport.HeaderSize]byte
 	h.Encode(hb[:])
@@ -391,7 +425,7 @@ func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, b
 		if got.Len <= maxAbortPayload {
 			reason := make([]byte, got.Len)
 			if err = t.read(ctx, p, reason); err == nil {
-				err = &transport.RemoteAbortError{Peer: peer, Reason: string(reason)}
+				err = t.fail(transport.FailureFrom(peer, got, string(reason)).Err())
 			}
 		}
 	} else if err == nil {
@@ -412,6 +446,12 @@ func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, b
 // KindAbort message to every peer whose ring has room (without blocking),
 // fails pending and later calls with an error wrapping transport.ErrAborted,
 // then unmaps and unlinks. Later Aborts and Close do nothing.
+//
+// A reason that wraps a *transport.RemoteAbortError or a
+// *transport.PeerLostError (a failure this rank learnt of, e.g. through
+// another transport) is announced as that failure, naming the rank where it
+// started. After this transport stopped by itself because of a peer's
+// failure, Abort keeps that failure as the error of later calls.
 func (t *Transport) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("aborted")
@@ -420,10 +460,57 @@ func (t *Transport) Abort(reason error) {
 }
 
 // Close marks this rank's segment closed (peers waiting on it fail with
-// transport.ErrPeerLost), fails pending calls with ErrClosed, unmaps and
-// unlinks. Idempotent.
+// transport.ErrPeerLost, after what it sent before; the others go on), fails
+// pending calls with ErrClosed, unmaps and unlinks. Idempotent.
 func (t *Transport) Close() error {
 	return t.shutdown(nil)
+}
+
+// failWith stops this transport with err (calls fail with it from now on)
+// and announces f in the own segment, so that the peers stop too: they watch
+// every peer's state word. Only the first failure acts; an orderly close in
+// progress is left alone. The caller holds opMu for reading (or is shutdown,
+// before it unmaps). It returns whether this call acted.
+func (t *Transport) failWith(err error, f transport.Failure) bool {
+	t.failMu.Lock()
+	defer t.failMu.Unlock()
+	if t.closed.Load() || t.aborted.Load() {
+		return false
+	}
+	t.abortErr = err
+	t.failure = f
+	text := f.Reason
+	n := copy(t.own[offReason:offReason+maxReason], text)
+	word(t.own, offReasonLen).Store(uint64(n))
+	word(t.own, offOrigin).Store(uint64(f.Origin + 1))
+	cause := causeAborted
+	if f.Lost {
+		cause = causeLost
+	}
+	word(t.own, offCause).Store(cause)
+	t.aborted.Store(true)
+	word(t.own, offState).Store(stateAborted)
+	t.stopWatch()
+	t.wakeAll()
+	return true
+}
+
+// fail stops this transport because of a peer's failure: err is or wraps
+// the *transport.RemoteAbortError or *transport.PeerLostError naming the
+// rank where it started. It returns the error calls fail with now: err, or
+// the failure (or Abort or Close) that came first. Caller as for failWith.
+func (t *Transport) fail(err error) error {
+	if t.failWith(err, transport.FailureOf(t.rank, err)) {
+		t.log.Warn("shm: stopping after a peer's failure", "rank", t.rank, "err", err)
+	}
+	if lerr := t.localErr(); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
+func (t *Transport) stopWatch() {
+	t.quitOnce.Do(func() { close(t.quit) })
 }
 
 func (t *Transport) shutdown(reason error) error {
@@ -433,16 +520,21 @@ func (t *Transport) shutdown(reason error) error {
 		return nil
 	}
 	t.shutDone = true
-	st := stateClosed
+	t.stopWatch()
 	if reason != nil {
-		st = stateAborted
-		t.abortErr = fmt.Errorf("%w: %v", transport.ErrAborted, reason)
-		t.aborted.Store(true)
-		text := reason.Error()
-		n := copy(t.own[offReason:offReason+maxReason], text)
-		word(t.own, offReasonLen).Store(uint64(n))
-		if len(text) > n {
-			text = text[:n]
+		t.failWith(fmt.Errorf("%w: %v", transport.ErrAborted, reason), transport.FailureOf(t.rank, reason))
+	}
+	t.failMu.Lock()
+	failed := t.aborted.Load()
+	if !failed {
+		t.closed.Store(true)
+		word(t.own, offState).Store(stateClosed)
+	}
+	t.failMu.Unlock()
+	if failed {
+		text := t.failure.Reason
+		if len(text) > maxReason {
+			text = text[:maxReason]
 		}
 		t.log.Debug("shm: abort", "rank", t.rank, "reason", text)
 		if t.connected.Load() {
@@ -452,10 +544,7 @@ func (t *Transport) shutdown(reason error) error {
 				}
 			}
 		}
-	} else {
-		t.closed.Store(true)
 	}
-	word(t.own, offState).Store(st)
 	// Wake everything that may sleep on these rings, here and in the peers,
 	// until the calls in flight left (a wake can miss a waiter that is just
 	// going to sleep; the futex timeout bounds that, the loop shortens it).
@@ -470,6 +559,7 @@ func (t *Transport) shutdown(reason error) error {
 		for _, p := range t.conns {
 			if p != nil {
 				p.seg.unmap()
+				p.closePidfd() // the watcher is gone: it holds opMu while it polls
 			}
 		}
 	}
@@ -484,10 +574,11 @@ func (t *Transport) shutdown(reason error) error {
 	return err
 }
 
-// sendAbort writes a KindAbort message to p if no Send is in progress and
-// the ring has room for all of it.
+// sendAbort writes a KindAbort message announcing t.failure to p if no Send
+// is in progress, the ring has room for all of it, and p is not where the
+// failure came from.
 func (t *Transport) sendAbort(p *peerConn, reason string) {
-	if !p.sendMu.TryLock() {
+	if p.rank == t.failure.Origin || !p.sendMu.TryLock() {
 		return
 	}
 	defer p.sendMu.Unlock()
@@ -500,7 +591,7 @@ func (t *Transport) sendAbort(p *peerConn, reason string) {
 		return
 	}
 	var hb [transport.HeaderSize]byte
-	transport.Header{Kind: transport.KindAbort, Len: uint64(len(reason))}.Encode(hb[:])
+	t.failure.AbortHeader(len(reason)).Encode(hb[:])
 	tail := p.outTail
 	for _, b := range [][]byte{hb[:], []byte(reason)} {
 		off := tail & r.mask
@@ -511,6 +602,13 @@ func (t *Transport) sendAbort(p *peerConn, reason string) {
 	r.tail.Store(tail)
 	p.outTail = tail
 	p.sendErr = t.abortErr
+}
+
+func (p *peerConn) closePidfd() {
+	if p.pidfd >= 0 {
+		syscall.Close(p.pidfd)
+		p.pidfd = -1
+	}
 }
 
 func (t *Transport) wakeAll() {

@@ -48,6 +48,14 @@ func TestChild(t *testing.T) {
 		fmt.Println("@@ABORTED")
 		for in.Scan() { // until the parent is done
 		}
+	case "close": // send "last!" to rank 1, close and exit at once
+		h := transport.Header{Kind: transport.KindData, Len: 5}
+		if err := tr.Send(ctx, 1, h, []byte("last!")); err != nil {
+			fmt.Printf("@@ERR %v\n", err)
+			return
+		}
+		tr.Close()
+		fmt.Println("@@CLOSED")
 	case "echo": // benchmark peer: "PING n size" or "SINK n size"
 		for in.Scan() {
 			f := strings.Fields(in.Text())
@@ -590,5 +598,224 @@ func TestProcStart(t *testing.T) {
 	}
 	if _, alive := procStart(1 << 30); alive {
 		t.Error("nonexistent pid alive")
+	}
+}
+
+// ---- failure propagation: a rank hears of an abort or a death even when
+// it waits on another rank, or is in no call at all ----
+
+func within(t *testing.T, ch <-chan error, d time.Duration, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s still pending after %v", what, d)
+		return nil
+	}
+}
+
+func wantAbortFrom(t *testing.T, what string, err error, origin int, reason string) {
+	t.Helper()
+	var ra *transport.RemoteAbortError
+	if !errors.Is(err, transport.ErrRemoteAbort) || !errors.As(err, &ra) || ra.Peer != origin || ra.Reason != reason {
+		t.Errorf("%s: got %v, want a RemoteAbortError from rank %d with reason %q", what, err, origin, reason)
+	}
+}
+
+func wantLost(t *testing.T, what string, err error, origin int) {
+	t.Helper()
+	var pl *transport.PeerLostError
+	if !errors.Is(err, transport.ErrPeerLost) || !errors.As(err, &pl) || pl.Peer != origin {
+		t.Errorf("%s: got %v, want ErrPeerLost naming rank %d", what, err, origin)
+	}
+}
+
+func dataHdr(n int) transport.Header {
+	return transport.Header{Kind: transport.KindData, Len: uint64(n)}
+}
+
+// blockOn starts rank 1's call that waits on rank 2: a Send larger than the
+// ring (rank 2 never reads) or a Recv (rank 2 never sends).
+func blockOn(ctx context.Context, tr1 *Transport, op string) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		if op == "send" {
+			big := make([]byte, 4*testRing)
+			ch <- tr1.Send(ctx, 2, dataHdr(len(big)), big)
+		} else {
+			ch <- tr1.Recv(ctx, 2, dataHdr(8), make([]byte, 8))
+		}
+	}()
+	return ch
+}
+
+// idleCall is rank 2's next call: a Send that fits into the ring, so it
+// would succeed had rank 2 not heard.
+func idleCall(ctx context.Context, tr2 *Transport) error {
+	return tr2.Send(ctx, 1, dataHdr(8), make([]byte, 8))
+}
+
+// localRanks creates ranks 1 and 2 of three in this process, rank 0 being a
+// child started with role.
+func localRanks(t *testing.T, role string) (*child, []*Transport, [8]byte) {
+	t.Helper()
+	tag := newTag(t)
+	ts := make([]*Transport, 3)
+	for r := 1; r <= 2; r++ {
+		tr, err := Create(Config{Rank: r, Size: 3, Peers: allRanks(3), Tag: tag, RingBytes: testRing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[r] = tr
+	}
+	c := startChild(t, role, 0, 3, tag, testRing)
+	connectChildren(t, []*child{c}, ts[1:])
+	return c, ts, tag
+}
+
+func TestAbortReachesEveryRank(t *testing.T) {
+	const reason = "rank 0: loss is NaN"
+	for _, where := range []string{"in-process", "processes"} {
+		for _, op := range []string{"send", "recv"} {
+			t.Run(where+"/"+op, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				var ts []*Transport
+				var c *child
+				if where == "in-process" {
+					ts, _ = newGroup(t, 3, testRing)
+				} else {
+					c, ts, _ = localRanks(t, "abort")
+				}
+				pending := blockOn(ctx, ts[1], op)
+				time.Sleep(100 * time.Millisecond)
+				start := time.Now()
+				if c == nil {
+					ts[0].Abort(errors.New(reason))
+				} else {
+					c.say(t, "%s", reason)
+				}
+				err := within(t, pending, time.Second, "rank 1's call waiting on rank 2")
+				t.Logf("rank 1 failed after %v: %v", time.Since(start), err)
+				wantAbortFrom(t, "rank 1", err, 0, reason)
+				time.Sleep(time.Until(start.Add(time.Second)))
+				wantAbortFrom(t, "rank 2's next call", idleCall(ctx, ts[2]), 0, reason)
+				wantAbortFrom(t, "rank 1's next call", ts[1].Recv(ctx, 2, dataHdr(0), nil), 0, reason)
+				if c != nil {
+					c.expect(t, "ABORTED")
+				}
+			})
+		}
+	}
+}
+
+func TestKilledRankReachesEveryRank(t *testing.T) {
+	for _, op := range []string{"send", "recv"} {
+		t.Run(op, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c, ts, _ := localRanks(t, "sleep")
+			c.expect(t, "SLEEPING")
+			pending := blockOn(ctx, ts[1], op)
+			time.Sleep(100 * time.Millisecond)
+			start := time.Now()
+			if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			err := within(t, pending, 2*time.Second, "rank 1's call waiting on rank 2")
+			t.Logf("rank 1 failed %v after SIGKILL: %v", time.Since(start), err)
+			wantLost(t, "rank 1", err, 0)
+			time.Sleep(time.Until(start.Add(time.Second)))
+			wantLost(t, "rank 2's next call", idleCall(ctx, ts[2]), 0)
+		})
+	}
+}
+
+func TestAbortWithUnreadMessages(t *testing.T) {
+	// Rank 0 sent rank 1 a message, then aborts while rank 1 waits on
+	// rank 2: the unread message does not keep rank 1 waiting for long.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ts, _ := newGroup(t, 3, testRing)
+	if err := ts[0].Send(ctx, 1, dataHdr(3), []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	pending := blockOn(ctx, ts[1], "recv")
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	ts[0].Abort(errors.New("stop"))
+	err := within(t, pending, time.Second, "rank 1's Recv from rank 2")
+	t.Logf("rank 1 failed after %v: %v", time.Since(start), err)
+	wantAbortFrom(t, "rank 1", err, 0, "stop")
+}
+
+func TestOrderlyCloseIsNotAFailure(t *testing.T) {
+	for _, where := range []string{"in-process", "processes"} {
+		t.Run(where, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var ts []*Transport
+			if where == "in-process" {
+				ts, _ = newGroup(t, 3, testRing)
+				if err := ts[0].Send(ctx, 1, dataHdr(5), []byte("last!")); err != nil {
+					t.Fatal(err)
+				}
+				ts[0].Close()
+			} else {
+				var c *child
+				c, ts, _ = localRanks(t, "close")
+				c.expect(t, "CLOSED")
+				if err := c.cmd.Wait(); err != nil { // and it exited
+					t.Fatalf("child: %v\n%s", err, c.output())
+				}
+			}
+			time.Sleep(200 * time.Millisecond) // the watchers look meanwhile
+			buf := make([]byte, 5)
+			if err := ts[1].Recv(ctx, 0, dataHdr(5), buf); err != nil || string(buf) != "last!" {
+				t.Fatalf("message sent before the close: %v %q", err, buf)
+			}
+			err := ts[1].Recv(ctx, 0, dataHdr(5), buf)
+			wantLost(t, "Recv from the closed rank", err, 0)
+			if err != nil && !strings.Contains(err.Error(), "closed its communicator") {
+				t.Errorf("Recv from the closed rank: %v, want it to say so", err)
+			}
+			wantLost(t, "Send to the closed rank", ts[1].Send(ctx, 0, dataHdr(1), []byte{1}), 0)
+			for i := range 5 {
+				n := 3 * testRing
+				e := make(chan error, 2)
+				for _, r := range []int{1, 2} {
+					go func() {
+						b := make([]byte, n)
+						fill(b, r, 3-r, i)
+						sent := make(chan error, 1)
+						go func() { sent <- ts[r].Send(ctx, 3-r, hdr(r, 3-r, i, n), b) }()
+						got := make([]byte, n)
+						if err := ts[r].Recv(ctx, 3-r, hdr(3-r, r, i, n), got); err != nil {
+							e <- err
+							return
+						}
+						if err := <-sent; err != nil {
+							e <- err
+							return
+						}
+						b = make([]byte, n)
+						fill(b, 3-r, r, i)
+						if string(got) != string(b) {
+							e <- fmt.Errorf("rank %d: wrong content", r)
+							return
+						}
+						e <- nil
+					}()
+				}
+				for range 2 {
+					if err := <-e; err != nil {
+						t.Fatalf("round %d between ranks 1 and 2 after rank 0 closed: %v", i, err)
+					}
+				}
+				time.Sleep(30 * time.Millisecond)
+			}
+		})
 	}
 }

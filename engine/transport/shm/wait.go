@@ -115,9 +115,12 @@ func (t *Transport) await(ctx context.Context, p *peerConn, k waitKind, w *atomi
 			}
 			return err
 		}
-		if err := p.remoteErr(); err != nil {
+		if err, failed := p.remoteErr(); err != nil {
 			if k == waitData && w.Load() != old {
 				return nil
+			}
+			if failed {
+				err = t.fail(err)
 			}
 			return err
 		}
@@ -147,8 +150,11 @@ func (t *Transport) await(ctx context.Context, p *peerConn, k waitKind, w *atomi
 					if k == waitData && w.Load() != old {
 						return nil
 					}
+					if p.seg.state() == stateClosed {
+						return p.closedErr()
+					}
 					t.log.Warn("shm: peer process gone", "rank", t.rank, "peer", p.rank, "pid", p.seg.pid)
-					return fmt.Errorf("shm: %v rank %d: %w (process %d exited)", k, p.rank, transport.ErrPeerLost, p.seg.pid)
+					return t.fail(fmt.Errorf("shm: %v rank %d: %w", k, p.rank, p.lostErr()))
 				}
 			}
 		}
@@ -156,13 +162,155 @@ func (t *Transport) await(ctx context.Context, p *peerConn, k waitKind, w *atomi
 }
 
 // remoteErr reports a peer that closed or aborted, from the state word in its
-// segment.
-func (p *peerConn) remoteErr() error {
+// segment. failed tells an abort (or a failure the peer relays: a
+// *transport.RemoteAbortError or *transport.PeerLostError naming the rank
+// where it started) from an orderly close.
+func (p *peerConn) remoteErr() (err error, failed bool) {
 	switch p.seg.state() {
 	case stateClosed:
-		return fmt.Errorf("shm: rank %d: %w (it closed its transport)", p.rank, transport.ErrPeerLost)
+		return p.closedErr(), false
 	case stateAborted:
-		return &transport.RemoteAbortError{Peer: p.rank, Reason: p.seg.reason()}
+		return p.seg.failure(p.rank).Err(), true
 	}
-	return nil
+	return nil, false
+}
+
+func (p *peerConn) closedErr() error {
+	return fmt.Errorf("shm: %w", &transport.PeerLostError{Peer: p.rank, Reason: "closed its communicator"})
+}
+
+func (p *peerConn) lostErr() error {
+	return &transport.PeerLostError{Peer: p.rank, Reason: fmt.Sprintf("process %d exited", p.seg.pid)}
+}
+
+// watchEvery is how often the watcher looks at every peer's state word; it
+// checks the peers' processes every livenessEvery. unreadGrace is how long
+// it lets a failed peer's unread messages wait for a Recv (which delivers
+// them first) before failing this transport anyway.
+const (
+	watchEvery  = 50 * time.Millisecond
+	unreadGrace = 250 * time.Millisecond
+)
+
+// watch runs from Connect until the transport stops: it fails this
+// transport, and wakes its waiters, when any peer aborted (or announces a
+// failure it heard of) or its process died, so that a rank waiting on
+// another peer, or in no call at all, stops too. A peer that closed in order
+// is not a failure.
+//
+// Remote peers with a pidfd are polled every tick (one system call for all:
+// pfds, polled maps a rank to its index there); the others are looked up in
+// /proc every livenessEvery. Connect builds pfds: the watcher reads no
+// pidfd outside opMu, under which shutdown closes them.
+func (t *Transport) watch(pfds []pollFd, polled map[int]int) {
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	lastLive := time.Now()
+	type unread struct {
+		since time.Time
+		head  uint64
+	}
+	pending := make(map[int]unread) // failed peers whose messages wait unread
+	for {
+		select {
+		case <-t.quit:
+			return
+		case <-tick.C:
+		}
+		t.opMu.RLock()
+		if t.localErr() != nil {
+			t.opMu.RUnlock()
+			return
+		}
+		now := time.Now()
+		live := now.Sub(lastLive) >= livenessEvery
+		if live {
+			lastLive = now
+		}
+		if !pollExited(pfds) {
+			pfds, polled = nil, nil // fall back to /proc
+		}
+		var failure error
+		for _, p := range t.conns {
+			if p == nil {
+				continue
+			}
+			// Liveness before state: a peer that closed, then exited, is
+			// seen closed.
+			var dead bool
+			if i, ok := polled[p.rank]; ok {
+				dead = pfds[i].revents != 0
+			} else {
+				dead = live && p.remote && !processAlive(p.seg.pid, p.seg.start)
+			}
+			var err error
+			switch p.seg.state() {
+			case stateAborted:
+				err = p.seg.failure(p.rank).Err()
+			case stateClosed:
+				continue
+			default:
+				if _, ok := pending[p.rank]; !ok && !dead {
+					continue
+				}
+				err = fmt.Errorf("shm: rank %d watching rank %d: %w", t.rank, p.rank, p.lostErr())
+			}
+			if head := p.in.head.Load(); p.in.tail.Load() != head {
+				if ferr := t.abortAtFront(p); ferr != nil {
+					failure = ferr // nothing unread before the abort message
+					break
+				}
+				u, ok := pending[p.rank]
+				if !ok || u.head != head {
+					pending[p.rank] = unread{now, head} // a Recv is taking them
+					continue
+				}
+				if now.Sub(u.since) < unreadGrace {
+					continue
+				}
+			}
+			failure = err
+			break
+		}
+		if failure != nil {
+			t.fail(failure)
+		}
+		t.opMu.RUnlock()
+		if failure != nil {
+			return
+		}
+	}
+}
+
+// abortAtFront returns the failure announced by the abort message at the
+// front of the ring from p, when no Recv from p is in progress and the
+// stream is in step: the peer sent nothing else that waits to be read.
+func (t *Transport) abortAtFront(p *peerConn) error {
+	if !p.recvMu.TryLock() {
+		return nil // a Recv is taking the messages: it reaches the abort itself
+	}
+	defer p.recvMu.Unlock()
+	r := &p.in
+	head := p.inHead
+	avail := r.tail.Load() - head
+	if p.recvErr != nil || avail < transport.HeaderSize {
+		return nil
+	}
+	var hb [transport.HeaderSize]byte
+	peekRing(r, head, hb[:])
+	h, err := transport.DecodeHeader(hb[:])
+	if err != nil || h.Kind != transport.KindAbort || h.Len > maxAbortPayload || avail < transport.HeaderSize+h.Len {
+		return nil
+	}
+	reason := make([]byte, h.Len)
+	peekRing(r, head+transport.HeaderSize, reason)
+	return transport.FailureFrom(p.rank, h, string(reason)).Err()
+}
+
+// peekRing copies len(dst) bytes at stream position pos out of r without
+// consuming them.
+func peekRing(r *ring, pos uint64, dst []byte) {
+	off := pos & r.mask
+	k := copy(dst, r.data[off:])
+	copy(dst[k:], r.data)
 }

@@ -7,6 +7,19 @@
 // sides of every connection prove that they hold the job's secret and the
 // communicator's tag (challenge-response, HMAC-SHA256, see ServerHandshake);
 // a connection that fails is closed and logged, and setup goes on.
+//
+// Failure propagation: Abort writes a KindAbort message to every peer, Close
+// an orderly goodbye (KindClose). A watcher goroutine looks, every
+// watchEvery, at the front of each connection that no Recv is reading,
+// without consuming anything (MSG_PEEK): an abort message there, or the end
+// of the stream without a goodbye (the peer's process died), stops this
+// transport too. A failure noticed this way or by a Recv fails every pending
+// and later call with a *transport.RemoteAbortError or
+// *transport.PeerLostError naming the rank where it started, and is announced
+// to this rank's own peers in turn, so that a whole job unwinds within about
+// a second even when its ranks are connected only partly. A goodbye fails
+// nothing: messages sent before it are delivered, and only a later Recv from
+// (or Send to) the closed rank fails with transport.ErrPeerLost.
 package tcp
 
 import (
@@ -34,6 +47,14 @@ const (
 	maxAbortReason = 64 << 10
 	// abortBudget bounds how long Abort spends telling peers.
 	abortBudget = time.Second
+	// watchEvery is how often the watcher looks at idle connections.
+	watchEvery = 50 * time.Millisecond
+	// goodbyeWait bounds how long Close waits for its goodbyes to be
+	// written; one that does not fit into a full socket buffer by then is
+	// finished in the background for up to goodbyeLinger, so that a peer
+	// still reading the last messages does not take the close for a crash.
+	goodbyeWait   = time.Second
+	goodbyeLinger = 30 * time.Second
 )
 
 // Config describes one rank's transport.
@@ -68,8 +89,10 @@ type Transport struct {
 	rank, size int
 	peers      []*peer // by rank; nil where this transport has no connection
 	logger     *slog.Logger
-	stop       atomic.Pointer[error] // set once by Abort or Close
+	stop       atomic.Pointer[error] // set once by Abort, Close or a peer's failure
 	closeOnce  sync.Once
+	quit       chan struct{} // closed to stop the watcher
+	quitOnce   sync.Once
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -90,7 +113,13 @@ type peer struct {
 	rhdr [transport.HeaderSize]byte
 	rerr error // sticky: the stream is out of step
 
-	remoteAbort atomic.Pointer[transport.RemoteAbortError]
+	// What the watcher needs to know about the read side: reads is odd
+	// while a Recv runs (and changes with every Recv), broken is set with
+	// rerr (the front of the stream is not at a message boundary), goodbye
+	// once the peer's orderly goodbye was seen.
+	reads   atomic.Uint64
+	broken  atomic.Bool
+	goodbye atomic.Bool
 
 	// Cancellation: a context.AfterFunc sets a past deadline; the
 	// generation counters keep a late one from hitting the next call.
@@ -143,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 	if len(higher) > 0 && cfg.Listener == nil {
 		return nil, fmt.Errorf("tcp: rank %d must accept ranks %v but has no listener", cfg.Rank, higher)
 	}
-	t := &Transport{rank: cfg.Rank, size: cfg.Size, peers: make([]*peer, cfg.Size), logger: logger}
+	t := &Transport{rank: cfg.Rank, size: cfg.Size, peers: make([]*peer, cfg.Size), logger: logger, quit: make(chan struct{})}
 	m := &mesh{
 		cfg:      cfg,
 		logger:   logger,
@@ -158,6 +187,9 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 	for r, c := range conns {
 		tune(c, cfg.SocketBuffer, logger)
 		t.peers[r] = &peer{rank: r, addr: c.RemoteAddr().String(), conn: c}
+	}
+	if len(conns) > 0 && canPeek {
+		go t.watch()
 	}
 	logger.Debug("tcp: mesh ready", "rank", cfg.Rank, "peers", len(conns))
 	return t, nil
@@ -428,10 +460,11 @@ func (t *Transport) stopErr() error {
 	return nil
 }
 
-// ioErr classifies a failed read or write on p's connection.
-func (t *Transport) ioErr(ctx context.Context, p *peer, op string, err error) error {
+// ioErr classifies a failed read or write on p's connection. lost is set
+// when the connection itself failed (the peer went away without a goodbye).
+func (t *Transport) ioErr(ctx context.Context, p *peer, op string, err error) (_ error, lost bool) {
 	if se := t.stopErr(); se != nil {
-		return se
+		return se, false
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		cerr := ctx.Err()
@@ -439,15 +472,27 @@ func (t *Transport) ioErr(ctx context.Context, p *peer, op string, err error) er
 			// The connection's deadline fired a moment before ctx's timer.
 			cerr = context.DeadlineExceeded
 		}
-		return fmt.Errorf("tcp: %s rank %d: %w", op, p.rank, cerr)
+		return fmt.Errorf("tcp: %s rank %d: %w", op, p.rank, cerr), false
 	}
-	if rae := p.remoteAbort.Load(); rae != nil {
-		return rae
+	if p.goodbye.Load() {
+		return closedErr(op, p), false
 	}
+	what := fmt.Sprintf("connection broke (%v)", err)
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("tcp: %s rank %d (%s): %w: connection closed by the peer", op, p.rank, p.addr, transport.ErrPeerLost)
+		what = "connection closed without goodbye (process died?)"
 	}
-	return fmt.Errorf("tcp: %s rank %d (%s): %w: %w", op, p.rank, p.addr, transport.ErrPeerLost, err)
+	return fmt.Errorf("tcp: %s rank %d (%s): %w", op, p.rank, p.addr, &transport.PeerLostError{Peer: p.rank, Reason: what}), true
+}
+
+// closedErr is the error of a call to a peer that closed its communicator.
+func closedErr(op string, p *peer) error {
+	return fmt.Errorf("tcp: %s rank %d: %w", op, p.rank, &transport.PeerLostError{Peer: p.rank, Reason: "closed its communicator"})
+}
+
+func (p *peer) setRerr(err error) error {
+	p.rerr = err
+	p.broken.Store(true)
+	return err
 }
 
 func (p *peer) armWrite(ctx context.Context) (stop func() bool) {
@@ -525,6 +570,9 @@ func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data
 	if p.werr != nil {
 		return p.werr
 	}
+	if p.goodbye.Load() {
+		return closedErr("send to", p)
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("tcp: send to rank %d: %w", peer, err)
 	}
@@ -536,8 +584,19 @@ func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data
 	p.disarmWrite(stop)
 	p.wvec[1], p.wb = nil, nil
 	if werr != nil {
-		err := t.ioErr(ctx, p, "send to", werr)
-		if n > 0 {
+		err, lost := t.ioErr(ctx, p, "send to", werr)
+		if lost {
+			// The peer may have aborted (its message waits unread) or
+			// closed: look at what it sent before deciding.
+			if ferr := t.inspect(p, nil); ferr != nil {
+				err = t.fail(ferr)
+			} else if se := t.stopErr(); se != nil {
+				err = se // this transport stopped meanwhile: that is why
+			} else if p.goodbye.Load() {
+				err = closedErr("send to", p)
+			}
+		}
+		if n > 0 || lost {
 			p.werr = err
 		}
 		return err
@@ -567,40 +626,54 @@ func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, b
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("tcp: recv from rank %d: %w", peer, err)
 	}
+	p.reads.Add(1) // odd: the watcher leaves this stream alone
 	stop := p.armRead(ctx)
-	err = t.recv(ctx, p, want, buf)
+	// Close sets a past read deadline after stopping: check again now
+	// that armRead may have replaced it.
+	if err = t.stopErr(); err == nil {
+		err = t.recv(ctx, p, want, buf)
+	}
 	p.disarmRead(stop)
+	p.reads.Add(1)
 	return err
 }
 
 func (t *Transport) recv(ctx context.Context, p *peer, want transport.Header, buf []byte) error {
 	if n, err := io.ReadFull(p.conn, p.rhdr[:]); err != nil {
-		err = t.ioErr(ctx, p, "recv from", err)
-		if n > 0 {
-			p.rerr = err
+		err, lost := t.ioErr(ctx, p, "recv from", err)
+		if lost {
+			err = t.fail(err)
+		}
+		if n > 0 || lost {
+			p.setRerr(err)
 		}
 		return err
 	}
 	got, err := transport.DecodeHeader(p.rhdr[:])
 	if err != nil {
-		p.rerr = fmt.Errorf("tcp: recv from rank %d: %w", p.rank, err)
-		return p.rerr
+		return p.setRerr(fmt.Errorf("tcp: recv from rank %d: %w", p.rank, err))
 	}
-	if got.Kind == transport.KindAbort {
+	switch got.Kind {
+	case transport.KindAbort:
 		reason := make([]byte, min(got.Len, maxAbortReason))
 		n, _ := io.ReadFull(p.conn, reason)
-		rae := &transport.RemoteAbortError{Peer: p.rank, Reason: string(reason[:n])}
-		p.remoteAbort.Store(rae)
-		p.rerr = rae
-		return rae
+		ferr := transport.FailureFrom(p.rank, got, string(reason[:n])).Err()
+		return p.setRerr(t.fail(ferr))
+	case transport.KindClose:
+		// Everything the peer sent was delivered: only talking to it
+		// fails from now on.
+		p.goodbye.Store(true)
+		return p.setRerr(closedErr("recv from", p))
 	}
 	if err := transport.Check(p.rank, want, got); err != nil {
-		p.rerr = err
-		return err
+		return p.setRerr(err)
 	}
 	if _, err := io.ReadFull(p.conn, buf); err != nil {
-		p.rerr = t.ioErr(ctx, p, "recv from", err)
-		return p.rerr
+		err, lost := t.ioErr(ctx, p, "recv from", err)
+		if lost {
+			err = t.fail(err)
+		}
+		return p.setRerr(err)
 	}
 	return nil
 }
@@ -609,6 +682,11 @@ func (t *Transport) recv(ctx context.Context, p *peer, want transport.Header, bu
 // stops (a KindAbort message carrying reason.Error(); at most about a second
 // in all), then closes every connection. Pending and later calls fail with
 // an error wrapping transport.ErrAborted. Only the first Abort or Close acts.
+//
+// A reason that wraps a *transport.RemoteAbortError or a
+// *transport.PeerLostError (a failure this rank learnt of, e.g. through
+// another transport) is announced as that failure, naming the rank where it
+// started.
 func (t *Transport) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("abort requested")
@@ -617,14 +695,43 @@ func (t *Transport) Abort(reason error) {
 	if !t.stop.CompareAndSwap(nil, &stopErr) {
 		return
 	}
-	msg := []byte(reason.Error())
+	t.stopWatch()
+	t.announce(transport.FailureOf(t.rank, reason))
+	t.logger.Debug("tcp: aborted", "rank", t.rank, "reason", reason)
+	t.closeConns()
+}
+
+// fail stops the transport because of a peer's failure (err is or wraps a
+// *transport.RemoteAbortError or *transport.PeerLostError): pending and
+// later calls fail with err, and the failure is announced to every peer.
+// It returns the error the transport stopped with: err, or the failure (or
+// Abort or Close) that came first.
+func (t *Transport) fail(err error) error {
+	if !t.stop.CompareAndSwap(nil, &err) {
+		return t.stopErr()
+	}
+	t.stopWatch()
+	t.logger.Warn("tcp: stopping after a peer's failure", "rank", t.rank, "err", err)
+	t.announce(transport.FailureOf(t.rank, err))
+	t.closeConns()
+	return err
+}
+
+// announce writes a KindAbort message describing f to every peer whose
+// connection is not busy sending (at most abortBudget in all), each followed
+// by a FIN.
+func (t *Transport) announce(f transport.Failure) {
+	msg := []byte(f.Reason)
 	if len(msg) > maxAbortReason {
 		msg = msg[:maxAbortReason]
 	}
 	deadline := time.Now().Add(abortBudget)
 	var wg sync.WaitGroup
 	for _, p := range t.peers {
-		if p == nil || !p.wmu.TryLock() {
+		if p == nil || p.goodbye.Load() || p.rank == f.Origin {
+			continue // gone, or where the failure came from
+		}
+		if !p.wmu.TryLock() {
 			continue // a Send holds the stream: the peer sees the connection close
 		}
 		wg.Add(1)
@@ -635,7 +742,7 @@ func (t *Transport) Abort(reason error) {
 				return
 			}
 			var hdr [transport.HeaderSize]byte
-			transport.Header{Kind: transport.KindAbort, Len: uint64(len(msg))}.Encode(hdr[:])
+			f.AbortHeader(len(msg)).Encode(hdr[:])
 			p.conn.SetWriteDeadline(deadline)
 			bufs := net.Buffers{hdr[:], msg}
 			if _, err := bufs.WriteTo(p.conn); err == nil {
@@ -646,20 +753,73 @@ func (t *Transport) Abort(reason error) {
 		}()
 	}
 	wg.Wait()
-	t.logger.Debug("tcp: aborted", "rank", t.rank, "reason", reason)
-	t.closeConns()
 }
 
-// Close closes every connection; pending and later calls fail with an error
-// wrapping transport.ErrAborted ("transport closed"). Idempotent.
+// Close says goodbye to every peer (a KindClose message: they can tell this
+// orderly close from a crash, and still read what this rank sent before),
+// then closes every connection; pending and later calls fail with an error
+// wrapping transport.ErrAborted ("transport closed"). Close waits at most
+// about a second for the goodbyes. Idempotent.
 func (t *Transport) Close() error {
 	closed := fmt.Errorf("%w: transport closed", transport.ErrAborted)
-	t.stop.CompareAndSwap(nil, &closed)
-	t.closeConns()
+	if !t.stop.CompareAndSwap(nil, &closed) {
+		t.closeConns()
+		return nil
+	}
+	t.stopWatch()
+	t.closeOnce.Do(t.sayGoodbye)
 	return nil
 }
 
+// sayGoodbye writes the goodbye to every peer whose connection is free and
+// closes each connection after it; a connection whose Send is in progress
+// is closed at once (not an orderly close: the peer sees a cut message).
+func (t *Transport) sayGoodbye() {
+	var hdr [transport.HeaderSize]byte
+	transport.Header{Kind: transport.KindClose}.Encode(hdr[:])
+	deadline := time.Now().Add(goodbyeLinger)
+	var wg sync.WaitGroup
+	for _, p := range t.peers {
+		if p == nil {
+			continue
+		}
+		p.conn.SetReadDeadline(aLongTimeAgo) // fail the pending Recvs now
+		if p.goodbye.Load() || !p.wmu.TryLock() {
+			p.conn.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer p.wmu.Unlock()
+			defer p.conn.Close()
+			if p.werr != nil {
+				return
+			}
+			p.conn.SetWriteDeadline(deadline)
+			if _, err := p.conn.Write(hdr[:]); err == nil {
+				if tc, ok := p.conn.(*net.TCPConn); ok {
+					tc.CloseWrite()
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(goodbyeWait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		t.logger.Warn("tcp: goodbye still pending after closing, finishing it in the background", "rank", t.rank)
+	}
+}
+
 func (t *Transport) closeConns() {
+	t.stopWatch()
 	t.closeOnce.Do(func() {
 		for _, p := range t.peers {
 			if p != nil {
@@ -667,4 +827,79 @@ func (t *Transport) closeConns() {
 			}
 		}
 	})
+}
+
+func (t *Transport) stopWatch() {
+	t.quitOnce.Do(func() { close(t.quit) })
+}
+
+// watch looks at every idle connection every watchEvery until the transport
+// stops, and fails the transport when a peer aborted or was lost.
+func (t *Transport) watch() {
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	var hdr [transport.HeaderSize]byte
+	for {
+		select {
+		case <-t.quit:
+			return
+		case <-tick.C:
+		}
+		for _, p := range t.peers {
+			if t.stopErr() != nil {
+				return
+			}
+			if p == nil || p.goodbye.Load() {
+				continue
+			}
+			if err := t.inspect(p, hdr[:]); err != nil {
+				t.fail(err)
+				return
+			}
+		}
+	}
+}
+
+// inspect peeks, without consuming or blocking, at the front of the stream
+// from p while no Recv reads it, and returns the failure found there: an
+// abort message, or the end of the stream (or a reset) without a goodbye. A
+// goodbye found there sets p.goodbye. hdr is scratch space (nil: allocate).
+func (t *Transport) inspect(p *peer, hdr []byte) error {
+	if hdr == nil {
+		hdr = make([]byte, transport.HeaderSize)
+	}
+	g := p.reads.Load()
+	if g&1 != 0 {
+		return nil // a Recv is reading: it sees for itself
+	}
+	n, err := peek(p.conn, hdr)
+	if p.reads.Load() != g || t.stopErr() != nil || err == errNoData {
+		return nil // raced with a Recv, stopped, or nothing to see
+	}
+	if err != nil || n == 0 {
+		what := "connection closed without goodbye (process died?)"
+		if err != nil {
+			what = fmt.Sprintf("connection broke (%v)", err)
+		}
+		return fmt.Errorf("tcp: rank %d watching rank %d (%s): %w", t.rank, p.rank, p.addr, &transport.PeerLostError{Peer: p.rank, Reason: what})
+	}
+	if n < transport.HeaderSize || p.broken.Load() {
+		return nil // mid-message, or the rest is on its way
+	}
+	h, err := transport.DecodeHeader(hdr)
+	if err != nil {
+		return nil // a Recv will report it
+	}
+	switch h.Kind {
+	case transport.KindClose:
+		p.goodbye.Store(true)
+	case transport.KindAbort:
+		msg := make([]byte, transport.HeaderSize+int(min(h.Len, maxAbortReason)))
+		n, err := peek(p.conn, msg)
+		if err != nil || n < len(msg) || p.reads.Load() != g {
+			return nil // the reason is still on its way
+		}
+		return transport.FailureFrom(p.rank, h, string(msg[transport.HeaderSize:])).Err()
+	}
+	return nil
 }

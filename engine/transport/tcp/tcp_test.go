@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -743,4 +744,339 @@ func TestNoGoroutineLeak(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// ---- failure propagation: a rank hears of an abort or a death even when
+// it is busy with (or waiting for) another rank, or in no call at all ----
+
+// within waits up to d for the result of a pending call.
+func within(t *testing.T, ch <-chan error, d time.Duration, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s still pending after %v", what, d)
+		return nil
+	}
+}
+
+// wantAbortFrom checks that err is a RemoteAbortError naming rank origin
+// with reason.
+func wantAbortFrom(t *testing.T, what string, err error, origin int, reason string) {
+	t.Helper()
+	var rae *transport.RemoteAbortError
+	if !errors.Is(err, transport.ErrRemoteAbort) || !errors.As(err, &rae) || rae.Peer != origin || rae.Reason != reason {
+		t.Errorf("%s: got %v, want a RemoteAbortError from rank %d with reason %q", what, err, origin, reason)
+	}
+}
+
+// wantLost checks that err wraps ErrPeerLost for rank origin.
+func wantLost(t *testing.T, what string, err error, origin int) {
+	t.Helper()
+	var ple *transport.PeerLostError
+	if !errors.Is(err, transport.ErrPeerLost) || !errors.As(err, &ple) || ple.Peer != origin {
+		t.Errorf("%s: got %v, want ErrPeerLost naming rank %d", what, err, origin)
+	}
+}
+
+// blockOn starts rank 1's call that waits on rank 2: a Send too large for
+// the socket buffers (rank 2 never reads) or a Recv (rank 2 never sends).
+func blockOn(ctx context.Context, tr1 *Transport, op string) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		if op == "send" {
+			big := make([]byte, 32<<20)
+			ch <- tr1.Send(ctx, 2, hdr(0, len(big)), big)
+		} else {
+			ch <- tr1.Recv(ctx, 2, hdr(0, 8), make([]byte, 8))
+		}
+	}()
+	return ch
+}
+
+// idleCall is rank 2's next call after the failure: one that would succeed
+// (a small Send lands in the socket buffer) if rank 2 had not heard.
+func idleCall(ctx context.Context, tr2 *Transport) error {
+	return tr2.Send(ctx, 1, hdr(0, 8), make([]byte, 8))
+}
+
+func TestAbortReachesEveryRank(t *testing.T) {
+	const reason = "rank 0: loss is NaN"
+	for _, op := range []string{"send", "recv"} {
+		t.Run(op, func(t *testing.T) {
+			ts := newMesh(t, 3, nil, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			pending := blockOn(ctx, ts[1], op)
+			time.Sleep(100 * time.Millisecond)
+			start := time.Now()
+			ts[0].Abort(errors.New(reason))
+			err := within(t, pending, time.Second, "rank 1's call blocked on rank 2")
+			t.Logf("rank 1 failed after %v: %v", time.Since(start), err)
+			wantAbortFrom(t, "rank 1", err, 0, reason)
+			time.Sleep(time.Until(start.Add(time.Second)))
+			wantAbortFrom(t, "rank 2's next call", idleCall(ctx, ts[2]), 0, reason)
+			wantAbortFrom(t, "rank 1's next call", ts[1].Recv(ctx, 0, hdr(1, 0), nil), 0, reason)
+		})
+	}
+}
+
+func TestAbortRelayedAlongChain(t *testing.T) {
+	// Ranks 0-1 and 1-2 are connected, 0 and 2 are not (they would talk
+	// through another transport): rank 2 hears of rank 0's abort from rank
+	// 1, which is in no call.
+	const reason = "rank 0 gave up"
+	ts := newMesh(t, 3, func(r int) []int { return [][]int{{1}, {0, 2}, {1}}[r] }, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pending := make(chan error, 1)
+	go func() { pending <- ts[2].Recv(ctx, 1, hdr(0, 8), make([]byte, 8)) }()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	ts[0].Abort(errors.New(reason))
+	err := within(t, pending, time.Second, "rank 2's Recv from rank 1")
+	t.Logf("rank 2 failed after %v: %v", time.Since(start), err)
+	wantAbortFrom(t, "rank 2", err, 0, reason)
+	wantAbortFrom(t, "rank 1's next call", ts[1].Send(ctx, 2, hdr(0, 0), nil), 0, reason)
+}
+
+func TestOrderlyCloseIsNotAFailure(t *testing.T) {
+	ts := newMesh(t, 3, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ts[0].Send(ctx, 1, hdr(0, 5), []byte("last!")); err != nil {
+		t.Fatal(err)
+	}
+	ts[0].Close()
+	time.Sleep(200 * time.Millisecond) // the watchers look meanwhile
+	checkAfterClose(t, ctx, ts[1], ts[2])
+}
+
+// checkAfterClose: rank 0 sent "last!" to rank 1 and closed. Rank 1 still
+// receives it, then fails to talk to rank 0; ranks 1 and 2 go on.
+func checkAfterClose(t *testing.T, ctx context.Context, tr1, tr2 *Transport) {
+	t.Helper()
+	buf := make([]byte, 5)
+	if err := tr1.Recv(ctx, 0, hdr(0, 5), buf); err != nil || string(buf) != "last!" {
+		t.Fatalf("message sent before the close: %v %q", err, buf)
+	}
+	err := tr1.Recv(ctx, 0, hdr(1, 5), buf)
+	wantLost(t, "Recv from the closed rank", err, 0)
+	if err != nil && !strings.Contains(err.Error(), "closed its communicator") {
+		t.Errorf("Recv from the closed rank: %v, want it to say so", err)
+	}
+	wantLost(t, "Send to the closed rank", tr1.Send(ctx, 0, hdr(1, 1), []byte{1}), 0)
+	for i := range 5 {
+		var wg sync.WaitGroup
+		var e1, e2 error
+		b1, b2 := make([]byte, 64<<10), make([]byte, 64<<10)
+		wg.Go(func() {
+			if e1 = tr1.Send(ctx, 2, hdr(uint64(i), len(b1)), payload(1, 2, len(b1))); e1 == nil {
+				e1 = tr1.Recv(ctx, 2, hdr(uint64(i), len(b1)), b1)
+			}
+		})
+		wg.Go(func() {
+			if e2 = tr2.Send(ctx, 1, hdr(uint64(i), len(b2)), payload(2, 1, len(b2))); e2 == nil {
+				e2 = tr2.Recv(ctx, 1, hdr(uint64(i), len(b2)), b2)
+			}
+		})
+		wg.Wait()
+		if e1 != nil || e2 != nil {
+			t.Fatalf("round %d between ranks 1 and 2 after rank 0 closed: %v, %v", i, e1, e2)
+		}
+		if !bytes.Equal(b1, payload(2, 1, len(b1))) || !bytes.Equal(b2, payload(1, 2, len(b2))) {
+			t.Fatalf("round %d: wrong content", i)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+}
+
+// ---- the same with rank 0 in a child process ----
+
+const rank0Env = "GOCOLL_TCP_TEST_RANK0" // role of the child: kill, abort or close
+
+// TestRank0Child is the body of the child process that plays rank 0 of
+// three; run directly it does nothing.
+func TestRank0Child(t *testing.T) {
+	role := os.Getenv(rank0Env)
+	if role == "" {
+		t.Skip("only run as a child process")
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(3)
+	}
+	ln, err := Listen("127.0.0.1")
+	if err != nil {
+		fail(err)
+	}
+	fmt.Println("addr", ln.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := New(ctx, Config{Rank: 0, Size: 3, Listener: ln, Peers: []int{1, 2}, Secret: testSecret, Tag: testTag})
+	if err != nil {
+		fail(err)
+	}
+	in := bufio.NewScanner(os.Stdin)
+	switch role {
+	case "kill":
+		fmt.Println("ready")
+		in.Scan() // until killed, or the parent goes away
+	case "abort":
+		fmt.Println("ready")
+		if in.Scan() {
+			tr.Abort(errors.New(in.Text()))
+			fmt.Println("aborted")
+		}
+		in.Scan()
+	case "close":
+		if err := tr.Send(ctx, 1, hdr(0, 5), []byte("last!")); err != nil {
+			fail(err)
+		}
+		tr.Close()
+		fmt.Println("closed") // and exit at once
+	}
+	os.Exit(0)
+}
+
+// rank0Child starts rank 0 in a child process and connects ranks 1 and 2
+// here.
+func rank0Child(t *testing.T, role string) (*exec.Cmd, io.Writer, *bufio.Reader, []*Transport) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRank0Child$", "-test.count=1")
+	cmd.Env = append(os.Environ(), rank0Env+"="+role)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	lines := bufio.NewReader(out)
+	line, _ := lines.ReadString('\n')
+	addr0, ok := strings.CutPrefix(strings.TrimSpace(line), "addr ")
+	if !ok {
+		t.Fatalf("child said %q", line)
+	}
+	lns, addrs := listeners(t, 3)
+	lns[0].Close()
+	lns[1].Close() // rank 1 only dials (rank 2 dials rank 1 on a listener of its own below)
+	ln1, err := Listen("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs[0], addrs[1] = addr0, ln1.Addr().String()
+	lsn := []net.Listener{nil, ln1, lns[2]}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ts := make([]*Transport, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := 1; r <= 2; r++ {
+		wg.Go(func() {
+			ts[r], errs[r] = New(ctx, Config{Rank: r, Size: 3, Listener: lsn[r], Addrs: addrs, Peers: []int{0, 1, 2}, Secret: testSecret, Tag: testTag})
+		})
+	}
+	wg.Wait()
+	for r := 1; r <= 2; r++ {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		t.Cleanup(func() { ts[r].Close() })
+	}
+	return cmd, stdin, lines, ts
+}
+
+func expectLine(t *testing.T, r *bufio.Reader, want string) {
+	t.Helper()
+	if line, _ := r.ReadString('\n'); strings.TrimSpace(line) != want {
+		t.Fatalf("child said %q, want %q", line, want)
+	}
+}
+
+func TestAbortReachesEveryRankAcrossProcesses(t *testing.T) {
+	const reason = "rank 0 ran out of disk"
+	for _, op := range []string{"send", "recv"} {
+		t.Run(op, func(t *testing.T) {
+			_, stdin, lines, ts := rank0Child(t, "abort")
+			expectLine(t, lines, "ready")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			pending := blockOn(ctx, ts[1], op)
+			time.Sleep(100 * time.Millisecond)
+			start := time.Now()
+			fmt.Fprintln(stdin, reason)
+			err := within(t, pending, 1500*time.Millisecond, "rank 1's call blocked on rank 2")
+			t.Logf("rank 1 failed %v after the parent asked for the abort: %v", time.Since(start), err)
+			wantAbortFrom(t, "rank 1", err, 0, reason)
+			expectLine(t, lines, "aborted")
+			time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
+			wantAbortFrom(t, "rank 2's next call", idleCall(ctx, ts[2]), 0, reason)
+		})
+	}
+}
+
+func TestKilledRankReachesEveryRank(t *testing.T) {
+	for _, op := range []string{"send", "recv"} {
+		t.Run(op, func(t *testing.T) {
+			cmd, _, lines, ts := rank0Child(t, "kill")
+			expectLine(t, lines, "ready")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			pending := blockOn(ctx, ts[1], op)
+			time.Sleep(100 * time.Millisecond)
+			start := time.Now()
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			err := within(t, pending, 2*time.Second, "rank 1's call blocked on rank 2")
+			t.Logf("rank 1 failed %v after SIGKILL: %v", time.Since(start), err)
+			wantLost(t, "rank 1", err, 0)
+			time.Sleep(time.Until(start.Add(time.Second)))
+			wantLost(t, "rank 2's next call", idleCall(ctx, ts[2]), 0)
+		})
+	}
+}
+
+func TestOrderlyCloseAcrossProcesses(t *testing.T) {
+	// Rank 0 sends, closes and exits before rank 1 reads.
+	cmd, _, lines, ts := rank0Child(t, "close")
+	expectLine(t, lines, "closed")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	checkAfterClose(t, ctx, ts[1], ts[2])
+}
+
+func TestSendToAbortingRank(t *testing.T) {
+	// Rank 1 is blocked sending to rank 0, which never reads and aborts:
+	// closing a socket with unread data resets the connection, yet rank 1
+	// reports the abort message rank 0 sent before, not a lost peer.
+	ts := newMesh(t, 3, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch := make(chan error, 1)
+	go func() {
+		big := make([]byte, 32<<20)
+		ch <- ts[1].Send(ctx, 0, hdr(0, len(big)), big)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	ts[0].Abort(errors.New("why"))
+	wantAbortFrom(t, "rank 1", within(t, ch, time.Second, "rank 1's Send"), 0, "why")
+	time.Sleep(300 * time.Millisecond)
+	wantAbortFrom(t, "rank 2's next call", idleCall(ctx, ts[2]), 0, "why")
 }
