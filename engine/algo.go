@@ -2,21 +2,27 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
 
 // Algorithm names per collective. The first is the default family; the
 // choice by size is in chooseAlgo.
+//
+// "shm" is the shared-memory path (package shmcoll): ranks read each other's
+// slots directly. It exists only when every rank of the communicator is on
+// this host, and is then the automatic choice; the message algorithms stay
+// selectable there, because that is where they are tested.
 var algorithms = map[string][]string{
-	"allreduce":     {"ring", "hd", "rd"}, // ring (doc 004), pipelined halving–doubling (doc 000), recursive doubling
-	"reduce":        {"hd", "tree"},       // doc 000's collection phase toward the root; binomial tree
-	"broadcast":     {"tree", "pipeline"}, // binomial tree; segmented chain
-	"allgather":     {"ring", "rd"},
-	"reducescatter": {"ring", "hd"},
-	"alltoall":      {"pairwise", "bruck"},
+	"allreduce":     {"ring", "hd", "rd", "shm"}, // ring (doc 004), pipelined halving–doubling (doc 000), recursive doubling
+	"reduce":        {"hd", "tree", "shm"},       // doc 000's collection phase toward the root; binomial tree
+	"broadcast":     {"tree", "pipeline", "shm"}, // binomial tree; segmented chain
+	"allgather":     {"ring", "shm"},
+	"reducescatter": {"ring", "hd", "shm"},
+	"alltoall":      {"pairwise", "bruck", "shm"},
 	"alltoallv":     {"pairwise"},
-	"barrier":       {"dissemination"},
+	"barrier":       {"dissemination", "shm"},
 }
 
 // algoSpec is a parsed GOCOLL_ALGO: collective → algorithm, "" → any.
@@ -83,11 +89,15 @@ const (
 )
 
 // chooseAlgo picks the algorithm for one call. It depends only on values all
-// ranks agree on (collective, bytes, rank count, options), so every rank picks
-// the same one; the choice is also part of the message signature.
-func chooseAlgo(spec algoSpec, coll string, bytes, nranks int) string {
-	if a := spec.override(coll); a != "" {
+// ranks agree on (collective, bytes, rank count, options, whether all ranks
+// share this host), so every rank picks the same one; the choice is also part
+// of the message signature. shm says the shared-memory path is available.
+func chooseAlgo(spec algoSpec, coll string, bytes, nranks int, shm bool) string {
+	if a := spec.override(coll); a != "" && (a != "shm" || shm) {
 		return a
+	}
+	if shm && slices.Contains(algorithms[coll], "shm") {
+		return "shm"
 	}
 	pow2 := nranks&(nranks-1) == 0
 	switch coll {

@@ -102,11 +102,14 @@ func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp)
 		return nil, err
 	}
 	send, recv = send[:n], recv[:n]
-	algo := chooseAlgo(c.algo, "allreduce", n, c.size)
+	algo := chooseAlgo(c.algo, "allreduce", n, c.size, c.arena != nil)
 	sig := signature("allreduce", dt, count, op, -1, algo)
 	return c.newReq("allreduce", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("allreduce", algo, n)
+		if algo == "shm" {
+			return x.shm(c.arena.AllReduce(x.ctx, x.call(), send, recv, dt, op))
+		}
 		if !inPlace {
 			copy(recv, send)
 		}
@@ -152,11 +155,14 @@ func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, ro
 		recv = recv[:n]
 	}
 	send = send[:n]
-	algo := chooseAlgo(c.algo, "reduce", n, c.size)
+	algo := chooseAlgo(c.algo, "reduce", n, c.size, c.arena != nil)
 	sig := signature("reduce", dt, count, op, root, algo)
 	return c.newReq("reduce", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("reduce", algo, n)
+		if algo == "shm" {
+			return x.shm(c.arena.Reduce(x.ctx, x.call(), send, recv, dt, op, root))
+		}
 		// acc is where this rank accumulates: the result buffer on the root,
 		// scratch elsewhere (the user's send buffer is read-only).
 		acc := recv
@@ -206,13 +212,16 @@ func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int)
 		send = send[:n]
 	}
 	recv = recv[:n]
-	algo := chooseAlgo(c.algo, "broadcast", n, c.size)
+	algo := chooseAlgo(c.algo, "broadcast", n, c.size, c.arena != nil)
 	sig := signature("broadcast", dt, count, 0, root, algo)
 	return c.newReq("broadcast", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("broadcast", algo, n)
 		if c.rank == root && !inPlace {
 			copy(recv, send)
+		}
+		if algo == "shm" {
+			return x.shm(c.arena.Broadcast(x.ctx, x.call(), recv, root))
 		}
 		if c.size == 1 || n == 0 {
 			return nil
@@ -246,11 +255,14 @@ func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (*Req
 		return nil, err
 	}
 	send, recv = send[:block], recv[:block*c.size]
-	algo := chooseAlgo(c.algo, "allgather", block*c.size, c.size)
+	algo := chooseAlgo(c.algo, "allgather", block*c.size, c.size, c.arena != nil)
 	sig := signature("allgather", dt, sendcount, 0, -1, algo)
 	return c.newReq("allgather", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("allgather", algo, block*c.size)
+		if algo == "shm" {
+			return x.shm(c.arena.AllGather(x.ctx, x.call(), send, recv))
+		}
 		if !inPlace {
 			copy(recv[block*c.rank:], send)
 		}
@@ -284,11 +296,14 @@ func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, o
 		return nil, invalidArg("send and receive buffers overlap without being in place")
 	}
 	send, recv = send[:block*c.size], recv[:block]
-	algo := chooseAlgo(c.algo, "reducescatter", block*c.size, c.size)
+	algo := chooseAlgo(c.algo, "reducescatter", block*c.size, c.size, c.arena != nil)
 	sig := signature("reducescatter", dt, recvcount, op, -1, algo)
 	return c.newReq("reducescatter", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("reducescatter", algo, block*c.size)
+		if algo == "shm" {
+			return x.shm(c.arena.ReduceScatter(x.ctx, x.call(), send, recv, dt, op))
+		}
 		if block == 0 {
 			return nil
 		}
@@ -341,11 +356,14 @@ func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (*Request,
 		return nil, err
 	}
 	send, recv = send[:total], recv[:total]
-	algo := chooseAlgo(c.algo, "alltoall", total, c.size)
+	algo := chooseAlgo(c.algo, "alltoall", total, c.size, c.arena != nil)
 	sig := signature("alltoall", dt, count, 0, -1, algo)
 	return c.newReq("alltoall", func(x *execCtx) error {
 		x.sig = sig
 		x.debug("alltoall", algo, total)
+		if algo == "shm" {
+			return x.shm(c.arena.AllToAll(x.ctx, x.call(), send, recv))
+		}
 		src := send
 		if inPlace {
 			src = x.scratchBuf(1, total)
@@ -491,9 +509,14 @@ func (c *Comm) Barrier() error { return c.run(c.barrierReq()) }
 func (c *Comm) IBarrier() (*Request, error) { return c.start(c.barrierReq()) }
 
 func (c *Comm) barrierReq() (*Request, error) {
-	sig := signature("barrier", 0, 0, 0, -1, "dissemination")
+	algo := chooseAlgo(c.algo, "barrier", 0, c.size, c.arena != nil)
+	sig := signature("barrier", 0, 0, 0, -1, algo)
 	return c.newReq("barrier", func(x *execCtx) error {
 		x.sig = sig
+		x.debug("barrier", algo, 0)
+		if algo == "shm" {
+			return x.shm(c.arena.Barrier(x.ctx, x.call()))
+		}
 		return barrierDissemination(x)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -47,7 +48,7 @@ type Comm struct {
 
 	p2pWG    sync.WaitGroup
 	p2pChain map[int]chan struct{} // per (peer, direction): done channel of the last p2p op
-	closers  []func() error        // resources behind the transport (shm segments, listeners)
+	arena    *shmcoll.Arena        // shared-memory collectives, when every rank is on this host
 	split    splitter              // how to build sub-communicators
 }
 
@@ -218,6 +219,9 @@ func (c *Comm) fail(err error) {
 	if first {
 		c.log.Warn("communicator failed", "err", err)
 		c.tr.Abort(err)
+		if c.arena != nil {
+			c.arena.Abort(err)
+		}
 		c.abort(err)
 	}
 }
@@ -318,8 +322,8 @@ func (c *Comm) Destroy() error {
 	c.abort(ErrDestroyed)
 	// MemAlloc'd memory stays valid: C or Python may still hold it.
 	err := c.tr.Close()
-	for _, f := range c.closers {
-		err = errors.Join(err, f())
+	if c.arena != nil {
+		err = errors.Join(err, c.arena.Close())
 	}
 	return err
 }
@@ -349,6 +353,18 @@ func (x *execCtx) send(peer, step int, data []byte) error {
 
 func (x *execCtx) recv(peer, step int, buf []byte) error {
 	return wrapPeer(peer, x.c.tr.Recv(x.ctx, peer, x.header(step, len(buf)), buf), x.c.opts.Timeout)
+}
+
+// call identifies the collective to the shared-memory path, which checks
+// that every rank runs the same one.
+func (x *execCtx) call() shmcoll.Call { return shmcoll.Call{Seq: x.seq, Sig: x.sig} }
+
+// shm turns a deadline in the shared-memory path into ErrTimeout.
+func (x *execCtx) shm(err error) error {
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w after %v: %w", ErrTimeout, x.c.opts.Timeout, err)
+	}
+	return err
 }
 
 // pending is a send running on its own goroutine.

@@ -373,11 +373,18 @@ func TestAlgoSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := chooseAlgo(spec, "allreduce", 4, 4); got != "ring" {
+	if got := chooseAlgo(spec, "allreduce", 4, 4, false); got != "ring" {
 		t.Errorf("override: %s", got)
 	}
-	if got := chooseAlgo(spec, "alltoall", 4, 4); got == "ring" {
+	if got := chooseAlgo(spec, "alltoall", 4, 4, false); got == "ring" {
 		t.Errorf("bare name applied to a collective without it")
+	}
+	if got := chooseAlgo(algoSpec{}, "allreduce", 64<<20, 3, true); got != "shm" {
+		t.Errorf("all ranks on one host: %s, want shm", got)
+	}
+	shmSpec, _ := parseAlgoSpec("shm")
+	if got := chooseAlgo(shmSpec, "allreduce", 4, 4, false); got != "rd" {
+		t.Errorf("shm forced without shared memory: %s, want the automatic choice", got)
 	}
 	auto := algoSpec{}
 	for _, tc := range []struct {
@@ -391,7 +398,7 @@ func TestAlgoSpec(t *testing.T) {
 		{"alltoall", 64, 8, "bruck"},
 		{"alltoall", 1 << 20, 8, "pairwise"},
 	} {
-		if got := chooseAlgo(auto, tc.coll, tc.bytes, tc.n); got != tc.want {
+		if got := chooseAlgo(auto, tc.coll, tc.bytes, tc.n, false); got != tc.want {
 			t.Errorf("%s %d B n=%d: %s, want %s", tc.coll, tc.bytes, tc.n, got, tc.want)
 		}
 	}

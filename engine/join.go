@@ -16,6 +16,7 @@ import (
 	"strconv"
 
 	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/shm"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
@@ -118,7 +119,7 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	sum := sha256.Sum256(append(append([]byte("gocoll-comm\x00"), secret...), rootAddr...))
 	var tag [8]byte
 	copy(tag[:], sum[:])
-	tr, err := connect(ctx, rank, nranks, tag, secret, host, exchange, opts)
+	tr, arena, err := connect(ctx, rank, nranks, tag, secret, host, exchange, opts)
 	if client != nil {
 		client.Close()
 	}
@@ -128,8 +129,12 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	c, err = newComm(rank, nranks, tr, opts)
 	if err != nil {
 		tr.Close()
+		if arena != nil {
+			arena.Close()
+		}
 		return nil, err
 	}
+	c.arena = arena
 	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
 }
@@ -141,18 +146,19 @@ type setupInfo struct {
 	Addr  string `json:"addr"`
 	Pid   int    `json:"pid"`
 	// Second round.
-	Sees    []int  `json:"sees,omitempty"` // ranks whose probe this rank found
-	ShmPath string `json:"shm,omitempty"`
+	Sees      []int  `json:"sees,omitempty"` // ranks whose probe this rank found
+	ShmPath   string `json:"shm,omitempty"`
+	ArenaPath string `json:"arena,omitempty"` // when every rank is on this host
 }
 
 // connect links rank to the others: shared memory to the ranks that see the
 // same /dev/shm (both ways), TCP to the rest. It takes three exchange rounds:
 // who is where, who sees whom, and "everyone connected".
-func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, host string, exchange exchangeFunc, opts Options) (_ transport.Transport, err error) {
+func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, host string, exchange exchangeFunc, opts Options) (_ transport.Transport, _ *shmcoll.Arena, err error) {
 	log := opts.Logger.With("rank", rank, "nranks", size)
 	ln, err := tcp.Listen(host)
 	if err != nil {
-		return nil, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
+		return nil, nil, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
 	}
 	defer func() {
 		if err != nil {
@@ -161,7 +167,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	}()
 	addr, err := tcp.AdvertiseAddr(ln, host)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hostname, _ := os.Hostname()
 	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid()}
@@ -176,7 +182,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	}
 	infos, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
-		return nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+		return nil, nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
 	// Candidates for shared memory: same host name and this rank sees their probe.
 	var sees []int
@@ -191,7 +197,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	if len(sees) > 0 {
 		seg, err = shm.Create(shm.Config{Rank: rank, Size: size, Peers: sees, Tag: tag, Logger: log})
 		if err != nil {
-			return nil, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
+			return nil, nil, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
 		}
 		defer func() {
 			if err != nil {
@@ -200,10 +206,27 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 		}()
 		me.ShmPath = seg.Path()
 	}
+	// With every rank on this host, collectives read each other's slots
+	// directly (shmcoll) instead of exchanging messages.
+	var arena *shmcoll.Arena
+	if len(sees) == size-1 && size > 1 {
+		arena, err = shmcoll.Create(shmcoll.Config{Rank: rank, Size: size, Tag: tag, Logger: log})
+		if err != nil {
+			log.Info("no shared-memory collectives (message algorithms only)", "err", err)
+			arena, err = nil, nil
+		} else {
+			defer func() {
+				if err != nil {
+					arena.Close()
+				}
+			}()
+			me.ArenaPath = arena.Path()
+		}
+	}
 	me.Sees = sees
 	infos2, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
-		return nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+		return nil, nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
 	if me.Probe != "" {
 		// Everyone has looked for it by the end of the second round.
@@ -226,7 +249,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	var parts []transport.Transport
 	if len(local) > 0 {
 		if err = seg.Connect(ctx, local); err != nil {
-			return nil, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
+			return nil, nil, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
 		}
 		for q := range local {
 			byPeer[q] = seg
@@ -244,7 +267,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 		tt, terr := tcp.New(ctx, tcp.Config{Rank: rank, Size: size, Listener: ln, Addrs: addrs, Peers: remote, Secret: secret, Tag: tag, Logger: log})
 		if terr != nil {
 			err = fmt.Errorf("gocoll: rank %d: tcp: %w", rank, terr)
-			return nil, err
+			return nil, nil, err
 		}
 		for _, q := range remote {
 			byPeer[q] = tt
@@ -253,18 +276,40 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	} else {
 		ln.Close()
 	}
+	if arena != nil {
+		peers := map[int]shmcoll.PeerInfo{}
+		for q := 0; q < size; q++ {
+			if q != rank {
+				peers[q] = shmcoll.PeerInfo{Path: infos2[q].ArenaPath, Pid: infos[q].Pid}
+			}
+		}
+		// Every rank decides alike: all ranks local, all offered an arena.
+		if len(local) != size-1 || slices.ContainsFunc(infos2, func(in setupInfo) bool { return in.ArenaPath == "" }) {
+			arena.Close()
+			arena = nil
+		} else if err = arena.Connect(ctx, peers); err != nil {
+			err = fmt.Errorf("gocoll: rank %d: shared-memory collectives: %w", rank, err)
+			for _, p := range parts {
+				p.Close()
+			}
+			return nil, nil, err
+		}
+	}
 	tr := transport.NewRouted(rank, byPeer)
 	// Once everyone connected nobody needs the segment names: unlink them so
 	// that a crash later cannot leak shared memory.
 	if _, err = exchange(ctx, nil); err != nil {
 		tr.Close()
-		return nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+		return nil, nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
 	if seg != nil {
 		seg.Unlink()
 	}
-	log.Debug("connected", "shm_peers", len(local), "tcp_peers", len(remote), "addr", addr)
-	return tr, nil
+	if arena != nil {
+		arena.Unlink()
+	}
+	log.Debug("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
+	return tr, arena, nil
 }
 
 func exchangeInfo(ctx context.Context, exchange exchangeFunc, me setupInfo, size int) ([]setupInfo, error) {
@@ -345,7 +390,7 @@ type netSplitter struct {
 	host   string
 }
 
-func (s *netSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (transport.Transport, splitter, []func() error, error) {
+func (s *netSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (transport.Transport, *shmcoll.Arena, splitter, error) {
 	exchange := func(ctx context.Context, blob []byte) ([][]byte, error) {
 		all, err := allgatherBlobs(c, blob)
 		if err != nil || members == nil {
@@ -375,11 +420,11 @@ func (s *netSplitter) child(c *Comm, seq uint64, color int, members []int, child
 	copy(tag[:], sum[:])
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
-	tr, err := connect(ctx, childRank, len(members), tag, s.secret, s.host, exchange, c.opts)
+	tr, arena, err := connect(ctx, childRank, len(members), tag, s.secret, s.host, exchange, c.opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return tr, &netSplitter{secret: s.secret, tag: tag, host: s.host}, nil, nil
+	return tr, arena, &netSplitter{secret: s.secret, tag: tag, host: s.host}, nil
 }
 
 // allgatherBlobs gathers one variable-length blob per rank over c.

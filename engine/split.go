@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/mem"
 )
@@ -17,7 +18,7 @@ const SplitNoColor = -1
 // splitter builds the transport of a sub-communicator. members lists the
 // parent ranks of the new communicator in its rank order.
 type splitter interface {
-	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (transport.Transport, splitter, []func() error, error)
+	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (transport.Transport, *shmcoll.Arena, splitter, error)
 }
 
 // Split is a collective over c: ranks passing the same colour form a new
@@ -61,16 +62,19 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 			childRank = i
 		}
 	}
-	tr, sp, closers, err := c.split.child(c, seq, color, members, childRank)
+	tr, arena, sp, err := c.split.child(c, seq, color, members, childRank)
 	if err != nil {
 		return nil, fmt.Errorf("gocoll: split on rank %d: %w", c.rank, err)
 	}
 	child, err := newComm(childRank, len(members), tr, c.opts)
 	if err != nil {
 		tr.Close()
+		if arena != nil {
+			arena.Close()
+		}
 		return nil, err
 	}
-	child.split, child.closers = sp, closers
+	child.split, child.arena = sp, arena
 	return child, nil
 }
 
@@ -90,7 +94,7 @@ type localHub struct {
 
 func newLocalHub() *localHub { return &localHub{children: map[string]*localSplitter{}} }
 
-func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (transport.Transport, splitter, []func() error, error) {
+func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (transport.Transport, *shmcoll.Arena, splitter, error) {
 	if members == nil {
 		return nil, nil, nil, nil
 	}
@@ -102,5 +106,5 @@ func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, chi
 		s.hub.children[key] = ch
 	}
 	s.hub.mu.Unlock()
-	return ch.world.Endpoint(childRank), ch, nil, nil
+	return ch.world.Endpoint(childRank), nil, ch, nil
 }

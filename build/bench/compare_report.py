@@ -1,0 +1,314 @@
+#!/usr/bin/python3
+"""compare_report.py OUTDIR -- the report of build/compare.
+
+Reads OUTDIR/raw.csv (rows of gocoll_bench.c, gloo_bench.py and mpi_bench.c:
+label,op,np,bytes,iters,med_us,min_us,p90_us,b2b_us,algbw_GBps,busbw_GBps,check
+with label "<lib>#<round>"), OUTDIR/logs/memcpy-r*.md (memcpy_bw tables),
+OUTDIR/meta.txt and OUTDIR/notes.txt, and writes
+  OUTDIR/results.md     medians over rounds, ratios gocoll/OpenMPI and gocoll/Gloo
+  OUTDIR/plotdata.json  busbw against size per library, one panel per op x np
+  OUTDIR/results.png    the plot, when matplotlib is importable.
+Exit status 3: everything written but the PNG (no matplotlib; build/compare then
+draws it with build/bench/plotpng from plotdata.json).
+"""
+import csv
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+OPNAME = {"bcast": "broadcast"}
+OP_ORDER = ["allreduce", "allgather", "broadcast", "alltoall", "reduce_scatter"]
+LIBS = ["gocoll", "gocoll-memalloc", "gloo", "openmpi"]
+LIBNAME = {"gocoll": "gocoll", "gocoll-memalloc": "gocoll (MemAlloc)", "gloo": "Gloo", "openmpi": "Open MPI"}
+FACTOR = {"allreduce": "2(n-1)/n", "allgather": "(n-1)/n", "reduce_scatter": "(n-1)/n", "alltoall": "(n-1)/n",
+          "broadcast": "1"}
+SIZE_MEANING = {"allreduce": "buffer bytes", "broadcast": "buffer bytes", "allgather": "gathered output bytes",
+                "reduce_scatter": "input bytes", "alltoall": "per-rank send buffer bytes"}
+
+
+def human(b):
+    b = int(b)
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= div and b % div == 0:
+            return "%d %s" % (b // div, unit)
+    return "%d B" % b
+
+
+def med(v):
+    return statistics.median(v) if v else None
+
+
+def load(out):
+    cells = defaultdict(lambda: {"med": [], "busbw": [], "b2b": [], "fail": 0, "rounds": []})
+    unsupported = set()
+    with open(os.path.join(out, "raw.csv")) as f:
+        for r in csv.reader(f):
+            if len(r) < 12 or r[0].startswith("#"):
+                continue
+            lib, _, rnd = r[0].partition("#")
+            op, np_ = OPNAME.get(r[1], r[1]), int(r[2])
+            if r[11] == "UNSUPPORTED":
+                unsupported.add((lib, op, np_))
+                continue
+            c = cells[(lib, op, np_, int(r[3]))]
+            c["med"].append(float(r[5]))
+            c["busbw"].append(float(r[10]))
+            c["b2b"].append(float(r[8]))
+            c["rounds"].append(rnd)
+            if r[11] != "ok":
+                c["fail"] += 1
+    return cells, unsupported
+
+
+def load_memcpy(out):
+    rows = defaultdict(lambda: defaultdict(list))  # bytes -> column -> values
+    header = None
+    for path in sorted(glob.glob(os.path.join(out, "logs", "memcpy-r*.md"))):
+        with open(path) as f:
+            for line in f:
+                if line.startswith("| bytes"):
+                    header = [h.strip() for h in line.strip().strip("|").split("|")][1:]
+                    continue
+                m = re.match(r"^\| (\d+) \|(.*)\|\s*$", line)
+                if not m or header is None:
+                    continue
+                vals = [v.strip().split(" ")[0] for v in m.group(2).split("|")]
+                for h, v in zip(header, vals):
+                    try:
+                        rows[int(m.group(1))][h].append(float(v))
+                    except ValueError:
+                        pass
+    return header, rows
+
+
+def read_kv(path):
+    d = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                d[k] = v
+    return d
+
+
+def ratio(a, b):
+    if a is None or b is None or b <= 0:
+        return "-"
+    return "%.2f" % (a / b)
+
+
+def fmt_cell(c):
+    if c is None or not c["busbw"]:
+        return "-"
+    s = "%.3g (%s)" % (med(c["busbw"]), fmt_us(med(c["med"])))
+    if c["fail"]:
+        s += " **CHECK FAILED**"
+    return s
+
+
+def fmt_us(us):
+    if us >= 10000:
+        return "%.1f ms" % (us / 1000)
+    if us >= 100:
+        return "%.0f µs" % us
+    return "%.1f µs" % us
+
+
+def spread(c):
+    if c is None or len(c["med"]) < 2:
+        return "-"
+    return "%.0f%%" % (100 * (max(c["med"]) / min(c["med"]) - 1))
+
+
+def main():
+    out = sys.argv[1]
+    cells, unsupported = load(out)
+    meta = read_kv(os.path.join(out, "meta.txt"))
+    notes = open(os.path.join(out, "notes.txt")).read().strip() if os.path.exists(os.path.join(out, "notes.txt")) else ""
+    nps = sorted({k[2] for k in cells} | {u[2] for u in unsupported})
+    sizes = sorted({k[3] for k in cells})
+    ops = [o for o in OP_ORDER if any(k[1] == o for k in cells)] + sorted({k[1] for k in cells} - set(OP_ORDER))
+    libs = [l for l in LIBS if any(k[0] == l for k in cells) or any(u[0] == l for u in unsupported)]
+    nproc = int(meta.get("nproc", "0") or 0)
+    L = []
+    w = L.append
+    w("# gocoll vs Gloo vs Open MPI (build/compare, %s)" % meta.get("start", "?"))
+    w("")
+    w("Generated by `build/compare` (%s s of runs; %s of %s rounds, the libraries interleaved round by round, "
+      "their order rotated each round). Raw rows: `raw.csv`; spread between rounds: `noise.md`; plot: `results.png`."
+      % (meta.get("seconds_runs", "?"), meta.get("rounds_done", "?"), meta.get("rounds", "?")))
+    w("")
+    over = meta.get("oversubscribed", "")
+    w("- Machine: %s, %s cores online, kernel %s. Load average (1/5/15 min) at start %s, at end %s%s." % (
+        meta.get("cpu", "?"), meta.get("nproc", "?"), meta.get("kernel", "?"), meta.get("load_start", "?"),
+        meta.get("load_end", "?"),
+        " -- **the machine was loaded by other work when the run started (load above the core count): every "
+        "library here shared the cores with other processes, so absolute numbers are low and noisy; the "
+        "interleaved ratios are what to read**" if _loaded(meta, nproc) else ""))
+    if over:
+        w("- **np=%s oversubscribe the %s cores**: more ranks than cores, so those numbers include the scheduler "
+          "(who yields, who spins) as much as the algorithms." % (over, meta.get("nproc", "?")))
+    w("- gocoll %s (C ABI, `build/bench/gocoll_bench.c`, ranks started with torchrun-style variables, "
+      "`gocollCommInitFromEnv`); Gloo via torch %s (`../shared/bench/gloo_bench.py`, TCP loopback, one thread per "
+      "rank); Open MPI %s (`../shared/bench/mpi_bench.c`, `mpirun --oversubscribe`, library defaults); %s." % (
+          meta.get("git", "?"), meta.get("torch", "?"), meta.get("openmpi", "?"), meta.get("go", "")))
+    w("- Method (same for all): float32, sum; sizes %s; per (op, size) one exact-integer correctness check, "
+      "warm-up (%s), then ~%s s of iterations each = (barrier; one op), iteration time = max over ranks; the "
+      "table shows the median over iterations (p50), then the median of that over rounds. busbw = size/time x "
+      "factor (nccl-tests: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; broadcast 1)." % (
+          meta.get("sizes", "?"), meta.get("iters", "?"), meta.get("t", "?")))
+    w("- Cells: busbw GB/s (p50 time). Ratios: gocoll busbw / other busbw (> 1: gocoll faster), from the medians. "
+      "`gocoll (MemAlloc)`: the same C benchmark with buffers from `gocollMemAlloc`. spread: max/min - 1 of "
+      "gocoll's p50 over rounds. The machine is noisy: differences under ~20% are not meaningful (see noise.md).")
+    w("")
+
+    # headline: ratios by op x np (columns: sizes)
+    for other, oname in (("openmpi", "Open MPI"), ("gloo", "Gloo")):
+        if other not in libs:
+            continue
+        w("## gocoll / %s busbw ratio (> 1: gocoll faster)" % oname)
+        w("")
+        w("| op | np | " + " | ".join(human(s) for s in sizes) + " |")
+        w("|---|---:|" + "---:|" * len(sizes))
+        for op in ops:
+            for np_ in nps:
+                row = []
+                for s in sizes:
+                    g, o = cells.get(("gocoll", op, np_, s)), cells.get((other, op, np_, s))
+                    if (other, op, np_) in unsupported:
+                        row.append("n/a")
+                    else:
+                        row.append(ratio(med(g["busbw"]) if g else None, med(o["busbw"]) if o else None))
+                w("| %s | %d | %s |" % (op, np_, " | ".join(row)))
+        w("")
+
+    w("## Per collective: busbw GB/s (p50 time), medians over rounds")
+    w("")
+    for op in ops:
+        w("### %s (size = %s, busbw factor %s)" % (op, SIZE_MEANING.get(op, "bytes"), FACTOR.get(op, "?")))
+        w("")
+        for np_ in nps:
+            w("**np=%d**%s" % (np_, " (oversubscribed)" if nproc and np_ > nproc else ""))
+            w("")
+            hdr = ["size"] + [LIBNAME[l] for l in libs] + ["gocoll/Open MPI", "gocoll/Gloo", "gocoll spread"]
+            w("| " + " | ".join(hdr) + " |")
+            w("|---:|" + "---:|" * (len(hdr) - 1))
+            for s in sizes:
+                row = [human(s)]
+                for l in libs:
+                    if (l, op, np_) in unsupported:
+                        row.append("unsupported")
+                    else:
+                        row.append(fmt_cell(cells.get((l, op, np_, s))))
+                g = cells.get(("gocoll", op, np_, s))
+                gb = med(g["busbw"]) if g else None
+                for other in ("openmpi", "gloo"):
+                    o = cells.get((other, op, np_, s))
+                    row.append("n/a" if (other, op, np_) in unsupported else ratio(gb, med(o["busbw"]) if o else None))
+                row.append(spread(g))
+                w("| " + " | ".join(row) + " |")
+            w("")
+
+    header, mrows = load_memcpy(out)
+    if mrows:
+        w("## Machine limits: memcpy_bw (`../shared/bench/memcpy_bw.c`), median over rounds, GB/s")
+        w("")
+        w("| bytes | " + " | ".join(header) + " |")
+        w("|---:|" + "---:|" * len(header))
+        for b in sorted(mrows):
+            w("| %s | %s |" % (human(b), " | ".join(
+                "%.2f" % med(mrows[b][h]) if mrows[b].get(h) else "-" for h in header)))
+        w("")
+
+    fails = [(k, c) for k, c in sorted(cells.items()) if c["fail"]]
+    w("## Problems seen")
+    w("")
+    if fails:
+        for k, c in fails:
+            w("- correctness check FAILED: %s %s np=%d %s (%d of %d rounds)" % (k[0], k[1], k[2], human(k[3]),
+                                                                           c["fail"], len(c["busbw"])))
+    missing = []
+    for l in libs:
+        for op in ops:
+            for np_ in nps:
+                if (l, op, np_) in unsupported:
+                    continue
+                for s in sizes:
+                    c = cells.get((l, op, np_, s))
+                    n = len(c["busbw"]) if c else 0
+                    if n < int(meta.get("rounds_done", "0") or 0):
+                        missing.append("%s %s np=%d %s (%d rounds)" % (l, op, np_, human(s), n))
+    if missing:
+        w("- missing measurements (a launch failed or timed out): " + "; ".join(missing))
+    for l, op, np_ in sorted(unsupported):
+        w("- %s does not support %s (np=%d): skipped" % (LIBNAME.get(l, l), op, np_))
+    if notes:
+        w(notes)
+    if not fails and not missing and not notes:
+        w("- every launch finished and every correctness check passed")
+    w("")
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(L))
+
+    # plot data: one panel per op x np, busbw (median over rounds) against size per library
+    panels = []
+    for op in ops:
+        for np_ in nps:
+            series = []
+            for l in libs:
+                pts = [[s, med(cells[(l, op, np_, s)]["busbw"])] for s in sizes if (l, op, np_, s) in cells]
+                pts = [p for p in pts if p[1] and p[1] > 0]
+                if pts:
+                    series.append({"name": LIBNAME[l], "points": pts})
+            panels.append({"title": "%s np=%d%s" % (op, np_, " (oversubscribed)" if nproc and np_ > nproc else ""),
+                           "series": series})
+    plot = {"title": "busbw (GB/s, median over rounds) vs size -- build/compare %s" % meta.get("start", ""),
+            "cols": len(nps), "xlabel": "size (bytes)", "ylabel": "busbw GB/s", "panels": panels}
+    with open(os.path.join(out, "plotdata.json"), "w") as f:
+        json.dump(plot, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return 3
+    rows = (len(panels) + plot["cols"] - 1) // max(plot["cols"], 1)
+    fig, axes = plt.subplots(rows, plot["cols"], figsize=(5.5 * plot["cols"], 3.4 * rows), squeeze=False)
+    style = {"gocoll": ("C0", "o", "-"), "gocoll (MemAlloc)": ("C0", "s", "--"), "Gloo": ("C1", "^", "-"),
+             "Open MPI": ("C2", "D", "-")}
+    for i, p in enumerate(panels):
+        ax = axes[i // plot["cols"]][i % plot["cols"]]
+        for s in p["series"]:
+            c, m, ls = style.get(s["name"], (None, "x", "-"))
+            ax.plot([x for x, _ in s["points"]], [y for _, y in s["points"]], marker=m, linestyle=ls, color=c,
+                    label=s["name"])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([human(s).replace(" ", "") for s in sizes])
+        ax.set_title(p["title"], fontsize=10)
+        ax.set_ylabel("busbw GB/s", fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for j in range(len(panels), rows * plot["cols"]):
+        axes[j // plot["cols"]][j % plot["cols"]].axis("off")
+    fig.suptitle(plot["title"], fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
+    fig.savefig(os.path.join(out, "results.png"), dpi=90)
+    return 0
+
+
+def _loaded(meta, nproc):
+    try:
+        # at the start: the load of other work (at the end it includes our own ranks)
+        return nproc and float(meta.get("load_start", "0").split()[0]) > nproc
+    except (ValueError, IndexError):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

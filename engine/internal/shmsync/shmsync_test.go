@@ -1,0 +1,300 @@
+//go:build linux
+
+package shmsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// pair is a counter and its waiter count on separate cache lines, as a
+// shared segment would lay them out.
+type pair struct {
+	word    atomic.Uint64
+	_       [120]byte
+	waiters atomic.Uint64
+}
+
+var policies = map[string]Policy{
+	"sleep-at-once":   {},
+	"oversubscribed":  PolicyFor(runtime.NumCPU() + 1),
+	"undersubscribed": PolicyFor(1),
+}
+
+func TestLow32(t *testing.T) {
+	var w atomic.Uint64
+	w.Store(0x1122334455667788)
+	if got := *Low32(&w); got != 0x55667788 {
+		t.Fatalf("Low32 = %#x", got)
+	}
+}
+
+func TestPolicyFor(t *testing.T) {
+	n := runtime.NumCPU()
+	if p := PolicyFor(n); p.Spin == 0 || p.Polls < 64 {
+		t.Errorf("PolicyFor(%d) = %+v: want a spin when each rank has a core", n, p)
+	}
+	if p := PolicyFor(n + 1); p.Spin != 0 || p.Polls > 20 || p.Yields > 5 {
+		t.Errorf("PolicyFor(%d) = %+v: want almost no spinning when oversubscribed", n+1, p)
+	}
+}
+
+// TestAwaitPublish: a waiter under each policy returns once the counter
+// moves, whether it is still spinning or already asleep.
+func TestAwaitPublish(t *testing.T) {
+	for name, p := range policies {
+		t.Run(name, func(t *testing.T) {
+			p.Sleep = 5 * time.Second // only a wake ends a sleep in time
+			for _, delay := range []time.Duration{0, time.Millisecond, 30 * time.Millisecond} {
+				var c pair
+				done := make(chan error, 1)
+				go func() { done <- p.Await(context.Background(), &c.word, &c.waiters, 0, nil) }()
+				time.Sleep(delay)
+				start := time.Now()
+				Publish(&c.word, &c.waiters, 1)
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatalf("delay %v: waiter not woken %v after Publish", delay, time.Since(start))
+				}
+				if c.waiters.Load() != 0 {
+					t.Fatalf("waiters = %d after the wait", c.waiters.Load())
+				}
+			}
+		})
+	}
+}
+
+func TestAwaitDeadline(t *testing.T) {
+	var c pair
+	p := Policy{Sleep: time.Hour}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := p.Await(ctx, &c.word, &c.waiters, 0, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond || d > time.Second {
+		t.Fatalf("returned after %v, deadline was 50ms", d)
+	}
+}
+
+func TestAwaitCancel(t *testing.T) {
+	var c pair
+	p := Policy{Sleep: 10 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if err := p.Await(ctx, &c.word, &c.waiters, 0, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestAwaitCheck(t *testing.T) {
+	var c pair
+	p := Policy{Sleep: time.Millisecond}
+	calls := 0
+	boom := errors.New("boom")
+	err := p.Await(context.Background(), &c.word, &c.waiters, 0, func() error {
+		calls++
+		if calls == 3 {
+			return boom
+		}
+		return nil
+	})
+	if err != boom || calls != 3 {
+		t.Fatalf("err = %v after %d checks", err, calls)
+	}
+	// A moved counter wins over a failing check and a dead context.
+	c.word.Store(7)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Await(ctx, &c.word, &c.waiters, 0, func() error { return boom }); err != nil {
+		t.Fatalf("moved counter: err = %v", err)
+	}
+}
+
+func TestAwaitAllocs(t *testing.T) {
+	var c pair
+	p := Policy{Sleep: 100 * time.Microsecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	c.word.Store(1)
+	n := 0
+	if a := testing.AllocsPerRun(100, func() {
+		// The check (run before the first sleep) moves the counter: this
+		// walks the whole sleep path without sleeping long.
+		n++
+		_ = p.Await(ctx, &c.word, &c.waiters, 1, func() error { c.word.Store(uint64(n) + 1); return nil })
+		c.word.Store(1)
+	}); a != 0 {
+		t.Fatalf("Await allocates %v times per call", a)
+	}
+	if a := testing.AllocsPerRun(100, func() { Publish(&c.word, &c.waiters, 2) }); a != 0 {
+		t.Fatalf("Publish allocates %v times per call", a)
+	}
+}
+
+// TestAwaitAcrossProcesses: a child process sleeps on a counter in a file
+// both map; the parent's Publish must wake it (the process-shared futex).
+func TestAwaitAcrossProcesses(t *testing.T) {
+	f, err := os.CreateTemp("/dev/shm", "gocoll-shmsync-test-")
+	if err != nil {
+		t.Skip("no /dev/shm:", err)
+	}
+	path := f.Name()
+	defer os.Remove(path)
+	if err := f.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(m)
+	c := (*pair)(unsafe.Pointer(&m[0]))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildWaiter$", "-test.v")
+	cmd.Env = append(os.Environ(), "GOCOLL_SHMSYNC_CHILD="+path)
+	out := make(chan []byte, 1)
+	go func() { b, _ := cmd.CombinedOutput(); out <- b }()
+	deadline := time.Now().Add(20 * time.Second)
+	for c.waiters.Load() == 0 { // the child is asleep on the futex
+		if time.Now().After(deadline) {
+			t.Fatal("child never went to sleep")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond)
+	Publish(&c.word, &c.waiters, 1)
+	select {
+	case b := <-out:
+		if !contains(b, "@@WOKEN") {
+			t.Fatalf("child output:\n%s", b)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("child not woken by Publish")
+	}
+}
+
+func contains(b []byte, s string) bool {
+	for i := 0; i+len(s) <= len(b); i++ {
+		if string(b[i:i+len(s)]) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestChildWaiter is the child of TestAwaitAcrossProcesses.
+func TestChildWaiter(t *testing.T) {
+	path := os.Getenv("GOCOLL_SHMSYNC_CHILD")
+	if path == "" {
+		t.Skip("only run as a child process")
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := (*pair)(unsafe.Pointer(&m[0]))
+	p := Policy{Sleep: time.Minute} // a missed wake would take a minute
+	start := time.Now()
+	if err := p.Await(context.Background(), &c.word, &c.waiters, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("@@WOKEN after %v\n", time.Since(start))
+}
+
+func TestProc(t *testing.T) {
+	me := Self()
+	if me.Pid != os.Getpid() || me.Start == 0 {
+		t.Fatalf("Self() = %+v", me)
+	}
+	if !me.Alive() {
+		t.Fatal("this process is not alive")
+	}
+	if p, ok := LookupProc(me.Pid); !ok || p != me {
+		t.Fatalf("LookupProc(self) = %+v, %v", p, ok)
+	}
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	if want, _ := strconv.ParseUint(f[19], 10, 64); want != me.Start {
+		t.Fatalf("start time %d, /proc/self/stat says %d", me.Start, want)
+	}
+	if (Proc{Pid: me.Pid, Start: me.Start + 1}).Alive() {
+		t.Fatal("a different start time (recycled pid) counts as alive")
+	}
+	if (Proc{}).Alive() {
+		t.Fatal("pid 0 is alive")
+	}
+	// A zombie (exited, not reaped) and a reaped child are dead.
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	child, ok := LookupProc(cmd.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for child.Alive() {
+		if time.Now().After(deadline) {
+			t.Fatal("exited child still alive (zombie not detected)")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cmd.Wait()
+	if ok && child.Alive() {
+		t.Fatal("reaped child alive")
+	}
+	if a := testing.AllocsPerRun(20, func() { me.Alive() }); a != 0 {
+		t.Fatalf("Alive allocates %v times", a)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	tail := " 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 12345 99 7\n" // fields 7..21 are 0, 22 is the start
+	for _, tc := range []struct {
+		in    string
+		start uint64
+		alive bool
+	}{
+		{"42 (go) S 1 2 3" + tail, 12345, true},
+		{"42 (a) b (c) R 1 2 3" + tail, 12345, true},
+		{"42 (x y) Z 1 2 3" + tail, 12345, false},
+		{"42 (x) S 1", 0, false},
+		{"garbage", 0, false},
+	} {
+		start, alive := parseStat([]byte(tc.in))
+		if start != tc.start || alive != tc.alive {
+			t.Errorf("parseStat(%q) = %d, %v; want %d, %v", tc.in, start, alive, tc.start, tc.alive)
+		}
+	}
+	b := make([]byte, 0, 24)
+	for _, v := range []uint64{0, 7, 12345, 1<<64 - 1} {
+		b = b[:putUint(b[:cap(b)], v)]
+		if string(b) != strconv.FormatUint(v, 10) {
+			t.Errorf("putUint(%d) = %q", v, b)
+		}
+	}
+}

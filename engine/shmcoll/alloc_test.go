@@ -1,0 +1,91 @@
+//go:build linux
+
+package shmcoll
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/gocoll/gocoll/engine/kernel"
+)
+
+// TestZeroAllocs: no collective allocates per call, on any rank (AllocsPerRun
+// counts the whole process, so every rank's calls are included).
+func TestZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	type op func(ctx context.Context, a *Arena, c Call, send, recv []byte) error
+	ops := []struct {
+		name  string
+		bytes int
+		f     op
+	}{
+		{"allreduce-small", 4 << 10, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			return a.AllReduce(ctx, c, s, r, kernel.Float32, kernel.Avg)
+		}},
+		{"allreduce-large", 3*testSlot + 64, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			return a.AllReduce(ctx, c, s, r, kernel.Bfloat16, kernel.Sum)
+		}},
+		{"allreduce-inplace", 3*testSlot + 64, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			return a.AllReduce(ctx, c, s, s, kernel.Float32, kernel.Max)
+		}},
+		{"reduce", 3*testSlot + 64, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			return a.Reduce(ctx, c, s, r, kernel.Float64, kernel.Sum, 1)
+		}},
+		{"broadcast", 3*testSlot + 64, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			return a.Broadcast(ctx, c, s, 0)
+		}},
+		{"allgather", 3*testSlot + 64, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			return a.AllGather(ctx, c, s[:len(s)/a.Size()], r[:len(s)/a.Size()*a.Size()])
+		}},
+		{"reducescatter", 3*testSlot + 64, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			m := len(s) / a.Size() &^ 7
+			return a.ReduceScatter(ctx, c, s[:m*a.Size()], r[:m], kernel.Int32, kernel.Sum)
+		}},
+		{"alltoall", 3*testSlot + 64, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			m := len(s) / a.Size() * a.Size()
+			return a.AllToAll(ctx, c, s[:m], r[:m])
+		}},
+		{"barrier", 0, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			return a.Barrier(ctx, c)
+		}},
+	}
+	for _, n := range []int{2, 4} {
+		w := newWorld(t, n, testSlot)
+		for _, o := range ops {
+			t.Run(fmt.Sprintf("n=%d/%s", n, o.name), func(t *testing.T) {
+				var allocs float64
+				errs := w.run(func(r int, a *Arena) error {
+					send, recv := make([]byte, o.bytes), make([]byte, o.bytes)
+					ctx := context.Background()
+					var err error
+					seq := uint64(0)
+					f := func() {
+						seq++
+						if e := o.f(ctx, a, Call{Seq: seq, Sig: 7}, send, recv); e != nil && err == nil {
+							err = e
+						}
+					}
+					if r == 0 {
+						allocs = testing.AllocsPerRun(30, f)
+					} else {
+						for range 31 {
+							f()
+						}
+					}
+					return err
+				})
+				for _, err := range errs {
+					if err != nil {
+						t.Fatal(errorsText(errs))
+					}
+				}
+				if allocs != 0 {
+					t.Errorf("%v allocations per call (all %d ranks)", allocs, n)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,448 @@
+//go:build linux
+
+package shmcoll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
+	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// livenessEvery is how often a sleeping waiter checks that the peer
+// processes still run.
+const livenessEvery = 100 * time.Millisecond
+
+// Arena is one rank's intra-host collective engine. See the package
+// documentation for the protocol.
+type Arena struct {
+	rank, size int
+	tag        [8]byte
+	path       string
+	slot       int
+	log        *slog.Logger
+	policy     shmsync.Policy
+
+	own  []byte     // own segment mapping
+	me   *segment   // view of own
+	segs []*segment // by rank, own included; set by Connect
+
+	// State of the call in flight (one at a time, guarded by busy).
+	phase    uint64    // last barrier phase this rank arrived at
+	piece    uint64    // data pieces so far: piece&1 is the buffer set
+	cur      record    // the call's record
+	terms    [][]byte  // scratch: one operand per rank
+	lastLive time.Time // last liveness probe of the peers
+
+	busy      atomic.Bool // a call is in flight (or Close owns the mappings)
+	connected atomic.Bool
+	closed    atomic.Bool
+	aborted   atomic.Bool
+	abortErr  error // set before aborted is stored
+	unlinked  atomic.Bool
+
+	shutMu   sync.Mutex // serialises Abort, Close and Connect
+	unmapped bool
+}
+
+// SegmentPath is the file rank creates for the communicator tag.
+func SegmentPath(tag [8]byte, rank int) string {
+	return fmt.Sprintf("/dev/shm/gocoll-arena-%x-%d", tag[:], rank)
+}
+
+// Create makes, maps and pre-touches this rank's segment.
+func Create(cfg Config) (*Arena, error) {
+	if cfg.Size < 1 || cfg.Size > MaxRanks || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("%w: rank %d, size %d (at most %d ranks)", ErrInvalid, cfg.Rank, cfg.Size, MaxRanks)
+	}
+	slot := cfg.SlotBytes
+	if slot == 0 {
+		slot = DefaultSlotBytes
+	}
+	if slot < 0 || slot > MaxSlotBytes {
+		return nil, fmt.Errorf("%w: slot size %d (at most %d)", ErrInvalid, slot, MaxSlotBytes)
+	}
+	slot = roundUp(max(slot, MinSlotBytes, 64*cfg.Size), pageSize)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Arena{
+		rank:   cfg.Rank,
+		size:   cfg.Size,
+		tag:    cfg.Tag,
+		path:   SegmentPath(cfg.Tag, cfg.Rank),
+		slot:   slot,
+		log:    log,
+		policy: shmsync.PolicyFor(cfg.Size),
+		terms:  make([][]byte, cfg.Size),
+	}
+	m, err := createSegment(a.path, cfg.Tag, cfg.Rank, cfg.Size, slot)
+	if err != nil {
+		return nil, fmt.Errorf("shmcoll: rank %d: %w", cfg.Rank, err)
+	}
+	a.own = m
+	a.me = newSegment(a.rank, m, slot, shmsync.Self())
+	log.Debug("shmcoll: segment created", "rank", a.rank, "path", a.path, "slot", slot, "bytes", len(m))
+	return a, nil
+}
+
+// Path is the file name of this rank's segment, for the peers' Connect.
+func (a *Arena) Path() string { return a.path }
+
+// Rank is this rank; Size the number of ranks.
+func (a *Arena) Rank() int { return a.rank }
+
+// Size is the number of ranks.
+func (a *Arena) Size() int { return a.size }
+
+// SlotBytes is the effective slot size (Config.SlotBytes after rounding).
+func (a *Arena) SlotBytes() int { return a.slot }
+
+// Connect maps the segment of every other rank, which must all be in peers
+// (entries for this rank are ignored), and verifies each header: magic,
+// version, tag, rank, size, slot size, creator pid (when given) and that the
+// creator still runs. It may be called once.
+func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
+	a.shutMu.Lock()
+	defer a.shutMu.Unlock()
+	if err := a.localErr(); err != nil {
+		return err
+	}
+	if a.connected.Load() {
+		return fmt.Errorf("%w: Connect called twice", ErrInvalid)
+	}
+	for r := range peers {
+		if r < 0 || r >= a.size {
+			return fmt.Errorf("%w: peer rank %d out of range for size %d", ErrInvalid, r, a.size)
+		}
+	}
+	segs := make([]*segment, a.size)
+	segs[a.rank] = a.me
+	fail := func(err error) error {
+		for _, s := range segs {
+			if s != nil && s != a.me {
+				syscall.Munmap(s.m)
+			}
+		}
+		return fmt.Errorf("shmcoll: rank %d connecting: %w", a.rank, err)
+	}
+	for r := range a.size {
+		if r == a.rank {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
+		info, ok := peers[r]
+		if !ok {
+			return fail(fmt.Errorf("%w: no segment for rank %d", ErrInvalid, r))
+		}
+		s, err := openSegment(info.Path, a.tag, r, a.size, a.slot, info.Pid)
+		if err != nil {
+			return fail(err)
+		}
+		segs[r] = s
+		if s.remote && !s.proc.Alive() {
+			return fail(&transport.PeerLostError{Peer: r, Reason: fmt.Sprintf("process %d is gone", s.proc.Pid)})
+		}
+		if err := a.peerErr(s); err != nil {
+			return fail(err)
+		}
+	}
+	a.segs = segs
+	a.lastLive = time.Now()
+	a.connected.Store(true)
+	a.log.Debug("shmcoll: connected", "rank", a.rank, "size", a.size)
+	return nil
+}
+
+// Unlink removes this rank's file name; the mappings stay valid. Call it
+// once every rank connected, so that a crash later leaves nothing behind.
+// Idempotent.
+func (a *Arena) Unlink() error {
+	if a.unlinked.Swap(true) {
+		return nil
+	}
+	if err := syscall.Unlink(a.path); err != nil && err != syscall.ENOENT {
+		return fmt.Errorf("shmcoll: rank %d: unlink %s: %w", a.rank, a.path, err)
+	}
+	return nil
+}
+
+// Abort stops this rank: pending and later calls fail with an error
+// wrapping transport.ErrAborted, and the failure is recorded in the segment
+// so that every peer's pending or next call fails too (with
+// transport.ErrRemoteAbort and the reason, or transport.ErrPeerLost when
+// reason relays a lost rank, plus transport.ErrMismatch when reason wraps
+// it). Only the first Abort counts; after Close it does nothing.
+func (a *Arena) Abort(reason error) {
+	if reason == nil {
+		reason = errors.New("aborted")
+	}
+	a.shutMu.Lock()
+	defer a.shutMu.Unlock()
+	if a.closed.Load() || a.aborted.Load() {
+		return
+	}
+	a.abortErr = fmt.Errorf("shmcoll: rank %d: %w: %v", a.rank, transport.ErrAborted, reason)
+	a.aborted.Store(true)
+	f := transport.FailureOf(a.rank, reason)
+	kind := failAborted
+	switch {
+	case f.Lost:
+		kind = failLost
+	case errors.Is(reason, transport.ErrMismatch):
+		kind = failMismatch
+	}
+	n := copy(a.own[offReason:offReason+maxReason], f.Reason)
+	word(a.own, offReasonLen).Store(uint64(n))
+	word(a.own, offFailFrom).Store(uint64(f.Origin))
+	word(a.own, offFailKind).Store(kind)
+	a.me.state.Store(stateAborted)
+	a.log.Debug("shmcoll: abort", "rank", a.rank, "origin", f.Origin, "reason", f.Reason)
+	a.wakeAll()
+}
+
+// wakeAll wakes every sleeper on any arrival counter this rank can see:
+// peers waiting on this rank, and waiters here and in other processes
+// sleeping on a third rank, who then re-check every state word.
+func (a *Arena) wakeAll() {
+	shmsync.WakeAll(a.me.arrive)
+	for _, s := range a.segs {
+		if s != nil && s != a.me {
+			shmsync.WakeAll(s.arrive)
+		}
+	}
+}
+
+// Close marks the segment closed (peers still waiting on this rank fail
+// with transport.ErrPeerLost), fails a pending call with ErrClosed, waits
+// for it to leave, then unmaps and unlinks. Idempotent.
+func (a *Arena) Close() error {
+	a.shutMu.Lock()
+	if a.closed.Load() {
+		a.shutMu.Unlock()
+		return nil
+	}
+	a.closed.Store(true)
+	if !a.aborted.Load() {
+		a.me.state.Store(stateClosed)
+	}
+	a.wakeAll()
+	a.shutMu.Unlock()
+	// Wait for a call in flight to notice and leave; then keep busy set so
+	// that nothing touches the mappings again.
+	for i := 0; !a.busy.CompareAndSwap(false, true); i++ {
+		time.Sleep(time.Duration(min(i+1, 10)) * 100 * time.Microsecond)
+		a.shutMu.Lock()
+		a.wakeAll()
+		a.shutMu.Unlock()
+	}
+	a.shutMu.Lock()
+	defer a.shutMu.Unlock()
+	for _, s := range a.segs {
+		if s != nil && s != a.me {
+			syscall.Munmap(s.m)
+		}
+	}
+	a.segs = nil
+	syscall.Munmap(a.own)
+	a.own, a.me = nil, nil
+	a.unmapped = true
+	err := a.Unlink()
+	a.log.Debug("shmcoll: closed", "rank", a.rank)
+	return err
+}
+
+func (a *Arena) localErr() error {
+	if a.aborted.Load() {
+		return a.abortErr
+	}
+	if a.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Collective kinds, for the record's descriptor.
+const (
+	kindBarrier uint64 = iota + 1
+	kindAllReduce
+	kindReduce
+	kindBroadcast
+	kindAllGather
+	kindReduceScatter
+	kindAllToAll
+)
+
+var kindNames = [...]string{"", "barrier", "allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall"}
+
+func desc(kind uint64, dt kernel.DataType, op kernel.RedOp, root int) uint64 {
+	return kind | uint64(uint8(dt))<<8 | uint64(uint8(op))<<16 | uint64(uint32(root+1))<<32
+}
+
+// begin starts a call: it takes the arena and sets the record that every
+// barrier of the call publishes. On success the caller must call end.
+func (a *Arena) begin(c Call, nbytes int, d uint64) error {
+	if err := a.localErr(); err != nil {
+		return err
+	}
+	if !a.busy.CompareAndSwap(false, true) {
+		if err := a.localErr(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: concurrent calls on one arena (rank %d)", ErrInvalid, a.rank)
+	}
+	if err := a.localErr(); err != nil {
+		a.busy.Store(false)
+		return err
+	}
+	if !a.connected.Load() {
+		a.busy.Store(false)
+		return fmt.Errorf("%w: rank %d: not connected", ErrInvalid, a.rank)
+	}
+	a.cur = record{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}
+	// A peer that aborted or closed will not join this call. (Cheap: the
+	// state lines are only written on failure, so they stay cached.)
+	for _, s := range a.segs {
+		if s != a.me {
+			if err := a.peerErr(s); err != nil {
+				err = a.fail(fmt.Errorf("shmcoll: rank %d: %s #%d: %w", a.rank, kindNames[d&0xff], c.Seq, err))
+				a.busy.Store(false)
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (a *Arena) end() { a.busy.Store(false) }
+
+// nextSet returns the buffer set of the next data piece.
+func (a *Arena) nextSet() int {
+	a.piece++
+	return int(a.piece & 1)
+}
+
+// barrier publishes this rank's arrival at the next phase and waits until
+// every peer arrived there with the same call record.
+func (a *Arena) barrier(ctx context.Context) error {
+	a.phase++
+	p := a.phase
+	*a.me.recs[p&1] = a.cur
+	shmsync.Publish(a.me.arrive, a.me.waiters, p)
+	for k := 1; k < a.size; k++ {
+		j := a.rank + k
+		if j >= a.size {
+			j -= a.size
+		}
+		s := a.segs[j]
+		if s.arrive.Load() < p {
+			if err := a.await(ctx, s, p); err != nil {
+				return a.fail(err)
+			}
+		}
+		if *s.recs[p&1] != a.cur {
+			return a.fail(a.mismatch(j, *s.recs[p&1]))
+		}
+	}
+	return nil
+}
+
+// await waits for rank s.rank to arrive at phase p (it is at p-1).
+func (a *Arena) await(ctx context.Context, s *segment, p uint64) error {
+	err := a.policy.Await(ctx, s.arrive, s.waiters, p-1, a.check)
+	if err == nil {
+		return nil
+	}
+	what := fmt.Sprintf("%s #%d waiting for rank %d", kindNames[a.cur.desc&0xff], a.cur.seq, s.rank)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("shmcoll: rank %d: %s: %w", a.rank, what, err)
+	}
+	if errors.Is(err, transport.ErrAborted) || err == ErrClosed {
+		return err
+	}
+	return fmt.Errorf("shmcoll: rank %d: %s: %w", a.rank, what, err)
+}
+
+// check runs before every futex sleep: local abort or close, every peer's
+// state, and every livenessEvery the peer processes.
+func (a *Arena) check() error {
+	if err := a.localErr(); err != nil {
+		return err
+	}
+	for _, s := range a.segs {
+		if s != a.me {
+			if err := a.peerErr(s); err != nil {
+				return err
+			}
+		}
+	}
+	if now := time.Now(); now.Sub(a.lastLive) >= livenessEvery {
+		a.lastLive = now
+		for _, s := range a.segs {
+			if s.remote && !s.proc.Alive() {
+				a.log.Warn("shmcoll: peer process gone", "rank", a.rank, "peer", s.rank, "pid", s.proc.Pid)
+				return &transport.PeerLostError{Peer: s.rank, Reason: fmt.Sprintf("process %d exited", s.proc.Pid)}
+			}
+		}
+	}
+	return nil
+}
+
+// peerErr reports a peer that closed or aborted, from its state word.
+func (a *Arena) peerErr(s *segment) error {
+	switch s.state.Load() {
+	case stateClosed:
+		return &transport.PeerLostError{Peer: s.rank, Reason: "it closed its arena"}
+	case stateAborted:
+		f, kind := s.failure()
+		err := f.Err()
+		if kind == failMismatch {
+			return fmt.Errorf("%w (%w)", transport.ErrMismatch, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// fail aborts the arena with err (so that the peers learn) and returns it.
+func (a *Arena) fail(err error) error {
+	if !errors.Is(err, transport.ErrAborted) && err != ErrClosed {
+		a.Abort(err)
+	}
+	return err
+}
+
+func (a *Arena) mismatch(peer int, got record) error {
+	return fmt.Errorf("shmcoll: rank %d: %w: rank %d is in %s, this rank in %s",
+		a.rank, transport.ErrMismatch, peer, describe(got), describe(a.cur))
+}
+
+func describe(r record) string {
+	kind := r.desc & 0xff
+	name := fmt.Sprintf("collective kind %d", kind)
+	if kind < uint64(len(kindNames)) {
+		name = kindNames[kind]
+	}
+	s := fmt.Sprintf("%s #%d (signature %016x, %d bytes", name, r.seq, r.sig, r.nbytes)
+	switch kind {
+	case kindAllReduce, kindReduce, kindReduceScatter:
+		s += fmt.Sprintf(", %v %v", kernel.DataType(uint8(r.desc>>8)), kernel.RedOp(uint8(r.desc>>16)))
+	}
+	if root := int(uint32(r.desc>>32)) - 1; root >= 0 {
+		s += fmt.Sprintf(", root %d", root)
+	}
+	return s + ")"
+}
+
+func roundUp(n, a int) int { return (n + a - 1) / a * a }

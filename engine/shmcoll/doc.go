@@ -1,0 +1,86 @@
+// Package shmcoll runs collectives among the ranks of a communicator that
+// all live on one host by reading each other's data in shared memory
+// directly, instead of exchanging messages.
+//
+// # Segments
+//
+// Each rank creates one file, /dev/shm/gocoll-arena-<tag hex>-<rank>
+// (Create), and maps every peer's (Connect). A segment holds a header page
+// (identity, state, abort reason), a synchronisation page (this rank's
+// arrival counter with the record of its current call, and the count of
+// peers sleeping on it, on separate cache lines), and two data slots of
+// SlotBytes each: buffer sets 0 and 1. The pages are allocated and touched at
+// Create (/dev/shm has no huge pages; first-touch faults would otherwise
+// land in the first collectives). Once every rank connected, the engine
+// calls Unlink so that a crash leaves no file behind.
+//
+// # Barriers
+//
+// Every step boundary is a full barrier: a rank stores the phase number into
+// its arrival counter and waits until every peer's counter reached it
+// (shmsync.Policy.Await: spin, yield, then a process-shared futex; the
+// arriving rank wakes only if someone registered as sleeping). Because a
+// rank passes phase P only after everyone arrived at P, counters never
+// differ by more than one, so each rank keeps two call records, for even and
+// odd phases, next to its counter.
+//
+// A record is (Seq, Sig, byte count, descriptor of collective, type, op and
+// root). At every barrier a rank compares each peer's record for that phase
+// with its own; any difference fails the call with an error wrapping
+// transport.ErrMismatch. Sig is the engine's fingerprint and already covers
+// the count, but the byte count and descriptor are compared as well, so
+// that two ranks can never disagree on the number of pieces (and thus of
+// phases) without noticing at their first barrier.
+//
+// # Double buffering
+//
+// Data moves in pieces of at most one slot, and consecutive pieces
+// (across calls too) use the two buffer sets alternately. A piece writes a
+// rank's own slot only before its first barrier (copy-in) or, after it, only
+// the region no peer reads in that piece; peers read it only after that
+// barrier and before the first barrier of the next piece. So the slot of
+// set s is rewritten (piece p+2) only after every peer passed the first
+// barrier of piece p+1, i.e. finished reading piece p: no call needs a
+// barrier at its end.
+//
+// # Algorithms and determinism
+//
+// Every element of a reduction is combined in rank order 0, 1, …, n-1,
+// ((x0 op x1) op x2) …, on every path, and computed once: results are
+// bitwise identical on every rank, from run to run, and between the small
+// and large paths and across collectives (AllReduce equals ReduceScatter
+// followed by AllGather, and Reduce followed by Broadcast, bit for bit).
+// Avg sums and then divides once with kernel.DivideBy.
+//
+//   - AllReduce, up to 64 KiB: copy in, one barrier, every rank folds all n
+//     slots into recv.
+//   - AllReduce, larger: per piece, copy in everything but the own chunk,
+//     barrier, rank r folds chunk r (its own part straight from send) into
+//     its slot and recv, barrier, everyone copies the other chunks out of
+//     their owners' slots (reduce-scatter + all-gather through shared
+//     memory). Chunks are cache-line aligned; the fold runs in cache-sized
+//     blocks so a chunk is read from memory once.
+//   - Reduce: the same, with only the root copying out (small: only the
+//     root folds).
+//   - Broadcast: the root copies into its slot, barrier, others copy out.
+//   - AllGather: copy in, barrier, everyone copies every block out.
+//   - ReduceScatter: copy in the blocks for the others, barrier, rank r
+//     folds block r of every slot into recv (one barrier per piece).
+//   - AllToAll: copy in the blocks for the others, barrier, everyone copies
+//     its block out of every peer's slot.
+//
+// # Failures
+//
+// Every wait honours the context (deadline: an error wrapping
+// context.DeadlineExceeded that names the rank waited for), a local Abort or
+// Close, every peer's segment state (aborted, with origin and reason, or
+// closed) and, every 100 ms of sleeping, the liveness of every peer process
+// (pid and start time). Any failure inside a call aborts the arena, which
+// records the failure in its segment so that every peer fails too: a peer
+// then reports transport.RemoteAbortError (ErrRemoteAbort) for an abort,
+// transport.PeerLostError (ErrPeerLost) for a dead rank, and additionally
+// wraps transport.ErrMismatch when the origin was a mismatch.
+//
+// An Arena runs one call at a time (a concurrent call fails); Abort and
+// Close may come from any goroutine while a call is in flight.
+package shmcoll

@@ -1,0 +1,335 @@
+//go:build linux
+
+package shmcoll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+func allReduce(ctx context.Context, a *Arena, seq uint64, n int) error {
+	buf := make([]byte, n)
+	return a.AllReduce(ctx, Call{Seq: seq, Sig: 42}, buf, buf, kernel.Int8, kernel.Sum)
+}
+
+func TestAbortPropagates(t *testing.T) {
+	for _, size := range []int{64, 1 << 20} { // one-barrier and two-barrier paths
+		t.Run(sizeName(size), func(t *testing.T) {
+			w := newWorld(t, 3, testSlot)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			errs := w.run(func(r int, a *Arena) error {
+				if r == 2 {
+					time.Sleep(50 * time.Millisecond)
+					a.Abort(errors.New("boom"))
+					return allReduce(ctx, a, 1, size)
+				}
+				return allReduce(ctx, a, 1, size)
+			})
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("abort took %v to reach the peers", d)
+			}
+			for r, err := range errs[:2] {
+				var rae *transport.RemoteAbortError
+				if !errors.As(err, &rae) || rae.Peer != 2 || !strings.Contains(rae.Reason, "boom") {
+					t.Errorf("rank %d: err = %v, want a RemoteAbortError from rank 2 with the reason", r, err)
+				}
+			}
+			if !errors.Is(errs[2], transport.ErrAborted) {
+				t.Errorf("rank 2 (aborted): err = %v", errs[2])
+			}
+			// Later calls fail at once, locally.
+			for r, a := range w.arenas {
+				if err := allReduce(ctx, a, 2, size); !errors.Is(err, transport.ErrAborted) {
+					t.Errorf("rank %d after the abort: err = %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// TestAbortWakesPending: a local Abort fails the call this rank has in
+// flight (asleep on the futex by then).
+func TestAbortWakesPending(t *testing.T) {
+	w := newWorld(t, 2, testSlot)
+	done := make(chan error, 1)
+	go func() { done <- allReduce(context.Background(), w.arenas[0], 1, 64) }()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	w.arenas[0].Abort(fmt.Errorf("stop: %w", context.Canceled))
+	select {
+	case err := <-done:
+		if !errors.Is(err, transport.ErrAborted) {
+			t.Fatalf("err = %v", err)
+		}
+		if d := time.Since(start); d > 200*time.Millisecond {
+			t.Errorf("pending call returned %v after Abort", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Abort did not wake the pending call")
+	}
+	err := allReduce(context.Background(), w.arenas[1], 1, 64)
+	var rae *transport.RemoteAbortError
+	if !errors.As(err, &rae) || rae.Peer != 0 || !strings.Contains(rae.Reason, "stop") {
+		t.Fatalf("peer: err = %v", err)
+	}
+}
+
+func TestMismatch(t *testing.T) {
+	type variant struct {
+		name string
+		call func(ctx context.Context, a *Arena) error // what rank 2 does; the others allreduce 256 bytes, #1, sig 42
+	}
+	buf := func() []byte { return make([]byte, 256) }
+	for _, v := range []variant{
+		{"sig", func(ctx context.Context, a *Arena) error {
+			b := buf()
+			return a.AllReduce(ctx, Call{Seq: 1, Sig: 43}, b, b, kernel.Int8, kernel.Sum)
+		}},
+		{"seq", func(ctx context.Context, a *Arena) error {
+			b := buf()
+			return a.AllReduce(ctx, Call{Seq: 2, Sig: 42}, b, b, kernel.Int8, kernel.Sum)
+		}},
+		{"count", func(ctx context.Context, a *Arena) error {
+			b := make([]byte, 128<<10) // also another number of pieces and barriers
+			return a.AllReduce(ctx, Call{Seq: 1, Sig: 42}, b, b, kernel.Int8, kernel.Sum)
+		}},
+		{"op", func(ctx context.Context, a *Arena) error {
+			b := buf()
+			return a.AllReduce(ctx, Call{Seq: 1, Sig: 42}, b, b, kernel.Int8, kernel.Max)
+		}},
+		{"collective", func(ctx context.Context, a *Arena) error {
+			return a.Broadcast(ctx, Call{Seq: 1, Sig: 42}, buf(), 0)
+		}},
+		{"barrier", func(ctx context.Context, a *Arena) error {
+			return a.Barrier(ctx, Call{Seq: 1, Sig: 42})
+		}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			w := newWorld(t, 3, testSlot)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			errs := w.run(func(r int, a *Arena) error {
+				if r == 2 {
+					return v.call(ctx, a)
+				}
+				return allReduce(ctx, a, 1, 256)
+			})
+			for r, err := range errs {
+				if !errors.Is(err, transport.ErrMismatch) {
+					t.Errorf("rank %d: err = %v, want ErrMismatch", r, err)
+				}
+			}
+			t.Log(errs[0])
+		})
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	w := newWorld(t, 3, testSlot)
+	start := time.Now()
+	errs := w.run(func(r int, a *Arena) error {
+		if r == 2 {
+			return nil // never joins
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		return allReduce(ctx, a, 1, 1<<20)
+	})
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("deadline of 100ms noticed after %v", d)
+	}
+	for r, err := range errs[:2] {
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 2") {
+			t.Errorf("rank %d: err = %v, want DeadlineExceeded naming rank 2", r, err)
+		}
+	}
+	// The ranks that timed out aborted: rank 2 learns it instead of hanging.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.arenas[2].Barrier(ctx, Call{Seq: 5}); !errors.Is(err, transport.ErrRemoteAbort) {
+		t.Errorf("rank 2 later: err = %v, want ErrRemoteAbort", err)
+	}
+}
+
+func TestClose(t *testing.T) {
+	w := newWorld(t, 2, testSlot)
+	done := make(chan error, 1)
+	go func() { done <- allReduce(context.Background(), w.arenas[0], 1, 64) }()
+	time.Sleep(50 * time.Millisecond)
+	if err := w.arenas[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("pending call: err = %v, want ErrClosed", err)
+	}
+	if err := w.arenas[0].Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := allReduce(context.Background(), w.arenas[0], 2, 64); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after Close: err = %v", err)
+	}
+	w.arenas[0].Abort(errors.New("after close")) // no effect, no crash
+	err := allReduce(context.Background(), w.arenas[1], 1, 64)
+	var ple *transport.PeerLostError
+	if !errors.As(err, &ple) || ple.Peer != 0 {
+		t.Fatalf("peer of a closed rank: err = %v, want PeerLostError for rank 0", err)
+	}
+}
+
+// TestCloseAfterLastCall: a rank that finishes the last call and closes at
+// once does not fail the peers still finishing theirs.
+func TestCloseAfterLastCall(t *testing.T) {
+	for range 20 {
+		w := newWorld(t, 3, testSlot)
+		errs := w.run(func(r int, a *Arena) error {
+			err := allReduce(context.Background(), a, 1, 1<<20)
+			if r == 0 {
+				a.Close()
+			}
+			return err
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+}
+
+func TestConnectVerifies(t *testing.T) {
+	tag := newTag()
+	mk := func(rank, size, slot int, tag [8]byte) *Arena {
+		a, err := Create(Config{Rank: rank, Size: size, Tag: tag, SlotBytes: slot})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	a0 := mk(0, 2, testSlot, tag)
+	a1 := mk(1, 2, testSlot, tag)
+	other := mk(1, 2, testSlot, newTag())
+	tag3 := newTag()
+	size3 := mk(1, 3, testSlot, tag3)
+	conn3 := mk(0, 2, testSlot, tag3)
+	pid := os.Getpid()
+	for _, tc := range []struct {
+		name  string
+		peers map[int]PeerInfo
+		want  string
+	}{
+		{"missing peer", map[int]PeerInfo{}, "no segment for rank 1"},
+		{"no file", map[int]PeerInfo{1: {Path: "/dev/shm/gocoll-arena-nonexistent"}}, "peer connection lost"},
+		{"other tag", map[int]PeerInfo{1: {Path: other.Path()}}, "tag"},
+		{"wrong rank", map[int]PeerInfo{1: {Path: a0.Path()}}, "created by rank 0"},
+		{"wrong pid", map[int]PeerInfo{1: {Path: a1.Path(), Pid: pid + 1}}, "pid"},
+		{"rank out of range", map[int]PeerInfo{1: {Path: a1.Path()}, 5: {}}, "out of range"},
+	} {
+		err := a0.Connect(context.Background(), tc.peers)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
+		}
+	}
+	if err := conn3.Connect(context.Background(), map[int]PeerInfo{1: {Path: size3.Path()}}); err == nil || !strings.Contains(err.Error(), "size 3") {
+		t.Errorf("other size: err = %v", err)
+	}
+	if err := a0.Connect(context.Background(), map[int]PeerInfo{0: {Path: a0.Path()}, 1: {Path: a1.Path(), Pid: pid}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a0.Connect(context.Background(), map[int]PeerInfo{1: {Path: a1.Path()}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("second Connect: err = %v", err)
+	}
+	b, err := Create(Config{Rank: 0, Size: 2, Tag: tag, SlotBytes: 2 * testSlot}) // same file name
+	if err == nil {
+		b.Close()
+		t.Error("Create over an existing segment succeeded")
+	}
+	c1 := mk(1, 2, 2*testSlot, newTag())
+	c0 := mk(0, 2, testSlot, c1.tag)
+	if err := c0.Connect(context.Background(), map[int]PeerInfo{1: {Path: c1.Path()}}); err == nil || !strings.Contains(err.Error(), "slot size") {
+		t.Errorf("slot size mismatch: err = %v", err)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	for _, cfg := range []Config{{Rank: 0, Size: 0}, {Rank: 2, Size: 2}, {Rank: -1, Size: 2}, {Size: MaxRanks + 1}, {Size: 1, SlotBytes: -1}, {Size: 1, SlotBytes: MaxSlotBytes + 1}} {
+		if a, err := Create(cfg); !errors.Is(err, ErrInvalid) {
+			if a != nil {
+				a.Close()
+			}
+			t.Errorf("Create(%+v): err = %v", cfg, err)
+		}
+	}
+	for _, tc := range []struct{ size, slot, want int }{{1, 0, DefaultSlotBytes}, {2, 1, MinSlotBytes}, {2, 5000, 8192}, {200, 4096, 4096 * 4}} {
+		a, err := Create(Config{Size: tc.size, SlotBytes: tc.slot, Tag: newTag()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.SlotBytes() != tc.want {
+			t.Errorf("size %d, SlotBytes %d: got %d, want %d", tc.size, tc.slot, a.SlotBytes(), tc.want)
+		}
+		a.Close()
+	}
+}
+
+func TestInvalidArguments(t *testing.T) {
+	w := newWorld(t, 2, testSlot)
+	a := w.arenas[0]
+	ctx := context.Background()
+	c := Call{Seq: 1}
+	b := make([]byte, 64)
+	for name, err := range map[string]error{
+		"allreduce lengths":      a.AllReduce(ctx, c, b[:8], b[8:12], kernel.Float32, kernel.Sum),
+		"allreduce partial":      a.AllReduce(ctx, c, b[:16], b[8:24], kernel.Float32, kernel.Sum),
+		"allreduce odd length":   a.AllReduce(ctx, c, b[:6], b[8:14], kernel.Float32, kernel.Sum),
+		"allreduce type":         a.AllReduce(ctx, c, b[:8], b[8:16], kernel.DataType(99), kernel.Sum),
+		"allreduce op":           a.AllReduce(ctx, c, b[:8], b[8:16], kernel.Float32, kernel.RedOp(9)),
+		"reduce root":            a.Reduce(ctx, c, b[:8], b[8:16], kernel.Float32, kernel.Sum, 2),
+		"broadcast root":         a.Broadcast(ctx, c, b, -1),
+		"allgather length":       a.AllGather(ctx, c, b[:8], b[8:20]),
+		"allgather overlap":      a.AllGather(ctx, c, b[8:16], b[:16]),
+		"reducescatter length":   a.ReduceScatter(ctx, c, b[:12], b[16:24], kernel.Float32, kernel.Sum),
+		"reducescatter overlap":  a.ReduceScatter(ctx, c, b[:16], b[8:16], kernel.Float32, kernel.Sum),
+		"alltoall length":        a.AllToAll(ctx, c, b[:9], b[16:25]),
+		"alltoall partial":       a.AllToAll(ctx, c, b[:16], b[8:24]),
+		"alltoall recv length":   a.AllToAll(ctx, c, b[:16], b[16:24]),
+		"reducescatter bad type": a.ReduceScatter(ctx, c, b[:12], b[16:22], kernel.Float32, kernel.Sum),
+	} {
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	// Nothing happened: the world still works.
+	errs := w.run(func(r int, a *Arena) error { return allReduce(ctx, a, 1, 64) })
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestConcurrentCallsRejected(t *testing.T) {
+	w := newWorld(t, 2, testSlot)
+	done := make(chan error, 1)
+	go func() { done <- allReduce(context.Background(), w.arenas[0], 1, 64) }()
+	time.Sleep(50 * time.Millisecond)
+	if err := allReduce(context.Background(), w.arenas[0], 2, 64); !errors.Is(err, ErrInvalid) {
+		t.Errorf("second concurrent call: err = %v", err)
+	}
+	if err := allReduce(context.Background(), w.arenas[1], 1, 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,90 @@
+//go:build linux
+
+package shmcoll
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/kernel"
+)
+
+const testSlot = 16 << 10 // small slots: multi-piece paths at modest counts
+
+// TestConformance runs every collective × type × op × count, in place and
+// out of place, with ranks as goroutines, for 1 to 6 ranks, against
+// kernel.ReferenceReduce folded in rank order; results that every rank
+// receives must be identical on every rank, and random-float cases
+// identical from run to run.
+func TestConformance(t *testing.T) {
+	for n := 1; n <= 6; n++ {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			if testing.Short() && n > 3 {
+				t.Skip("short")
+			}
+			w := newWorld(t, n, testSlot)
+			cases := matrix(n, w.arenas[0].SlotBytes(), testTypes, kernel.AllRedOps())
+			checkWorld(t, w, cases, 2)
+		})
+	}
+}
+
+// TestDefaultSlot: the default 4 MiB slot, with pieces of several MiB.
+func TestDefaultSlot(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		w := newWorld(t, n, 0)
+		slot := w.arenas[0].SlotBytes()
+		if slot != DefaultSlotBytes {
+			t.Fatalf("slot %d", slot)
+		}
+		var cases []tcase
+		for _, kind := range testKinds {
+			count := slot/4 + 1000 // two pieces (of a block, for the block-wise ones: more)
+			cases = append(cases, tcase{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: count, root: n - 1, random: isReduction(kind)})
+			cases = append(cases, tcase{kind: kind, dt: kernel.Float32, op: kernel.Avg, count: 60 << 8, root: 0, inPlace: true, random: isReduction(kind)})
+		}
+		checkWorld(t, w, cases, 1)
+	}
+}
+
+// checkWorld runs cases runs times on every rank and compares the hashes.
+func checkWorld(t *testing.T, w *world, cases []tcase, runs int) {
+	t.Helper()
+	n := len(w.arenas)
+	var first [][]uint64
+	for run := range runs {
+		hashes := make([][]uint64, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		errs := w.run(func(r int, a *Arena) error {
+			hashes[r] = make([]uint64, len(cases))
+			return runMatrix(ctx, a, cases, hashes[r])
+		})
+		cancel()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("run %d:%s", run, errorsText(errs))
+			}
+		}
+		for i, c := range cases {
+			if c.kind == "allreduce" || c.kind == "broadcast" || c.kind == "allgather" {
+				for r := 1; r < n; r++ {
+					if hashes[r][i] != hashes[0][i] {
+						t.Errorf("%v: rank %d received other bytes than rank 0", c, r)
+					}
+				}
+			}
+			if run > 0 && c.random {
+				for r := range n {
+					if hashes[r][i] != first[r][i] {
+						t.Errorf("%v: rank %d: run %d differs from run 0", c, r, run)
+					}
+				}
+			}
+		}
+		if run == 0 {
+			first = hashes
+		}
+	}
+}

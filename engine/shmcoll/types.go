@@ -1,0 +1,54 @@
+package shmcoll
+
+import (
+	"errors"
+	"log/slog"
+)
+
+// Slot sizes (bytes per rank and buffer set). SlotBytes is rounded up to a
+// multiple of the page size and to at least MinSlotBytes and 64 bytes per
+// rank.
+const (
+	DefaultSlotBytes = 4 << 20
+	MinSlotBytes     = 4 << 10
+	MaxSlotBytes     = 1 << 30
+	// MaxRanks bounds Config.Size.
+	MaxRanks = 1024
+)
+
+// Config describes one rank's arena.
+type Config struct {
+	Rank, Size int
+	// Tag identifies the communicator; it is part of the file names and is
+	// verified on Connect.
+	Tag [8]byte
+	// SlotBytes is the data slot per rank and buffer set; 0 means
+	// DefaultSlotBytes. Every rank must use the same value (Connect checks).
+	SlotBytes int
+	// Logger receives lifecycle and failure messages; nil discards them.
+	Logger *slog.Logger
+}
+
+// PeerInfo is what a rank learns about a peer out of band: the peer's
+// Path() and its process id (0: take the one recorded in the segment).
+type PeerInfo struct {
+	Path string
+	Pid  int
+}
+
+// Call identifies one collective call: the engine's sequence number and the
+// signature (fingerprint of collective, type, count, op, root and
+// algorithm). All ranks must pass equal values for the same call; any
+// difference is reported as transport.ErrMismatch.
+type Call struct {
+	Seq, Sig uint64
+}
+
+var (
+	// ErrClosed is returned by calls made on (or pending during) a closed
+	// Arena.
+	ErrClosed = errors.New("shmcoll: arena closed")
+	// ErrInvalid marks bad arguments: lengths, types, ops, roots,
+	// partially overlapping buffers, concurrent calls.
+	ErrInvalid = errors.New("shmcoll: invalid argument")
+)
