@@ -1,8 +1,9 @@
 package engine
 
 import (
+	"context"
 	"fmt"
-	"hash/fnv"
+	"log/slog"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine/kernel"
@@ -17,9 +18,26 @@ import (
 // collectives (or the same with another type, count, op, root or algorithm)
 // find out from the first message header instead of exchanging garbage.
 func signature(coll string, dt DataType, count int, op RedOp, root int, algo string) uint64 {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%s|%d|%d|%d|%d|%s", coll, dt, count, op, root, algo)
-	return h.Sum64()
+	// FNV-1a by hand: this runs on every call, so no fmt and no allocation.
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) {
+		for i := 0; i < 8; i++ {
+			h = (h ^ (v & 0xff)) * prime
+			v >>= 8
+		}
+	}
+	for _, s := range [2]string{coll, algo} {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint64(s[i])) * prime
+		}
+		mix(uint64(len(s)))
+	}
+	mix(uint64(dt))
+	mix(uint64(count))
+	mix(uint64(op))
+	mix(uint64(int64(root)))
+	return h
 }
 
 func checkType(dt DataType) error {
@@ -108,7 +126,7 @@ func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp)
 		x.sig = sig
 		x.debug("allreduce", algo, n)
 		if algo == "shm" {
-			return x.shm(c.arena.AllReduce(x.ctx, x.call(), send, recv, dt, op))
+			return x.shm(c.arena.AllReduce(x.light(), x.call(), send, recv, dt, op))
 		}
 		if !inPlace {
 			copy(recv, send)
@@ -161,7 +179,7 @@ func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, ro
 		x.sig = sig
 		x.debug("reduce", algo, n)
 		if algo == "shm" {
-			return x.shm(c.arena.Reduce(x.ctx, x.call(), send, recv, dt, op, root))
+			return x.shm(c.arena.Reduce(x.light(), x.call(), send, recv, dt, op, root))
 		}
 		// acc is where this rank accumulates: the result buffer on the root,
 		// scratch elsewhere (the user's send buffer is read-only).
@@ -221,7 +239,7 @@ func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int)
 			copy(recv, send)
 		}
 		if algo == "shm" {
-			return x.shm(c.arena.Broadcast(x.ctx, x.call(), recv, root))
+			return x.shm(c.arena.Broadcast(x.light(), x.call(), recv, root))
 		}
 		if c.size == 1 || n == 0 {
 			return nil
@@ -261,7 +279,7 @@ func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (*Req
 		x.sig = sig
 		x.debug("allgather", algo, block*c.size)
 		if algo == "shm" {
-			return x.shm(c.arena.AllGather(x.ctx, x.call(), send, recv))
+			return x.shm(c.arena.AllGather(x.light(), x.call(), send, recv))
 		}
 		if !inPlace {
 			copy(recv[block*c.rank:], send)
@@ -302,7 +320,7 @@ func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, o
 		x.sig = sig
 		x.debug("reducescatter", algo, block*c.size)
 		if algo == "shm" {
-			return x.shm(c.arena.ReduceScatter(x.ctx, x.call(), send, recv, dt, op))
+			return x.shm(c.arena.ReduceScatter(x.light(), x.call(), send, recv, dt, op))
 		}
 		if block == 0 {
 			return nil
@@ -362,7 +380,7 @@ func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (*Request,
 		x.sig = sig
 		x.debug("alltoall", algo, total)
 		if algo == "shm" {
-			return x.shm(c.arena.AllToAll(x.ctx, x.call(), send, recv))
+			return x.shm(c.arena.AllToAll(x.light(), x.call(), send, recv))
 		}
 		src := send
 		if inPlace {
@@ -515,7 +533,7 @@ func (c *Comm) barrierReq() (*Request, error) {
 		x.sig = sig
 		x.debug("barrier", algo, 0)
 		if algo == "shm" {
-			return x.shm(c.arena.Barrier(x.ctx, x.call()))
+			return x.shm(c.arena.Barrier(x.light(), x.call()))
 		}
 		return barrierDissemination(x)
 	})
@@ -533,5 +551,7 @@ func firstErr(errs ...error) error {
 // debug records and logs (at DEBUG) which algorithm runs the collective.
 func (x *execCtx) debug(coll, algo string, bytes int) {
 	x.algo, x.bytes = algo, bytes
-	x.c.log.Debug("collective", "op", coll, "seq", x.seq, "algo", algo, "bytes", bytes)
+	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
+		x.c.log.Debug("collective", "op", coll, "seq", x.seq, "algo", algo, "bytes", bytes)
+	}
 }

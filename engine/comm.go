@@ -149,14 +149,12 @@ func (c *Comm) finished() {
 }
 
 func (c *Comm) execute(r *Request, x *execCtx) {
-	ctx, cancel := context.WithTimeout(c.abortCtx, c.opts.Timeout)
-	x.ctx = ctx
-	var began time.Time
-	if c.opts.Metrics != nil {
-		began = time.Now()
-	}
+	began := time.Now()
+	x.deadline = began.Add(c.opts.Timeout)
 	err := r.run(x)
-	cancel()
+	if x.cancel != nil {
+		x.cancel()
+	}
 	if err != nil {
 		err = c.opError(x, err)
 		c.fail(err)
@@ -331,13 +329,15 @@ func (c *Comm) Destroy() error {
 // execCtx is what an algorithm sees: the transport, its deadline, and the
 // identity of the collective for message headers.
 type execCtx struct {
-	c     *Comm
-	ctx   context.Context
-	op    string
-	seq   uint64
-	sig   uint64
-	algo  string // for logs and metrics
-	bytes int
+	c        *Comm
+	deadline time.Time
+	ctx      context.Context // made on first use by context()
+	cancel   context.CancelFunc
+	op       string
+	seq      uint64
+	sig      uint64
+	algo     string // for logs and metrics
+	bytes    int
 }
 
 func (x *execCtx) rank() int { return x.c.rank }
@@ -347,12 +347,44 @@ func (x *execCtx) header(step int, n int) transport.Header {
 	return transport.Header{Kind: transport.KindData, Seq: x.seq, Sig: x.sig, Step: uint32(step), Len: uint64(n)}
 }
 
+// context is the operation's deadline and the communicator's abort, as a
+// context the transports can watch. It is made on first use: the
+// shared-memory path never needs one (see light). Call it on the
+// operation's goroutine before starting helpers that use it.
+func (x *execCtx) context() context.Context {
+	if x.ctx == nil {
+		x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.deadline)
+	}
+	return x.ctx
+}
+
+// light is a context for waits that only poll Err and Deadline (the
+// shared-memory path): it costs no timer and no allocation.
+func (x *execCtx) light() context.Context { return lightCtx{x.c.abortCtx, x.deadline} }
+
+type lightCtx struct {
+	context.Context // the communicator's abort context: Done, Value
+	deadline        time.Time
+}
+
+func (l lightCtx) Deadline() (time.Time, bool) { return l.deadline, true }
+
+func (l lightCtx) Err() error {
+	if err := l.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(l.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 func (x *execCtx) send(peer, step int, data []byte) error {
-	return wrapPeer(peer, x.c.tr.Send(x.ctx, peer, x.header(step, len(data)), data), x.c.opts.Timeout)
+	return wrapPeer(peer, x.c.tr.Send(x.context(), peer, x.header(step, len(data)), data), x.c.opts.Timeout)
 }
 
 func (x *execCtx) recv(peer, step int, buf []byte) error {
-	return wrapPeer(peer, x.c.tr.Recv(x.ctx, peer, x.header(step, len(buf)), buf), x.c.opts.Timeout)
+	return wrapPeer(peer, x.c.tr.Recv(x.context(), peer, x.header(step, len(buf)), buf), x.c.opts.Timeout)
 }
 
 // call identifies the collective to the shared-memory path, which checks
@@ -375,6 +407,7 @@ func (p pending) wait() error { return <-p }
 // goSend starts a send so the caller can receive meanwhile (both sides of an
 // exchange must be able to make progress whatever the transport buffers).
 func (x *execCtx) goSend(peer, step int, data []byte) pending {
+	x.context()
 	p := make(pending, 1)
 	go func() { p <- x.send(peer, step, data) }()
 	return p
@@ -383,6 +416,7 @@ func (x *execCtx) goSend(peer, step int, data []byte) pending {
 // goRecv starts a receive so the caller can compute meanwhile (pipelining:
 // reduce one segment while the next arrives).
 func (x *execCtx) goRecv(peer, step int, buf []byte) pending {
+	x.context()
 	p := make(pending, 1)
 	go func() { p <- x.recv(peer, step, buf) }()
 	return p
