@@ -270,8 +270,11 @@ gocollResult_t gocollCommGetAsyncError(gocollComm_t comm, gocollResult_t* asyncE
 
 /* Allocates size bytes of page-aligned memory (outside any garbage-collected
  * heap) for buffers used with comm, like ncclMemAlloc; stores the address
- * in *ptr. Any host memory works with every call; this memory is what the
- * shared-memory path can use best.
+ * in *ptr. Any host memory works with every call. When every rank of comm
+ * is on one host this memory is shared: as the send buffer of
+ * gocollAllReduce, gocollReduce or gocollReduceScatter (64 KiB and up) the
+ * peers read it in place, which saves copying it in. Otherwise, or past the
+ * number of shared allocations a communicator holds, it is private memory.
  * Errors: gocollInvalidArgument (ptr NULL, size 0, comm not valid),
  * gocollInvalidUsage (comm destroyed), gocollSystemError (out of memory). */
 gocollResult_t gocollMemAlloc(void** ptr, size_t size, gocollComm_t comm);

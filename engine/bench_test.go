@@ -8,7 +8,7 @@ import (
 
 // benchComms joins n ranks of this process through the real rendezvous
 // (unique id), so the benchmark runs the same code as a job of processes.
-func benchComms(b *testing.B, n int, tr string) []*Comm {
+func benchComms(b testing.TB, n int, tr string) []*Comm {
 	b.Helper()
 	opts := Options{Transport: tr}
 	id, err := NewUniqueID(opts)

@@ -34,8 +34,8 @@ type Comm struct {
 	pending   int   // issued operations not yet finished
 	asyncErr  error // first failure; the communicator is unusable after it
 	destroyed bool
-	allocs    map[uintptr][]byte // MemAlloc'd regions by start address
-	splits    uint64             // Split calls so far: names the children consistently on every rank
+	allocs    map[uintptr]allocation // MemAlloc'd regions by start address
+	splits    uint64                 // Split calls so far: names the children consistently on every rank
 
 	// execMu is held by whoever executes a collective: the worker goroutine,
 	// or a blocking call that found nothing pending and runs inline (saving

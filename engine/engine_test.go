@@ -432,3 +432,43 @@ func TestMetrics(t *testing.T) {
 		t.Error("no duration observed")
 	}
 }
+
+// MemAlloc'd memory works as any buffer; with every rank on one host it is
+// shared memory the peers read in place.
+func TestMemAlloc(t *testing.T) {
+	for _, tr := range []string{"auto", "tcp"} {
+		comms := benchComms(t, 3, tr)
+		mustRanks(t, comms, func(c *Comm) error {
+			if (c.arena != nil) != (tr == "auto") {
+				return fmt.Errorf("transport %s: arena present = %v", tr, c.arena != nil)
+			}
+			const count = 300000 // past the size where the arena reads in place
+			send, err := c.MemAlloc(4 * count)
+			if err != nil {
+				return err
+			}
+			recv, err := c.MemAlloc(4 * count)
+			if err != nil {
+				return err
+			}
+			inputs := make([][]byte, c.Size())
+			for r := range inputs {
+				inputs[r] = inputFor(Float32, Sum, r, count, 9)
+			}
+			copy(send, inputs[c.Rank()])
+			if err := c.AllReduce(send, recv, count, Float32, Sum); err != nil {
+				return err
+			}
+			if d := diffBytes(recv, expectReduce(inputs, Float32, Sum), 4); d != "" {
+				return fmt.Errorf("%s: %s", tr, d)
+			}
+			if err := c.MemFree(send); err != nil {
+				return err
+			}
+			if err := c.MemFree(send); !errors.Is(err, ErrInvalidArgument) {
+				return fmt.Errorf("double free: %v", err)
+			}
+			return c.MemFree(recv)
+		})
+	}
+}
