@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/gocoll/gocoll/engine/kernel"
 )
@@ -51,6 +52,14 @@ func TestZeroAllocs(t *testing.T) {
 		{"barrier", 0, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
 			return a.Barrier(ctx, c)
 		}},
+		// Rank 0 goes to sleep on the futex (and checks its peers, their
+		// processes, its deadline) while the others dawdle.
+		{"slow-peers", 4 << 10, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			if a.Rank() != 0 {
+				time.Sleep(3 * time.Millisecond)
+			}
+			return a.AllReduce(ctx, c, s, r, kernel.Float32, kernel.Sum)
+		}},
 	}
 	for _, n := range []int{2, 4} {
 		w := newWorld(t, n, testSlot)
@@ -59,7 +68,8 @@ func TestZeroAllocs(t *testing.T) {
 				var allocs float64
 				errs := w.run(func(r int, a *Arena) error {
 					send, recv := make([]byte, o.bytes), make([]byte, o.bytes)
-					ctx := context.Background()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a deadline to watch
+					defer cancel()
 					var err error
 					seq := uint64(0)
 					f := func() {

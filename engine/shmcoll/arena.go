@@ -51,11 +51,12 @@ type Arena struct {
 
 	shutMu   sync.Mutex // serialises Abort, Close and Connect
 	unmapped bool
-}
 
-// SegmentPath is the file rank creates for the communicator tag.
-func SegmentPath(tag [8]byte, rank int) string {
-	return fmt.Sprintf("/dev/shm/gocoll-arena-%x-%d", tag[:], rank)
+	// Registered buffers (alloc.go).
+	allocMu  sync.Mutex                  // serialises Alloc and Free
+	nextReg  uint64                      // last allocation id
+	regs     atomic.Pointer[[]*regAlloc] // own allocations, copy on write
+	peerRegs []map[uint64][]byte         // by rank: peers' allocations mapped here (call goroutine, then Close)
 }
 
 // Create makes, maps and pre-touches this rank's segment.
@@ -76,14 +77,15 @@ func Create(cfg Config) (*Arena, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &Arena{
-		rank:   cfg.Rank,
-		size:   cfg.Size,
-		tag:    cfg.Tag,
-		path:   SegmentPath(cfg.Tag, cfg.Rank),
-		slot:   slot,
-		log:    log,
-		policy: shmsync.PolicyFor(cfg.Size),
-		terms:  make([][]byte, cfg.Size),
+		rank:     cfg.Rank,
+		size:     cfg.Size,
+		tag:      cfg.Tag,
+		path:     SegmentPath(cfg.Tag, cfg.Rank),
+		slot:     slot,
+		log:      log,
+		policy:   shmsync.PolicyFor(cfg.Size),
+		terms:    make([][]byte, cfg.Size),
+		peerRegs: make([]map[uint64][]byte, cfg.Size),
 	}
 	m, err := createSegment(a.path, cfg.Tag, cfg.Rank, cfg.Size, slot)
 	if err != nil {
@@ -255,6 +257,8 @@ func (a *Arena) Close() error {
 		}
 	}
 	a.segs = nil
+	a.unmapPeerRegs()
+	a.unlinkRegs()
 	syscall.Munmap(a.own)
 	a.own, a.me = nil, nil
 	a.unmapped = true
@@ -310,7 +314,7 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 		a.busy.Store(false)
 		return fmt.Errorf("%w: rank %d: not connected", ErrInvalid, a.rank)
 	}
-	a.cur = record{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}
+	a.cur = record{id: callID{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}}
 	// A peer that aborted or closed will not join this call. (Cheap: the
 	// state lines are only written on failure, so they stay cached.)
 	for _, s := range a.segs {
@@ -336,6 +340,9 @@ func (a *Arena) nextSet() int {
 // barrier publishes this rank's arrival at the next phase and waits until
 // every peer arrived there with the same call record.
 func (a *Arena) barrier(ctx context.Context) error {
+	if err := a.localErr(); err != nil { // Abort or Close during a long call
+		return err
+	}
 	a.phase++
 	p := a.phase
 	*a.me.recs[p&1] = a.cur
@@ -351,8 +358,8 @@ func (a *Arena) barrier(ctx context.Context) error {
 				return a.fail(err)
 			}
 		}
-		if *s.recs[p&1] != a.cur {
-			return a.fail(a.mismatch(j, *s.recs[p&1]))
+		if s.recs[p&1].id != a.cur.id {
+			return a.fail(a.mismatch(j, s.recs[p&1].id))
 		}
 	}
 	return nil
@@ -364,14 +371,12 @@ func (a *Arena) await(ctx context.Context, s *segment, p uint64) error {
 	if err == nil {
 		return nil
 	}
-	what := fmt.Sprintf("%s #%d waiting for rank %d", kindNames[a.cur.desc&0xff], a.cur.seq, s.rank)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return fmt.Errorf("shmcoll: rank %d: %s: %w", a.rank, what, err)
-	}
 	if errors.Is(err, transport.ErrAborted) || err == ErrClosed {
-		return err
+		return err // this rank's own doing, already explained
 	}
-	return fmt.Errorf("shmcoll: rank %d: %s: %w", a.rank, what, err)
+	// The context's error, or a peer that aborted, closed or died.
+	return fmt.Errorf("shmcoll: rank %d: %s #%d waiting for rank %d: %w",
+		a.rank, kindNames[a.cur.id.desc&0xff], a.cur.id.seq, s.rank, err)
 }
 
 // check runs before every futex sleep: local abort or close, every peer's
@@ -423,12 +428,12 @@ func (a *Arena) fail(err error) error {
 	return err
 }
 
-func (a *Arena) mismatch(peer int, got record) error {
+func (a *Arena) mismatch(peer int, got callID) error {
 	return fmt.Errorf("shmcoll: rank %d: %w: rank %d is in %s, this rank in %s",
-		a.rank, transport.ErrMismatch, peer, describe(got), describe(a.cur))
+		a.rank, transport.ErrMismatch, peer, describe(got), describe(a.cur.id))
 }
 
-func describe(r record) string {
+func describe(r callID) string {
 	kind := r.desc & 0xff
 	name := fmt.Sprintf("collective kind %d", kind)
 	if kind < uint64(len(kindNames)) {

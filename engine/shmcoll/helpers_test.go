@@ -19,8 +19,6 @@ import (
 	"github.com/gocoll/gocoll/engine/kernel"
 )
 
-var expPolicy func(*Arena)
-
 // newTag returns a fresh communicator tag.
 func newTag() [8]byte {
 	var t [8]byte
@@ -46,9 +44,6 @@ func newWorld(t testing.TB, n, slot int) *world {
 			t.Fatal(err)
 		}
 		w.arenas[r] = a
-		if expPolicy != nil {
-			expPolicy(a)
-		}
 		peers[r] = PeerInfo{Path: a.Path(), Pid: os.Getpid()}
 	}
 	for _, a := range w.arenas {
@@ -107,6 +102,7 @@ type tcase struct {
 	root    int
 	inPlace bool
 	random  bool // random floats instead of small integers
+	reg     bool // even ranks' send buffers come from Arena.Alloc
 }
 
 func (c tcase) String() string {
@@ -116,6 +112,9 @@ func (c tcase) String() string {
 	}
 	if c.random {
 		s += "/random"
+	}
+	if c.reg {
+		s += "/registered"
 	}
 	return s
 }
@@ -233,13 +232,35 @@ func runCase(ctx context.Context, a *Arena, seq uint64, c tcase) (uint64, error)
 	call := Call{Seq: seq, Sig: c.sig()}
 	var got, want []byte
 	var err error
+	// sendBuf returns a copy of data, in registered memory if c.reg asks
+	// (freed at the end).
+	var toFree []byte
+	sendBuf := func(data []byte) []byte {
+		if !c.reg || r%2 != 0 || len(data) == 0 {
+			return bytes.Clone(data)
+		}
+		b, err := a.Alloc(len(data))
+		if err != nil {
+			panic(err)
+		}
+		copy(b, data)
+		toFree = b
+		return b
+	}
+	defer func() {
+		if toFree != nil {
+			if err := a.Free(toFree); err != nil {
+				panic(err)
+			}
+		}
+	}()
 	switch c.kind {
 	case "allreduce", "reduce":
 		ins := make([][]byte, n)
 		for j := range n {
 			ins[j] = input(c, seq, j, c.count)
 		}
-		send := bytes.Clone(ins[r])
+		send := sendBuf(ins[r])
 		recv := garbage(len(send))
 		if c.inPlace {
 			recv = send
@@ -260,8 +281,8 @@ func runCase(ctx context.Context, a *Arena, seq uint64, c tcase) (uint64, error)
 		}
 	case "reducescatter":
 		blk := c.count * es
-		send := input(c, seq, r, n*c.count)
-		orig := bytes.Clone(send)
+		orig := input(c, seq, r, n*c.count)
+		send := sendBuf(orig)
 		recv := garbage(blk)
 		if c.inPlace {
 			recv = send[r*blk : (r+1)*blk]

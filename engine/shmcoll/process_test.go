@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,7 +93,8 @@ func TestChild(t *testing.T) {
 		for i := range send {
 			send[i] = byte(i)
 		}
-		var start time.Time
+		times := make([]time.Duration, iters)
+		var start, last time.Time
 		for i := -3; i < iters; i++ {
 			if i == 0 {
 				if err := a.Barrier(ctx, Call{Seq: 1 << 40}); err != nil {
@@ -100,13 +102,19 @@ func TestChild(t *testing.T) {
 					return
 				}
 				start = time.Now()
+				last = start
 			}
 			if err := a.AllReduce(ctx, Call{Seq: uint64(i + 10), Sig: 1}, send, recv, kernel.Float32, kernel.Sum); err != nil {
 				report(err)
 				return
 			}
+			if i >= 0 {
+				now := time.Now()
+				times[i], last = now.Sub(last), now
+			}
 		}
-		fmt.Printf("@@TIME %d\n", time.Since(start).Nanoseconds())
+		slices.Sort(times)
+		fmt.Printf("@@TIME %d %d %d\n", time.Since(start).Nanoseconds(), times[len(times)/2], times[(len(times)-1)*99/100])
 	default:
 		fmt.Printf("@@ERR unknown role %q\n", role)
 	}
@@ -183,7 +191,7 @@ type child struct {
 }
 
 // startRanks starts n child processes, rank r with roles[r].
-func startRanks(t *testing.T, n, slot int, roles []string, arg string) []*child {
+func startRanks(t testing.TB, n, slot int, roles []string, arg string) []*child {
 	t.Helper()
 	dir := t.TempDir()
 	tag := newTag()
@@ -230,7 +238,7 @@ func startRanks(t *testing.T, n, slot int, roles []string, arg string) []*child 
 }
 
 // next returns the child's next "@@" line, failing the test after timeout.
-func (c *child) next(t *testing.T, timeout time.Duration) string {
+func (c *child) next(t testing.TB, timeout time.Duration) string {
 	t.Helper()
 	select {
 	case l, ok := <-c.lines:

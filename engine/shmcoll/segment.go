@@ -58,12 +58,35 @@ const (
 	failMismatch uint64 = 3
 )
 
-// record is what a rank publishes for the call it runs at a phase.
-type record struct {
+// callID identifies a call; ranks compare it at every barrier.
+type callID struct {
 	seq, sig, nbytes, desc uint64
 }
 
+// record is what a rank publishes for the call it runs at a phase: the
+// call, and where its send buffer of the current piece lies when that is
+// registered memory (reg: allocation id, 0 for none; regOff: byte offset of
+// the piece in it), which peers then read in place.
+type record struct {
+	id          callID
+	reg, regOff uint64
+}
+
 const recordWords = int(unsafe.Sizeof(record{}) / 8)
+
+// The table of registered allocations on the synchronisation page: regMax
+// entries of (id, size), id 0 for a free entry; written by the owner (size,
+// then id) under its allocation lock, read by peers mapping an allocation.
+const (
+	regTableOff = syncOff + 1024
+	regMax      = (pageSize - 1024) / 16
+)
+
+func init() {
+	if syncRecs+2*recordWords*8 > syncWait {
+		panic("shmcoll: call records overflow their cache line")
+	}
+}
 
 func segmentBytes(size, slot int) int {
 	if size == 1 {

@@ -3,6 +3,7 @@
 package shmcoll
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -85,6 +86,56 @@ func checkWorld(t *testing.T, w *world, cases []tcase, runs int) {
 		}
 		if run == 0 {
 			first = hashes
+		}
+	}
+}
+
+// TestCompositionsAgree: AllReduce equals ReduceScatter then AllGather, and
+// Reduce then Broadcast, bit for bit (every path folds in rank order), on
+// both sides of the small-message threshold and across pieces.
+func TestCompositionsAgree(t *testing.T) {
+	const n = 3
+	w := newWorld(t, n, testSlot)
+	for _, count := range []int{3 * 5, 3 * 1000, 3 * 20000} { // elements, a multiple of n
+		c := tcase{dt: kernel.Float32, op: kernel.Sum, random: true}
+		ctx := context.Background()
+		results := make([][3][]byte, n)
+		errs := w.run(func(r int, a *Arena) error {
+			send := input(c, uint64(count), r, count)
+			size := len(send)
+			ar := make([]byte, size)
+			if err := a.AllReduce(ctx, Call{Seq: 1}, send, ar, c.dt, c.op); err != nil {
+				return err
+			}
+			blk := make([]byte, size/n)
+			if err := a.ReduceScatter(ctx, Call{Seq: 2}, send, blk, c.dt, c.op); err != nil {
+				return err
+			}
+			ag := make([]byte, size)
+			if err := a.AllGather(ctx, Call{Seq: 3}, blk, ag); err != nil {
+				return err
+			}
+			rb := make([]byte, size)
+			if err := a.Reduce(ctx, Call{Seq: 4}, send, rb, c.dt, c.op, 1); err != nil {
+				return err
+			}
+			if err := a.Broadcast(ctx, Call{Seq: 5}, rb, 1); err != nil {
+				return err
+			}
+			results[r] = [3][]byte{ar, ag, rb}
+			return nil
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(errorsText(errs))
+			}
+		}
+		for r := range n {
+			for k, name := range []string{"allreduce", "reducescatter+allgather", "reduce+broadcast"} {
+				if !bytes.Equal(results[r][k], results[0][0]) {
+					t.Errorf("count %d rank %d: %s differs from rank 0's allreduce", count, r, name)
+				}
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package shmcoll
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 )
 
@@ -52,3 +53,9 @@ var (
 	// partially overlapping buffers, concurrent calls.
 	ErrInvalid = errors.New("shmcoll: invalid argument")
 )
+
+// SegmentPath is the file rank creates for the communicator tag.
+// Registered buffers (Alloc) live beside it, in SegmentPath + "-m<id>".
+func SegmentPath(tag [8]byte, rank int) string {
+	return fmt.Sprintf("/dev/shm/gocoll-arena-%x-%d", tag[:], rank)
+}

@@ -32,10 +32,13 @@
 // # Why these defaults
 //
 // Measured on a 2-vCPU VM: a futex wake costs ~14 µs, so when every rank has
-// a core a short spin pays. When ranks outnumber cores, spinning only delays
-// the rank that has to run; long PAUSE spins cost 100–155 µs per barrier at
-// 4 ranks on 2 cores, while going to sched_yield almost at once and then to
-// the futex kept barriers cheap. PolicyFor picks between the two.
+// a core, polling for a few µs and then yielding for a while before sleeping
+// pays. When ranks outnumber cores (or other work keeps the cores busy),
+// spinning only delays the rank that has to run: long PAUSE spins cost
+// 100–155 µs per barrier at 4 ranks on 2 cores, and a 30 µs time-based spin
+// made 2-rank barriers on a busy machine 50× slower than yielding; yielding
+// early (which hands the core to a rank with work) and then sleeping on the
+// futex kept barriers cheap in both cases. PolicyFor picks the amounts.
 //
 // # Liveness
 //

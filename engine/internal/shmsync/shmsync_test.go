@@ -42,11 +42,11 @@ func TestLow32(t *testing.T) {
 
 func TestPolicyFor(t *testing.T) {
 	n := runtime.NumCPU()
-	if p := PolicyFor(n); p.Spin == 0 || p.Polls < 64 {
-		t.Errorf("PolicyFor(%d) = %+v: want a spin when each rank has a core", n, p)
+	if p := PolicyFor(n); p.Polls < 64 || p.Yields < 8 {
+		t.Errorf("PolicyFor(%d) = %+v: want a longer polite spin when each rank has a core", n, p)
 	}
-	if p := PolicyFor(n + 1); p.Spin != 0 || p.Polls > 20 || p.Yields > 5 {
-		t.Errorf("PolicyFor(%d) = %+v: want almost no spinning when oversubscribed", n+1, p)
+	if p := PolicyFor(n + 1); p.Spin != 0 || p.Polls > 20 {
+		t.Errorf("PolicyFor(%d) = %+v: want almost no polling when oversubscribed", n+1, p)
 	}
 }
 
@@ -82,9 +82,9 @@ func TestAwaitPublish(t *testing.T) {
 func TestAwaitDeadline(t *testing.T) {
 	var c pair
 	p := Policy{Sleep: time.Hour}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	err := p.Await(ctx, &c.word, &c.waiters, 0, nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v", err)

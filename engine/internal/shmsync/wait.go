@@ -25,13 +25,27 @@ type Policy struct {
 }
 
 // PolicyFor returns the policy for ranks processes (or goroutines) that
-// wait on each other on this host: a short spin when each has a core
-// (runtime.NumCPU() >= ranks), almost none when they share cores.
+// wait on each other on this host.
+//
+// When each has a core (runtime.NumCPU() >= ranks): 2048 polls (a few µs),
+// then up to 16 rounds of yielding before the futex — a yield returns at once
+// when nothing else wants the core, so this keeps spinning politely, and
+// hands the core over when the machine is busy. When ranks share cores: 16
+// polls, then up to 100 yields (a waiting rank gives its core to a rank that
+// has work; cheaper than a futex sleep and wake), then the futex.
+//
+// Measured on the 2-vCPU VM (p50 of a float32 allreduce, ranks in
+// processes): 2 ranks, 4 KiB 1.4 µs with 2048 polls vs 1.5-5.6 µs with 256,
+// 64 KiB 7 µs vs 12-20 µs; 4 ranks, 64 KiB 24-33 µs with 100 yields vs
+// 29-48 µs with 3, 4 KiB ~10 µs either way. No time-based spin: on the busy
+// VM a 30 µs spin before yielding made a 2-rank 4 KiB allreduce take
+// 50-160 µs instead of 1-2 µs (the spinner burnt the slice the descheduled
+// peer needed).
 func PolicyFor(ranks int) Policy {
 	if ranks <= runtime.NumCPU() {
-		return Policy{Polls: 256, Yields: 16}
+		return Policy{Polls: 2048, Yields: 16}
 	}
-	return Policy{Polls: 16, Yields: 3}
+	return Policy{Polls: 16, Yields: 100}
 }
 
 // lowHalf is the offset of the low 32 bits inside a 64-bit word.

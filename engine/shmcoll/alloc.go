@@ -1,0 +1,230 @@
+//go:build linux
+
+package shmcoll
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// Registered buffers. Alloc puts each allocation in a file of its own,
+// <segment path>-m<id>, listed in the owner's table of registered
+// allocations. When a call's send buffer lies in one, the owner publishes
+// (id, offset) in its call record instead of copying the data into its
+// slot; at the barrier every peer maps the file (once, kept until the owner
+// frees it or the arena closes) and reads the data in place. The first call
+// that references an allocation ends with all peers having mapped it, so
+// the owner unlinks the file then: a crash later leaves nothing behind.
+//
+// Only the two-barrier paths use it (the peers' reads must end before the
+// owner returns and may change the buffer): AllReduce and Reduce above the
+// small-message threshold, and ReduceScatter.
+
+// regAlloc is one of this rank's allocations.
+type regAlloc struct {
+	id       uint64
+	mem      []byte
+	path     string
+	entry    int         // index in the table
+	unlinked atomic.Bool // the file name is gone
+}
+
+// regPath is the file of rank's allocation id.
+func (a *Arena) regPath(rank int, id uint64) string {
+	return SegmentPath(a.tag, rank) + "-m" + strconv.FormatUint(id, 10)
+}
+
+func regEntry(m []byte, i int) (id, size *atomic.Uint64) {
+	off := regTableOff + 16*i
+	return word(m, off), word(m, off+8)
+}
+
+// Alloc returns size bytes of zeroed, page-aligned shared memory. Used as
+// the send buffer of AllReduce, Reduce or ReduceScatter (from 64 KiB on,
+// every rank's own choice), it is read by the peers in place, which saves
+// the copy into the slot. Free it with Free; Close unlinks its file but
+// leaves it mapped (C or Python code may still hold it), so Free also works
+// after Close. At most 192 allocations live at once.
+func (a *Arena) Alloc(size int) ([]byte, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: alloc %d bytes", ErrInvalid, size)
+	}
+	a.allocMu.Lock()
+	defer a.allocMu.Unlock()
+	a.nextReg++
+	r := &regAlloc{id: a.nextReg, path: a.regPath(a.rank, a.nextReg)}
+	n := roundUp(size, pageSize)
+	fd, err := syscall.Open(r.path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("shmcoll: rank %d: alloc: %w", a.rank, &os.PathError{Op: "create", Path: r.path, Err: err})
+	}
+	fail := func(op string, err error) ([]byte, error) {
+		syscall.Close(fd)
+		syscall.Unlink(r.path)
+		return nil, fmt.Errorf("shmcoll: rank %d: alloc: %w", a.rank, &os.PathError{Op: op, Path: r.path, Err: err})
+	}
+	if err := syscall.Ftruncate(fd, int64(n)); err != nil {
+		return fail("truncate", err)
+	}
+	if err := syscall.Fallocate(fd, 0, 0, int64(n)); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
+		return fail("fallocate", err)
+	}
+	m, err := syscall.Mmap(fd, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	if err != nil {
+		return fail("mmap", err)
+	}
+	syscall.Close(fd)
+	for i := 0; i < n; i += pageSize {
+		m[i] = 0
+	}
+	r.mem = m
+	// Enter it in the table (the own segment is mapped until Close).
+	a.shutMu.Lock()
+	defer a.shutMu.Unlock()
+	undo := func(err error) ([]byte, error) {
+		syscall.Munmap(m)
+		syscall.Unlink(r.path)
+		return nil, err
+	}
+	if a.closed.Load() {
+		return undo(ErrClosed)
+	}
+	r.entry = -1
+	for i := range regMax {
+		if id, _ := regEntry(a.own, i); id.Load() == 0 {
+			r.entry = i
+			break
+		}
+	}
+	if r.entry < 0 {
+		return undo(fmt.Errorf("%w: rank %d: more than %d registered allocations", ErrInvalid, a.rank, regMax))
+	}
+	id, sz := regEntry(a.own, r.entry)
+	sz.Store(uint64(n))
+	id.Store(r.id)
+	regs := append(append([]*regAlloc(nil), a.regList()...), r)
+	a.regs.Store(&regs)
+	return m[:size:size], nil
+}
+
+// Free releases memory from Alloc; b must start where Alloc's did.
+func (a *Arena) Free(b []byte) error {
+	if len(b) == 0 {
+		return fmt.Errorf("%w: free of an empty slice", ErrInvalid)
+	}
+	a.allocMu.Lock()
+	defer a.allocMu.Unlock()
+	old := a.regList()
+	for i, r := range old {
+		if &r.mem[0] != &b[0] {
+			continue
+		}
+		regs := append(append([]*regAlloc(nil), old[:i]...), old[i+1:]...)
+		a.regs.Store(&regs)
+		a.shutMu.Lock()
+		if !a.unmapped {
+			id, _ := regEntry(a.own, r.entry)
+			id.Store(0)
+		}
+		a.shutMu.Unlock()
+		if !r.unlinked.Swap(true) {
+			syscall.Unlink(r.path)
+		}
+		if err := syscall.Munmap(r.mem); err != nil {
+			return fmt.Errorf("shmcoll: rank %d: free: %w", a.rank, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: free: %p was not returned by Alloc on rank %d", ErrInvalid, &b[0], a.rank)
+}
+
+func (a *Arena) regList() []*regAlloc {
+	if p := a.regs.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// lookupReg finds the allocation that holds all of b (non-empty).
+func (a *Arena) lookupReg(b []byte) (*regAlloc, int) {
+	if len(b) == 0 {
+		return nil, 0
+	}
+	p := uintptr(unsafe.Pointer(&b[0]))
+	for _, r := range a.regList() {
+		base := uintptr(unsafe.Pointer(&r.mem[0]))
+		if p >= base && p+uintptr(len(b)) <= base+uintptr(len(r.mem)) {
+			return r, int(p - base)
+		}
+	}
+	return nil, 0
+}
+
+// peerReg returns peer j's allocation id mapped here, at least need bytes,
+// mapping it on first use. Mappings of allocations the peer has freed
+// since are released then.
+func (a *Arena) peerReg(j int, id, need uint64) ([]byte, error) {
+	if m, ok := a.peerRegs[j][id]; ok && uint64(len(m)) >= need {
+		return m, nil
+	}
+	s := a.segs[j]
+	live := map[uint64]uint64{}
+	for i := range regMax {
+		eid, esz := regEntry(s.m, i)
+		if v := eid.Load(); v != 0 {
+			live[v] = esz.Load()
+		}
+	}
+	for old, m := range a.peerRegs[j] {
+		if _, ok := live[old]; !ok {
+			syscall.Munmap(m)
+			delete(a.peerRegs[j], old)
+		}
+	}
+	size, ok := live[id]
+	if !ok || size < need {
+		return nil, fmt.Errorf("%w: rank %d refers to registered buffer %d (%d bytes), not in its table (size %d)", transport.ErrProtocol, j, id, need, size)
+	}
+	path := a.regPath(j, id)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d registered buffer: %v", transport.ErrProtocol, j, &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	mem, err := syscall.Mmap(fd, 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	syscall.Close(fd)
+	if err != nil {
+		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
+	}
+	if a.peerRegs[j] == nil {
+		a.peerRegs[j] = map[uint64][]byte{}
+	}
+	a.peerRegs[j][id] = mem
+	a.log.Debug("shmcoll: mapped registered buffer", "rank", a.rank, "peer", j, "id", id, "bytes", size)
+	return mem, nil
+}
+
+// unlinkRegs removes the file names of all own allocations (Close).
+func (a *Arena) unlinkRegs() {
+	for _, r := range a.regList() {
+		if !r.unlinked.Swap(true) {
+			syscall.Unlink(r.path)
+		}
+	}
+}
+
+// unmapPeerRegs releases the mappings of the peers' allocations (Close).
+func (a *Arena) unmapPeerRegs() {
+	for j, ms := range a.peerRegs {
+		for _, m := range ms {
+			syscall.Munmap(m)
+		}
+		a.peerRegs[j] = nil
+	}
+}

@@ -1,0 +1,176 @@
+//go:build linux
+
+package shmcoll
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/gocoll/gocoll/engine/kernel"
+)
+
+// regCases: reductions whose send buffers lie in registered memory on the
+// even ranks (peers read them in place), for the sizes that use it.
+func regCases(n, slot int) []tcase {
+	var out []tcase
+	for _, kind := range []string{"allreduce", "reduce", "reducescatter"} {
+		for _, dt := range []kernel.DataType{kernel.Float32, kernel.Bfloat16, kernel.Int8} {
+			for _, op := range []kernel.RedOp{kernel.Sum, kernel.Avg} {
+				counts := []int{7, 64<<10/dt.Size() + 3, 2*slot/dt.Size() + 5}
+				if kind == "reducescatter" {
+					counts = []int{7, 64<<10/dt.Size() + 3, 2*slot/n/dt.Size() + 5}
+				}
+				for _, count := range counts {
+					for _, inPlace := range []bool{false, true} {
+						out = append(out, tcase{kind: kind, dt: dt, op: op, count: count, root: n - 1, inPlace: inPlace, random: dt != kernel.Int8, reg: true})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestRegistered(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			w := newWorld(t, n, testSlot)
+			checkWorld(t, w, regCases(n, w.arenas[0].SlotBytes()), 1)
+		})
+	}
+}
+
+// TestRegisteredReuse: one allocation used by many calls is mapped by the
+// peers once, its file is gone after the first call, a freed allocation's
+// mapping is dropped when the next one is mapped, and no call allocates.
+func TestRegisteredReuse(t *testing.T) {
+	const n, size = 3, 5 * testSlot
+	w := newWorld(t, n, testSlot)
+	bufs := make([][]byte, n)
+	for r, a := range w.arenas {
+		b, err := a.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs[r] = b
+		if len(b) != size || cap(b) != size {
+			t.Fatalf("Alloc(%d) gave len %d cap %d", size, len(b), cap(b))
+		}
+	}
+	files, _ := filepath.Glob(fmt.Sprintf("/dev/shm/gocoll-arena-%x-*-m*", w.tag[:]))
+	if len(files) != n {
+		t.Fatalf("allocation files %v, want %d", files, n)
+	}
+	ctx := context.Background()
+	call := func(seq uint64) {
+		errs := w.run(func(r int, a *Arena) error {
+			for i := range bufs[r] {
+				bufs[r][i] = byte(r + 1)
+			}
+			if err := a.AllReduce(ctx, Call{Seq: seq}, bufs[r], bufs[r], kernel.Int8, kernel.Sum); err != nil {
+				return err
+			}
+			if want := bytes.Repeat([]byte{byte(n * (n + 1) / 2)}, size); !bytes.Equal(bufs[r], want) {
+				return fmt.Errorf("rank %d: wrong result", r)
+			}
+			return nil
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(errorsText(errs))
+			}
+		}
+	}
+	call(1)
+	if files, _ := filepath.Glob(fmt.Sprintf("/dev/shm/gocoll-arena-%x-*-m*", w.tag[:])); len(files) != 0 {
+		t.Fatalf("allocation files left after first use: %v", files)
+	}
+	for r, a := range w.arenas {
+		for j, m := range a.peerRegs {
+			if j != r && len(m) != 1 {
+				t.Fatalf("rank %d maps %d allocations of rank %d, want 1", r, len(m), j)
+			}
+		}
+	}
+	// Zero allocations once mapped (every rank's calls count).
+	if !raceEnabled {
+		var allocs float64
+		errs := w.run(func(r int, a *Arena) error {
+			seq := uint64(100)
+			var err error
+			f := func() {
+				seq++
+				if e := a.AllReduce(ctx, Call{Seq: seq}, bufs[r], bufs[r], kernel.Int8, kernel.Sum); e != nil && err == nil {
+					err = e
+				}
+			}
+			if r == 0 {
+				allocs = testing.AllocsPerRun(20, f)
+			} else {
+				for range 21 {
+					f()
+				}
+			}
+			return err
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(errorsText(errs))
+			}
+		}
+		if allocs != 0 {
+			t.Errorf("%v allocations per call with registered buffers", allocs)
+		}
+	}
+	// Free and allocate again: the peers drop the old mapping.
+	for r, a := range w.arenas {
+		if err := a.Free(bufs[r]); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Free(bufs[r]); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("double free: err = %v", err)
+		}
+		b, err := a.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs[r] = b
+	}
+	call(200)
+	for r, a := range w.arenas {
+		for j, m := range a.peerRegs {
+			if j != r && len(m) != 1 {
+				t.Fatalf("after free: rank %d maps %d allocations of rank %d, want 1", r, len(m), j)
+			}
+		}
+	}
+	// Close leaves the memory usable; Free works after it.
+	for r, a := range w.arenas {
+		a.Close()
+		bufs[r][0] = 1
+		if err := a.Free(bufs[r]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Alloc(10); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Alloc after Close: err = %v", err)
+		}
+	}
+}
+
+// TestRegisteredAbandoned: allocations never used by a call are unlinked by
+// Close.
+func TestRegisteredAbandoned(t *testing.T) {
+	w := newWorld(t, 2, testSlot)
+	for _, a := range w.arenas {
+		if _, err := a.Alloc(1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.arenas[0].Alloc(0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Alloc(0): err = %v", err)
+	}
+}
