@@ -331,6 +331,7 @@ func (c *Comm) Destroy() error {
 type execCtx struct {
 	c        *Comm
 	deadline time.Time
+	ctxOnce  sync.Once       // helpers of one operation may ask at once
 	ctx      context.Context // made on first use by context()
 	cancel   context.CancelFunc
 	op       string
@@ -349,12 +350,9 @@ func (x *execCtx) header(step int, n int) transport.Header {
 
 // context is the operation's deadline and the communicator's abort, as a
 // context the transports can watch. It is made on first use: the
-// shared-memory path never needs one (see light). Call it on the
-// operation's goroutine before starting helpers that use it.
+// shared-memory path never needs one (see light).
 func (x *execCtx) context() context.Context {
-	if x.ctx == nil {
-		x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.deadline)
-	}
+	x.ctxOnce.Do(func() { x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.deadline) })
 	return x.ctx
 }
 
@@ -407,7 +405,6 @@ func (p pending) wait() error { return <-p }
 // goSend starts a send so the caller can receive meanwhile (both sides of an
 // exchange must be able to make progress whatever the transport buffers).
 func (x *execCtx) goSend(peer, step int, data []byte) pending {
-	x.context()
 	p := make(pending, 1)
 	go func() { p <- x.send(peer, step, data) }()
 	return p
@@ -416,7 +413,6 @@ func (x *execCtx) goSend(peer, step int, data []byte) pending {
 // goRecv starts a receive so the caller can compute meanwhile (pipelining:
 // reduce one segment while the next arrives).
 func (x *execCtx) goRecv(peer, step int, buf []byte) pending {
-	x.context()
 	p := make(pending, 1)
 	go func() { p <- x.recv(peer, step, buf) }()
 	return p

@@ -168,6 +168,9 @@ func broadcastPipeline(x *execCtx, buf []byte, root int) error {
 		part := buf[off:min(off+seg, len(buf))]
 		if v != 0 {
 			if err := x.recv(prev, k, part); err != nil {
+				if inflight != nil {
+					inflight.wait() // leave no send running past the operation
+				}
 				return err
 			}
 		}
