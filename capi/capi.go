@@ -281,7 +281,7 @@ func capi_MemFree(ptr unsafe.Pointer, comm C.uintptr_t) (rc C.int) {
 // communicator, let issue convert the C arguments and start the engine's
 // non-blocking form, then either hand back a request (nonBlocking) or wait.
 func collective(name string, comm C.uintptr_t, nonBlocking, reqOK C.int, out *C.uintptr_t,
-	issue func(c *engine.Comm) (*engine.Request, error)) (rc C.int) {
+	prepare func(c *engine.Comm) engine.Op) (rc C.int) {
 	defer guard(name, &rc)
 	cs, err := handles.comm(uintptr(comm))
 	if err != nil {
@@ -290,15 +290,18 @@ func collective(name string, comm C.uintptr_t, nonBlocking, reqOK C.int, out *C.
 	if nonBlocking != 0 && reqOK == 0 {
 		return fail(name, cs, argErr("request is NULL"))
 	}
-	r, err := issue(cs.c)
-	if err != nil {
-		return fail(name, cs, err)
-	}
+	op := prepare(cs.c)
 	if nonBlocking != 0 {
+		r, err := op.Start()
+		if err != nil {
+			return fail(name, cs, err)
+		}
 		*out = C.uintptr_t(handles.addRequest(r, cs, name))
 		return resSuccess
 	}
-	if err := r.Wait(); err != nil {
+	// Blocking calls run inline: no hand-off to the communicator's
+	// goroutine, which costs two thread wake-ups from a C thread.
+	if err := op.Run(); err != nil {
 		return fail(name, cs, err)
 	}
 	return resSuccess
@@ -340,124 +343,124 @@ func elems(what string, count C.size_t) (int, error) {
 //export capi_AllReduce
 func capi_AllReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllReduce", "gocollIAllReduce")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		sb, err := buffer("sendbuff", send, count, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		rb, err := buffer("recvbuff", recv, count, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
-		return c.IAllReduce(sb, rb, int(count), dt, engine.RedOp(op))
+		return c.AllReduceOp(sb, rb, int(count), dt, engine.RedOp(op))
 	})
 }
 
 //export capi_Reduce
 func capi_Reduce(send, recv unsafe.Pointer, count C.size_t, dtype, op, root C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollReduce", "gocollIReduce")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		sb, err := buffer("sendbuff", send, count, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		var rb []byte
 		if int(root) == c.Rank() || recv != nil { // recvbuff is only used on the root
 			if rb, err = buffer("recvbuff", recv, count, 1, dt); err != nil {
-				return nil, err
+				return engine.ErrOp(err)
 			}
 		}
-		return c.IReduce(sb, rb, int(count), dt, engine.RedOp(op), int(root))
+		return c.ReduceOp(sb, rb, int(count), dt, engine.RedOp(op), int(root))
 	})
 }
 
 //export capi_Broadcast
 func capi_Broadcast(send, recv unsafe.Pointer, count C.size_t, dtype, root C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollBroadcast", "gocollIBroadcast")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		var sb []byte
 		if int(root) == c.Rank() || send != nil { // sendbuff is only read on the root
 			if sb, err = buffer("sendbuff", send, count, 1, dt); err != nil {
-				return nil, err
+				return engine.ErrOp(err)
 			}
 		}
 		rb, err := buffer("recvbuff", recv, count, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
-		return c.IBroadcast(sb, rb, int(count), dt, int(root))
+		return c.BroadcastOp(sb, rb, int(count), dt, int(root))
 	})
 }
 
 //export capi_AllGather
 func capi_AllGather(send, recv unsafe.Pointer, sendcount C.size_t, dtype C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllGather", "gocollIAllGather")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		sb, err := buffer("sendbuff", send, sendcount, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		rb, err := buffer("recvbuff", recv, sendcount, c.Size(), dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
-		return c.IAllGather(sb, rb, int(sendcount), dt)
+		return c.AllGatherOp(sb, rb, int(sendcount), dt)
 	})
 }
 
 //export capi_ReduceScatter
 func capi_ReduceScatter(send, recv unsafe.Pointer, recvcount C.size_t, dtype, op C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollReduceScatter", "gocollIReduceScatter")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		sb, err := buffer("sendbuff", send, recvcount, c.Size(), dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		rb, err := buffer("recvbuff", recv, recvcount, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
-		return c.IReduceScatter(sb, rb, int(recvcount), dt, engine.RedOp(op))
+		return c.ReduceScatterOp(sb, rb, int(recvcount), dt, engine.RedOp(op))
 	})
 }
 
 //export capi_AllToAll
 func capi_AllToAll(send, recv unsafe.Pointer, count C.size_t, dtype C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllToAll", "gocollIAllToAll")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		sb, err := buffer("sendbuff", send, count, c.Size(), dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		rb, err := buffer("recvbuff", recv, count, c.Size(), dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
-		return c.IAllToAll(sb, rb, int(count), dt)
+		return c.AllToAllOp(sb, rb, int(count), dt)
 	})
 }
 
@@ -490,28 +493,28 @@ func vlayout(what string, counts, displs *C.size_t, n int) (cs, ds []int, span C
 func capi_AllToAllv(send unsafe.Pointer, sendcounts, sdispls *C.size_t, recv unsafe.Pointer, recvcounts, rdispls *C.size_t,
 	dtype C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllToAllv", "gocollIAllToAllv")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		sc, sd, sspan, err := vlayout("send", sendcounts, sdispls, c.Size())
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		rc, rd, rspan, err := vlayout("recv", recvcounts, rdispls, c.Size())
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		sb, err := buffer("sendbuff", send, sspan, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		rb, err := buffer("recvbuff", recv, rspan, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
-		return c.IAllToAllv(sb, sc, sd, rb, rc, rd, dt)
+		return c.AllToAllvOp(sb, sc, sd, rb, rc, rd, dt)
 	})
 }
 
@@ -523,10 +526,10 @@ func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer
 	} else {
 		name = pick(nb, "gocollRecv", "gocollIRecv")
 	}
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		what := "recvbuff"
 		if isSend != 0 {
@@ -534,20 +537,20 @@ func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer
 		}
 		b, err := buffer(what, buf, count, 1, dt)
 		if err != nil {
-			return nil, err
+			return engine.ErrOp(err)
 		}
 		if isSend != 0 {
-			return c.ISend(b, int(count), dt, int(peer))
+			return c.SendOp(b, int(count), dt, int(peer))
 		}
-		return c.IRecv(b, int(count), dt, int(peer))
+		return c.RecvOp(b, int(count), dt, int(peer))
 	})
 }
 
 //export capi_Barrier
 func capi_Barrier(comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollBarrier", "gocollIBarrier")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) (*engine.Request, error) {
-		return c.IBarrier()
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+		return c.BarrierOp()
 	})
 }
 

@@ -110,6 +110,11 @@ func (c *Comm) IAllReduce(send, recv []byte, count int, dt DataType, op RedOp) (
 	return c.start(c.allReduceReq(send, recv, count, dt, op))
 }
 
+// AllReduceOp prepares a AllReduce without issuing it (see Op).
+func (c *Comm) AllReduceOp(send, recv []byte, count int, dt DataType, op RedOp) Op {
+	return c.op(c.allReduceReq(send, recv, count, dt, op))
+}
+
 func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp) (*Request, error) {
 	if err := firstErr(checkType(dt), checkOp(op), checkBuf("send", send, count, dt), checkBuf("recv", recv, count, dt)); err != nil {
 		return nil, err
@@ -154,6 +159,11 @@ func (c *Comm) Reduce(send, recv []byte, count int, dt DataType, op RedOp, root 
 // IReduce is the non-blocking Reduce: it returns once the operation is queued.
 func (c *Comm) IReduce(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
 	return c.start(c.reduceReq(send, recv, count, dt, op, root))
+}
+
+// ReduceOp prepares a Reduce without issuing it (see Op).
+func (c *Comm) ReduceOp(send, recv []byte, count int, dt DataType, op RedOp, root int) Op {
+	return c.op(c.reduceReq(send, recv, count, dt, op, root))
 }
 
 func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
@@ -213,6 +223,11 @@ func (c *Comm) IBroadcast(send, recv []byte, count int, dt DataType, root int) (
 	return c.start(c.broadcastReq(send, recv, count, dt, root))
 }
 
+// BroadcastOp prepares a Broadcast without issuing it (see Op).
+func (c *Comm) BroadcastOp(send, recv []byte, count int, dt DataType, root int) Op {
+	return c.op(c.broadcastReq(send, recv, count, dt, root))
+}
+
 func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("root", root), checkBuf("recv", recv, count, dt)); err != nil {
 		return nil, err
@@ -263,6 +278,11 @@ func (c *Comm) IAllGather(send, recv []byte, sendcount int, dt DataType) (*Reque
 	return c.start(c.allGatherReq(send, recv, sendcount, dt))
 }
 
+// AllGatherOp prepares a AllGather without issuing it (see Op).
+func (c *Comm) AllGatherOp(send, recv []byte, sendcount int, dt DataType) Op {
+	return c.op(c.allGatherReq(send, recv, sendcount, dt))
+}
+
 func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (*Request, error) {
 	if err := firstErr(checkType(dt), checkBuf("send", send, sendcount, dt), checkBuf("recv", recv, sendcount*c.size, dt)); err != nil {
 		return nil, err
@@ -301,6 +321,11 @@ func (c *Comm) ReduceScatter(send, recv []byte, recvcount int, dt DataType, op R
 // IReduceScatter is the non-blocking ReduceScatter: it returns once the operation is queued.
 func (c *Comm) IReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
 	return c.start(c.reduceScatterReq(send, recv, recvcount, dt, op))
+}
+
+// ReduceScatterOp prepares a ReduceScatter without issuing it (see Op).
+func (c *Comm) ReduceScatterOp(send, recv []byte, recvcount int, dt DataType, op RedOp) Op {
+	return c.op(c.reduceScatterReq(send, recv, recvcount, dt, op))
 }
 
 func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
@@ -363,6 +388,11 @@ func (c *Comm) IAllToAll(send, recv []byte, count int, dt DataType) (*Request, e
 	return c.start(c.allToAllReq(send, recv, count, dt))
 }
 
+// AllToAllOp prepares a AllToAll without issuing it (see Op).
+func (c *Comm) AllToAllOp(send, recv []byte, count int, dt DataType) Op {
+	return c.op(c.allToAllReq(send, recv, count, dt))
+}
+
 func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (*Request, error) {
 	if err := firstErr(checkType(dt), checkBuf("send", send, count*c.size, dt), checkBuf("recv", recv, count*c.size, dt)); err != nil {
 		return nil, err
@@ -404,6 +434,11 @@ func (c *Comm) AllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, re
 // IAllToAllv is the non-blocking AllToAllv: it returns once the operation is queued.
 func (c *Comm) IAllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
 	return c.start(c.allToAllvReq(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+}
+
+// AllToAllvOp prepares a AllToAllv without issuing it (see Op).
+func (c *Comm) AllToAllvOp(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) Op {
+	return c.op(c.allToAllvReq(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
 }
 
 func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
@@ -480,6 +515,11 @@ func (c *Comm) ISend(buf []byte, count int, dt DataType, peer int) (*Request, er
 	return c.start(c.sendReq(buf, count, dt, peer))
 }
 
+// SendOp prepares a Send without issuing it (see Op).
+func (c *Comm) SendOp(buf []byte, count int, dt DataType, peer int) Op {
+	return c.op(c.sendReq(buf, count, dt, peer))
+}
+
 func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer int) (*Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkBuf("send", buf, count, dt)); err != nil {
 		return nil, err
@@ -505,6 +545,11 @@ func (c *Comm) IRecv(buf []byte, count int, dt DataType, peer int) (*Request, er
 	return c.start(c.recvReq(buf, count, dt, peer))
 }
 
+// RecvOp prepares a Recv without issuing it (see Op).
+func (c *Comm) RecvOp(buf []byte, count int, dt DataType, peer int) Op {
+	return c.op(c.recvReq(buf, count, dt, peer))
+}
+
 func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer int) (*Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkBuf("recv", buf, count, dt)); err != nil {
 		return nil, err
@@ -525,6 +570,9 @@ func (c *Comm) Barrier() error { return c.run(c.barrierReq()) }
 
 // IBarrier is the non-blocking Barrier.
 func (c *Comm) IBarrier() (*Request, error) { return c.start(c.barrierReq()) }
+
+// BarrierOp prepares a Barrier without issuing it.
+func (c *Comm) BarrierOp() Op { return c.op(c.barrierReq()) }
 
 func (c *Comm) barrierReq() (*Request, error) {
 	algo := chooseAlgo(c.algo, "barrier", 0, c.size, c.arena != nil)

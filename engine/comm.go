@@ -231,6 +231,39 @@ func (c *Comm) AsyncError() error {
 	return c.asyncErr
 }
 
+// Op is an operation checked and prepared but not yet issued: Run issues it
+// and waits (on the caller's goroutine when nothing else is pending, which
+// is what makes small blocking calls cheap); Start issues it without
+// waiting. Bindings that offer both forms of every call use it to share the
+// argument handling. An Op is used once.
+type Op struct {
+	c   *Comm
+	r   *Request
+	err error
+}
+
+func (c *Comm) op(r *Request, err error) Op { return Op{c, r, err} }
+
+// ErrOp is an operation that fails with err when run or started: for
+// bindings whose own argument checks failed.
+func ErrOp(err error) Op { return Op{err: err} }
+
+// Run issues the operation and waits for it.
+func (o Op) Run() error {
+	if o.err != nil {
+		return o.err
+	}
+	return o.c.run(o.r, nil)
+}
+
+// Start issues the operation and returns its request.
+func (o Op) Start() (*Request, error) {
+	if o.err != nil {
+		return nil, o.err
+	}
+	return o.c.start(o.r, nil)
+}
+
 func (c *Comm) newReq(op string, run func(x *execCtx) error) (*Request, error) {
 	return &Request{op: op, peer: -1, run: run}, nil
 }
