@@ -3,16 +3,15 @@
 package shm
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
 
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -134,7 +133,7 @@ func createSegment(path string, tag [8]byte, rank, size int, slotPeers []int, ri
 	for i := 0; i < len(m); i += pageSize {
 		m[i] = 0
 	}
-	start, _ := procStart(os.Getpid())
+	start, _ := shmsync.ProcStart(os.Getpid())
 	binary.LittleEndian.PutUint64(m[offVersion:], segVersion)
 	copy(m[offTag:offTag+8], tag[:])
 	binary.LittleEndian.PutUint64(m[offPid:], uint64(os.Getpid()))
@@ -279,50 +278,4 @@ func openSegment(path string, tag [8]byte, self, peer, size, pid int) (*peerSegm
 	s := &peerSegment{hdr: hdr, data: data, pid: hpid, start: start}
 	s.ring = makeRing(hdr[ctrlOff+slot*ctrlBytes:ctrlOff+(slot+1)*ctrlBytes], data)
 	return s, nil
-}
-
-// procStart returns the start time (clock ticks after boot) of process pid
-// and whether it is alive (exists and is not a zombie).
-func procStart(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	// "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, false
-	}
-	fields := bytes.Fields(b[i+2:])
-	if len(fields) < 20 {
-		return 0, false
-	}
-	state := fields[0]
-	start, err := strconv.ParseUint(string(fields[19]), 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	alive := len(state) == 1 && state[0] != 'Z' && state[0] != 'X' && state[0] != 'x'
-	return start, alive
-}
-
-// procMounted tells whether /proc can be read; without it liveness rests on
-// kill(pid, 0) alone.
-var procMounted = func() bool {
-	_, ok := procStart(os.Getpid())
-	return ok
-}()
-
-// processAlive reports whether pid still runs the process that started at
-// start: kill(pid, 0) first (cheap), then /proc/<pid>/stat, which also
-// catches zombies and a reused pid.
-func processAlive(pid int, start uint64) bool {
-	if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
-		return false
-	}
-	if !procMounted {
-		return true
-	}
-	s, alive := procStart(pid)
-	return alive && (start == 0 || s == start)
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -200,7 +201,7 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 			// to the process that created the segment.
 			c.pidfd = pidfdOpen(seg.pid)
 		}
-		if c.remote && !processAlive(seg.pid, seg.start) {
+		if c.remote && !(shmsync.Proc{Pid: seg.pid, Start: seg.start}).Alive() {
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w (process %d is gone)", t.rank, r, transport.ErrPeerLost, seg.pid))
 		}
 		if st := seg.state(); st != stateReady {

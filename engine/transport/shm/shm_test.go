@@ -588,19 +588,6 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-func TestProcStart(t *testing.T) {
-	s, alive := procStart(os.Getpid())
-	if !alive || s == 0 {
-		t.Fatalf("procStart(self) = %d, %v", s, alive)
-	}
-	if !processAlive(os.Getpid(), s) || processAlive(os.Getpid(), s+1) {
-		t.Error("processAlive wrong for self")
-	}
-	if _, alive := procStart(1 << 30); alive {
-		t.Error("nonexistent pid alive")
-	}
-}
-
 // ---- failure propagation: a rank hears of an abort or a death even when
 // it waits on another rank, or is in no call at all ----
 

@@ -5,20 +5,15 @@ package shm
 import (
 	"context"
 	"fmt"
-	"math"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
 
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
 const (
-	futexWaitOp = 0 // FUTEX_WAIT, process-shared form (no FUTEX_PRIVATE_FLAG)
-	futexWakeOp = 1 // FUTEX_WAKE, process-shared form
-
 	// futexTimeout bounds one sleep so that a waiter re-checks its
 	// deadline, abort state and the peer's liveness.
 	futexTimeout = 50 * time.Millisecond
@@ -37,30 +32,16 @@ const (
 	yieldsOver  = 3
 )
 
-// lowHalf is the offset of the low 32 bits inside a 64-bit word: the futex
-// word of a counter.
-var lowHalf = func() uintptr {
-	x := uint64(1)
-	if *(*byte)(unsafe.Pointer(&x)) == 1 {
-		return 0
-	}
-	return 4
-}()
-
 // futexWait sleeps while the low 32 bits of *w equal val, for at most d.
 // Spurious returns are fine: callers re-check.
 func futexWait(w *atomic.Uint64, val uint32, d time.Duration) {
-	ts := syscall.NsecToTimespec(int64(d))
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w))+lowHalf, futexWaitOp, uintptr(val),
-		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	shmsync.FutexWait(shmsync.Low32(w), val, d)
 }
 
 // futexWake wakes every process sleeping on *w.
-func futexWake(w *atomic.Uint64) {
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w))+lowHalf, futexWakeOp, math.MaxInt32, 0, 0, 0)
-}
+func futexWake(w *atomic.Uint64) { shmsync.WakeAll(w) }
 
-func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+func osYield() { shmsync.Yield() }
 
 type waitKind int
 
@@ -146,7 +127,7 @@ func (t *Transport) await(ctx context.Context, p *peerConn, k waitKind, w *atomi
 		if p.remote {
 			if now := time.Now(); now.Sub(lastLive) >= livenessEvery {
 				lastLive = now
-				if !processAlive(p.seg.pid, p.seg.start) {
+				if !(shmsync.Proc{Pid: p.seg.pid, Start: p.seg.start}).Alive() {
 					if k == waitData && w.Load() != old {
 						return nil
 					}
@@ -241,7 +222,7 @@ func (t *Transport) watch(pfds []pollFd, polled map[int]int) {
 			if i, ok := polled[p.rank]; ok {
 				dead = pfds[i].revents != 0
 			} else {
-				dead = live && p.remote && !processAlive(p.seg.pid, p.seg.start)
+				dead = live && p.remote && !(shmsync.Proc{Pid: p.seg.pid, Start: p.seg.start}).Alive()
 			}
 			var err error
 			switch p.seg.state() {
