@@ -3,8 +3,8 @@
 package shmcoll
 
 import (
-	"errors"
 	"fmt"
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -61,28 +61,9 @@ func (a *Arena) Alloc(size int) ([]byte, error) {
 	a.nextReg++
 	r := &regAlloc{id: a.nextReg, path: a.regPath(a.rank, a.nextReg)}
 	n := roundUp(size, pageSize)
-	fd, err := syscall.Open(r.path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	m, err := shmsync.CreateMapped(r.path, n)
 	if err != nil {
-		return nil, fmt.Errorf("shmcoll: rank %d: alloc: %w", a.rank, &os.PathError{Op: "create", Path: r.path, Err: err})
-	}
-	fail := func(op string, err error) ([]byte, error) {
-		syscall.Close(fd)
-		syscall.Unlink(r.path)
-		return nil, fmt.Errorf("shmcoll: rank %d: alloc: %w", a.rank, &os.PathError{Op: op, Path: r.path, Err: err})
-	}
-	if err := syscall.Ftruncate(fd, int64(n)); err != nil {
-		return fail("truncate", err)
-	}
-	if err := syscall.Fallocate(fd, 0, 0, int64(n)); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
-		return fail("fallocate", err)
-	}
-	m, err := syscall.Mmap(fd, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
-	if err != nil {
-		return fail("mmap", err)
-	}
-	syscall.Close(fd)
-	for i := 0; i < n; i += pageSize {
-		m[i] = 0
+		return nil, fmt.Errorf("shmcoll: rank %d: alloc: %w", a.rank, err)
 	}
 	r.mem = m
 	// Enter it in the table (the own segment is mapped until Close).

@@ -150,30 +150,9 @@ func (s *segment) failure() (transport.Failure, uint64) {
 // and writes its header.
 func createSegment(path string, tag [8]byte, rank, size, slot int) ([]byte, error) {
 	n := segmentBytes(size, slot)
-	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	m, err := shmsync.CreateMapped(path, n)
 	if err != nil {
-		return nil, &os.PathError{Op: "create", Path: path, Err: err}
-	}
-	fail := func(op string, err error) ([]byte, error) {
-		syscall.Close(fd)
-		syscall.Unlink(path)
-		return nil, &os.PathError{Op: op, Path: path, Err: err}
-	}
-	if err := syscall.Ftruncate(fd, int64(n)); err != nil {
-		return fail("truncate", err)
-	}
-	// Allocate the pages now: a full /dev/shm fails here instead of raising
-	// SIGBUS on first touch.
-	if err := syscall.Fallocate(fd, 0, 0, int64(n)); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
-		return fail("fallocate", err)
-	}
-	m, err := syscall.Mmap(fd, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
-	if err != nil {
-		return fail("mmap", err)
-	}
-	syscall.Close(fd)
-	for i := 0; i < len(m); i += pageSize { // pre-touch: no huge pages on /dev/shm
-		m[i] = 0
+		return nil, err
 	}
 	me := shmsync.Self()
 	ne := binary.NativeEndian

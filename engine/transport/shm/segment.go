@@ -107,31 +107,9 @@ func makeRing(ctrl []byte, data []byte) ring {
 // and writes its header. slotPeers[i] is the rank that produces into slot i.
 func createSegment(path string, tag [8]byte, rank, size int, slotPeers []int, ringBytes int) ([]byte, error) {
 	n := segmentBytes(len(slotPeers), ringBytes)
-	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	m, err := shmsync.CreateMapped(path, n)
 	if err != nil {
-		return nil, &os.PathError{Op: "create", Path: path, Err: err}
-	}
-	fail := func(op string, err error) ([]byte, error) {
-		syscall.Close(fd)
-		syscall.Unlink(path)
-		return nil, &os.PathError{Op: op, Path: path, Err: err}
-	}
-	if err := syscall.Ftruncate(fd, int64(n)); err != nil {
-		return fail("truncate", err)
-	}
-	// Allocate the pages now: a full /dev/shm then fails here instead of
-	// raising SIGBUS on first touch.
-	if err := syscall.Fallocate(fd, 0, 0, int64(n)); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
-		return fail("fallocate", err)
-	}
-	m, err := syscall.Mmap(fd, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
-	if err != nil {
-		return fail("mmap", err)
-	}
-	syscall.Close(fd)
-	// Pre-touch (no huge pages on /dev/shm): fault every page in now.
-	for i := 0; i < len(m); i += pageSize {
-		m[i] = 0
+		return nil, err
 	}
 	start, _ := shmsync.ProcStart(os.Getpid())
 	binary.LittleEndian.PutUint64(m[offVersion:], segVersion)
