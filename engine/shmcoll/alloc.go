@@ -23,9 +23,11 @@ import (
 // that references an allocation ends with all peers having mapped it, so
 // the owner unlinks the file then: a crash later leaves nothing behind.
 //
-// Only the two-barrier paths use it (the peers' reads must end before the
-// owner returns and may change the buffer): AllReduce and Reduce above the
-// small-message threshold, and ReduceScatter.
+// Only the paths that end with a barrier use it (the peers' reads must end
+// before the owner returns and may change the buffer): AllReduce and Reduce
+// above the small-message threshold, and ReduceScatter, AllGather, AllToAll
+// (not in place) and Broadcast (the root's buf) from 64 KiB, which add a
+// closing barrier.
 
 // regAlloc is one of this rank's allocations.
 type regAlloc struct {
@@ -47,9 +49,10 @@ func regEntry(m []byte, i int) (id, size *atomic.Uint64) {
 }
 
 // Alloc returns size bytes of zeroed, page-aligned shared memory. Used as
-// the send buffer of AllReduce, Reduce or ReduceScatter (from 64 KiB on,
-// every rank's own choice), it is read by the peers in place, which saves
-// the copy into the slot. Free it with Free; Close unlinks its file but
+// the send buffer of AllReduce, Reduce, ReduceScatter, AllGather or
+// AllToAll, or as the root's buf of Broadcast (from 64 KiB on, every rank's
+// own choice), it is read by the peers in place, which saves the copy into
+// the slot. Free it with Free; Close unlinks its file but
 // leaves it mapped (C or Python code may still hold it), so Free also works
 // after Close. At most 192 allocations live at once.
 func (a *Arena) Alloc(size int) ([]byte, error) {

@@ -32,6 +32,24 @@ func regCases(n, slot int) []tcase {
 			}
 		}
 	}
+	// Copy-only collectives: the root's buf (Broadcast), the send buffers
+	// (AllGather, AllToAll) are read in place.
+	for _, kind := range []string{"broadcast", "allgather", "alltoall"} {
+		counts := []int{7, 64<<10/4 + 3, 2*slot/4 + 5}
+		if kind == "alltoall" {
+			counts = []int{7, 64<<10/4 + 3, 2*slot/n/4 + 5}
+		}
+		for _, count := range counts {
+			for _, inPlace := range []bool{false, true} {
+				for _, root := range []int{0, n - 1} {
+					if kind != "broadcast" && root != 0 {
+						continue
+					}
+					out = append(out, tcase{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: count, root: root, inPlace: inPlace, reg: true})
+				}
+			}
+		}
+	}
 	return out
 }
 

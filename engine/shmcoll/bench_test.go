@@ -59,10 +59,17 @@ func BenchmarkAllReduceRegistered(b *testing.B) {
 	}
 }
 
-// BenchmarkCollectives: the other collectives at 64 KiB and 16 MiB
+// BenchmarkCollectives: the other collectives at 64 KiB, 1 MiB and 16 MiB
 // (nccl-tests sizes: allgather output, reducescatter input, alltoall
 // per-rank buffer).
-func BenchmarkCollectives(b *testing.B) {
+func BenchmarkCollectives(b *testing.B) { benchCollectives(b, false) }
+
+// BenchmarkCollectivesRegistered: as BenchmarkCollectives, with the send
+// buffers (Broadcast: every rank's buf) in memory from Arena.Alloc, which
+// the peers read in place where the collective supports it.
+func BenchmarkCollectivesRegistered(b *testing.B) { benchCollectives(b, true) }
+
+func benchCollectives(b *testing.B, reg bool) {
 	type op struct {
 		name   string
 		factor func(n int) float64
@@ -71,7 +78,12 @@ func BenchmarkCollectives(b *testing.B) {
 	part := func(n int) float64 { return float64(n-1) / float64(n) }
 	one := func(int) float64 { return 1 }
 	ops := []op{
-		{"broadcast", one, func(ctx context.Context, a *Arena, c Call, s, r []byte) error { return a.Broadcast(ctx, c, r, 0) }},
+		{"broadcast", one, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
+			if reg {
+				r = s
+			}
+			return a.Broadcast(ctx, c, r, 0)
+		}},
 		{"reduce", one, func(ctx context.Context, a *Arena, c Call, s, r []byte) error {
 			return a.Reduce(ctx, c, s, r, kernel.Float32, kernel.Sum, 0)
 		}},
@@ -87,9 +99,9 @@ func BenchmarkCollectives(b *testing.B) {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			w := newWorld(b, n, 0)
 			for _, o := range ops {
-				for _, size := range []int{64 << 10, 16 << 20} {
+				for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
 					b.Run(o.name+"/bytes="+sizeName(size), func(b *testing.B) {
-						benchWorld(b, w, size, false, o.factor(n), o.f)
+						benchWorld(b, w, size, reg, o.factor(n), o.f)
 					})
 				}
 			}

@@ -182,14 +182,35 @@ func (a *Arena) Broadcast(ctx context.Context, c Call, buf []byte, root int) err
 	if a.size == 1 {
 		return nil
 	}
+	var reg *regAlloc
+	regOff := 0
+	if a.rank == root && len(buf) >= smallBytes {
+		reg, regOff = a.lookupReg(buf)
+	}
 	for off := 0; off == 0 || off < len(buf); off += a.slot {
 		m := min(a.slot, len(buf)-off)
 		set := a.nextSet()
 		if a.rank == root {
-			copy(a.me.slots[set], buf[off:off+m])
+			if reg == nil {
+				copy(a.me.slots[set], buf[off:off+m])
+			} else {
+				a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
+			}
 		}
 		if err := a.barrier(ctx); err != nil {
 			return err
+		}
+		if a.segs[root].recs[a.phase&1].reg != 0 {
+			// The root's buf is registered memory: copy all of it out in
+			// place, then wait until every rank did (closing barrier).
+			if a.rank != root {
+				src, err := a.source(root, set, 0, 0, len(buf), uint64(len(buf)))
+				if err != nil {
+					return err
+				}
+				copy(buf, src)
+			}
+			return a.closeReg(ctx, reg)
 		}
 		if a.rank != root {
 			copy(buf[off:off+m], a.segs[root].slots[set][:m])
@@ -218,17 +239,37 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 	if a.size == 1 {
 		return nil
 	}
+	var reg *regAlloc
+	regOff := 0
+	if b >= smallBytes {
+		reg, regOff = a.lookupReg(send)
+	}
+	anyReg := false
 	for off := 0; off == 0 || off < b; off += a.slot {
 		m := min(a.slot, b-off)
 		set := a.nextSet()
-		copy(a.me.slots[set], send[off:off+m])
+		if reg == nil {
+			copy(a.me.slots[set], send[off:off+m])
+		} else {
+			a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
+		}
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
+		if off == 0 {
+			anyReg = a.anyReg()
+		}
 		for k := 1; k < a.size; k++ {
 			j := (a.rank + k) % a.size
-			copy(recv[j*b+off:j*b+off+m], a.segs[j].slots[set][:m])
+			src, err := a.source(j, set, -off, off, off+m, uint64(b))
+			if err != nil {
+				return err
+			}
+			copy(recv[j*b+off:j*b+off+m], src)
 		}
+	}
+	if anyReg {
+		return a.closeReg(ctx, reg)
 	}
 	return nil
 }
@@ -329,23 +370,87 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 		return nil
 	}
 	bs := a.blockPiece()
+	var reg *regAlloc
+	regOff := 0
+	if b >= smallBytes && !same(send, recv) {
+		// (In place, this rank overwrites the blocks the peers would read.)
+		reg, regOff = a.lookupReg(send)
+	}
+	anyReg := false
 	for off := 0; off == 0 || off < b; off += bs {
 		m := min(bs, b-off)
 		set := a.nextSet()
 		mine := a.me.slots[set]
-		for j := range a.size {
-			if j != a.rank {
-				copy(mine[j*bs:j*bs+m], send[j*b+off:j*b+off+m])
+		if reg == nil {
+			for j := range a.size {
+				if j != a.rank {
+					copy(mine[j*bs:j*bs+m], send[j*b+off:j*b+off+m])
+				}
 			}
+		} else {
+			a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
 		}
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
-		at := a.rank * bs
+		if off == 0 {
+			anyReg = a.anyReg()
+		}
+		// This rank's block of a peer's send, bytes [lo, lo+m): in its slot
+		// at [at, at+m), or in place in its registered buffer.
+		at, lo := a.rank*bs, a.rank*b+off
 		for k := 1; k < a.size; k++ {
 			j := (a.rank + k) % a.size
-			copy(recv[j*b+off:j*b+off+m], a.segs[j].slots[set][at:at+m])
+			src, err := a.source(j, set, at-lo, lo, lo+m, uint64(len(send)))
+			if err != nil {
+				return err
+			}
+			copy(recv[j*b+off:j*b+off+m], src)
 		}
+	}
+	if anyReg {
+		return a.closeReg(ctx, reg)
+	}
+	return nil
+}
+
+// anyReg says whether any rank published a registered buffer at the
+// current phase (all ranks see the same records, so all agree).
+func (a *Arena) anyReg() bool {
+	for _, s := range a.segs {
+		if s.recs[a.phase&1].reg != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// source returns bytes [lo, hi) of peer j's data for the piece that just
+// passed its barrier: from its registered buffer (at its published offset
+// plus lo) when its record names one (need: the bytes of it the call may
+// touch past that offset), else from its slot of set at slotOff+lo.
+func (a *Arena) source(j, set, slotOff, lo, hi int, need uint64) ([]byte, error) {
+	rec := a.segs[j].recs[a.phase&1]
+	if rec.reg == 0 {
+		return a.segs[j].slots[set][slotOff+lo : slotOff+hi], nil
+	}
+	m, err := a.peerReg(j, rec.reg, rec.regOff+need)
+	if err != nil {
+		return nil, a.fail(fmt.Errorf("shmcoll: rank %d: %w", a.rank, err))
+	}
+	return m[rec.regOff+uint64(lo) : rec.regOff+uint64(hi)], nil
+}
+
+// closeReg ends a call in which peers read registered buffers in place:
+// a closing barrier, so that no rank returns (and may change its buffer)
+// before every peer is done reading, then the unlink of the own allocation
+// reg (if any), which every peer has mapped by then.
+func (a *Arena) closeReg(ctx context.Context, reg *regAlloc) error {
+	if err := a.barrier(ctx); err != nil {
+		return err
+	}
+	if reg != nil && !reg.unlinked.Swap(true) {
+		syscall.Unlink(reg.path)
 	}
 	return nil
 }

@@ -300,7 +300,7 @@ func runCase(ctx context.Context, a *Arena, seq uint64, c tcase) (uint64, error)
 		buf := garbage(c.count * es)
 		want = input(c, seq, c.root, c.count)
 		if r == c.root {
-			copy(buf, want)
+			buf = sendBuf(want)
 		}
 		err = a.Broadcast(ctx, call, buf, c.root)
 		got = buf
@@ -310,22 +310,34 @@ func runCase(ctx context.Context, a *Arena, seq uint64, c tcase) (uint64, error)
 		recv := garbage(n * blk)
 		send := mine
 		if c.inPlace {
+			if c.reg {
+				recv = sendBuf(recv)
+			}
 			send = recv[r*blk : (r+1)*blk]
 			copy(send, mine)
+		} else {
+			send = sendBuf(mine)
 		}
 		err = a.AllGather(ctx, call, send, recv)
+		if err == nil && !bytes.Equal(send, mine) {
+			return 0, fmt.Errorf("%v: send buffer modified", c)
+		}
 		for j := range n {
 			want = append(want, input(c, seq, j, c.count)...)
 		}
 		got = recv
 	case "alltoall":
 		blk := c.count * es
-		send := input(c, seq, r, n*c.count)
+		orig := input(c, seq, r, n*c.count)
+		send := sendBuf(orig)
 		recv := garbage(len(send))
 		if c.inPlace {
 			recv = send
 		}
 		err = a.AllToAll(ctx, call, send, recv)
+		if err == nil && !c.inPlace && !bytes.Equal(send, orig) {
+			return 0, fmt.Errorf("%v: send buffer modified", c)
+		}
 		for j := range n {
 			want = append(want, input(c, seq, j, n*c.count)[r*blk:(r+1)*blk]...)
 		}
