@@ -2,18 +2,17 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 
 	"github.com/gocoll/gocoll/engine/bootstrap"
 	"github.com/gocoll/gocoll/engine/shmcoll"
@@ -141,12 +140,12 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 
 // setupInfo is what ranks tell each other while connecting.
 type setupInfo struct {
-	Host  string `json:"host"`
-	Probe string `json:"probe,omitempty"` // a file in this rank's /dev/shm: seeing it means sharing memory
-	Addr  string `json:"addr"`
-	Pid   int    `json:"pid"`
+	Host string `json:"host"`
+	Shm  string `json:"shm_domain,omitempty"` // equal on ranks that share /dev/shm (see shmDomain)
+	Addr string `json:"addr"`
+	Pid  int    `json:"pid"`
 	// Second round.
-	Sees      []int  `json:"sees,omitempty"` // ranks whose probe this rank found
+	Sees      []int  `json:"sees,omitempty"` // ranks this rank shares memory with
 	ShmPath   string `json:"shm,omitempty"`
 	ArenaPath string `json:"arena,omitempty"` // when every rank is on this host
 }
@@ -171,26 +170,22 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	}
 	hostname, _ := os.Hostname()
 	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid()}
-	useShm := opts.Transport != "tcp"
-	if useShm {
-		if p, perr := makeProbe(tag, rank); perr == nil {
-			me.Probe = p
-			defer os.Remove(filepath.Join("/dev/shm", p)) // on early return
-		} else {
-			log.Info("no shared memory between processes (using TCP only)", "err", perr)
+	if opts.Transport != "tcp" {
+		d, derr := shmDomain()
+		if derr != nil {
+			log.Info("no shared memory between processes (using TCP only)", "err", derr)
 		}
+		me.Shm = d
 	}
 	infos, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
-	// Candidates for shared memory: same host name and this rank sees their probe.
+	// Shared memory with the ranks of the same host name and /dev/shm.
 	var sees []int
 	for q, in := range infos {
-		if q != rank && me.Probe != "" && in.Probe != "" && in.Host == hostname {
-			if _, serr := os.Stat(filepath.Join("/dev/shm", in.Probe)); serr == nil {
-				sees = append(sees, q)
-			}
+		if q != rank && me.Shm != "" && in.Shm == me.Shm && in.Host == hostname {
+			sees = append(sees, q)
 		}
 	}
 	var seg *shm.Transport
@@ -227,10 +222,6 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	infos2, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
-	}
-	if me.Probe != "" {
-		// Everyone has looked for it by the end of the second round.
-		os.Remove(filepath.Join("/dev/shm", me.Probe))
 	}
 	// Shared memory only where both sides see each other, so both pick it.
 	local := map[int]shm.PeerInfo{}
@@ -333,16 +324,24 @@ func exchangeInfo(ctx context.Context, exchange exchangeFunc, me setupInfo, size
 	return out, nil
 }
 
-// makeProbe leaves a file in /dev/shm whose presence other ranks test.
-func makeProbe(tag [8]byte, rank int) (string, error) {
-	var nonce [8]byte
-	rand.Read(nonce[:])
-	name := fmt.Sprintf("gocoll-probe-%x-%d-%s", tag, rank, hex.EncodeToString(nonce[:]))
-	f, err := os.OpenFile(filepath.Join("/dev/shm", name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+// shmDomain names the shared memory this process can map: the kernel's
+// boot id (one per machine and boot) and the device and inode of /dev/shm
+// (one per tmpfs, so containers or namespaces with their own /dev/shm
+// differ). Ranks with equal domains share memory; no file is made to test
+// it, so a rank killed during setup leaves nothing behind.
+func shmDomain() (string, error) {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return "", err
 	}
-	return name, f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Stat("/dev/shm", &st); err != nil {
+		return "", err
+	}
+	if err := syscall.Access("/dev/shm", 2 /* W_OK */); err != nil {
+		return "", fmt.Errorf("/dev/shm not writable: %w", err)
+	}
+	return fmt.Sprintf("%s/%d:%d", strings.TrimSpace(string(boot)), st.Dev, st.Ino), nil
 }
 
 // advertiseHost is the address this rank listens on and publishes:

@@ -189,7 +189,6 @@ func TestConformanceProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	before := shmFiles()
 	for _, tr := range []string{"tcp", "auto"} {
 		for _, n := range []int{2, 3, 4} {
 			for _, algo := range []string{"", "allreduce=ring,reduce=tree,alltoall=bruck,broadcast=pipeline", "allreduce=hd,reducescatter=hd"} {
@@ -206,24 +205,8 @@ func TestConformanceProcesses(t *testing.T) {
 			}
 		}
 	}
-	for name := range shmFiles() {
-		if !before[name] {
-			t.Errorf("left behind in /dev/shm: %s", name)
-		}
-	}
-}
-
-// shmFiles lists gocoll's files in /dev/shm (other jobs may run beside the
-// tests, so callers compare snapshots).
-func shmFiles() map[string]bool {
-	out := map[string]bool{}
-	entries, _ := os.ReadDir("/dev/shm")
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "gocoll-") {
-			out[e.Name()] = true
-		}
-	}
-	return out
+	// Leftovers in /dev/shm are checked where each host's /dev/shm is
+	// private (netns_test.go): here other packages' tests share it.
 }
 
 // A killed rank makes every survivor fail with an error, within seconds.

@@ -307,15 +307,7 @@ func (a *Arena) ReduceScatter(ctx context.Context, c Call, send, recv []byte, dt
 		m := min(bs, r-off)
 		set := a.nextSet()
 		mine := a.me.slots[set]
-		if reg == nil {
-			for j := range a.size {
-				if j != a.rank {
-					copy(mine[j*bs:j*bs+m], send[j*r+off:j*r+off+m])
-				}
-			}
-		} else {
-			a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
-		}
+		a.stage(mine, send, r, off, m, bs, reg, regOff)
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
@@ -381,15 +373,7 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 		m := min(bs, b-off)
 		set := a.nextSet()
 		mine := a.me.slots[set]
-		if reg == nil {
-			for j := range a.size {
-				if j != a.rank {
-					copy(mine[j*bs:j*bs+m], send[j*b+off:j*b+off+m])
-				}
-			}
-		} else {
-			a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
-		}
+		a.stage(mine, send, b, off, m, bs, reg, regOff)
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
@@ -569,5 +553,21 @@ func same(x, y []byte) bool {
 func copyIfNot(dst, src []byte) {
 	if !same(dst, src) {
 		copy(dst, src)
+	}
+}
+
+// stage makes bytes [off, off+m) of every peer's block of send (blocks of
+// blk bytes) readable by that peer: copied into this rank's slot at the
+// peer's bs-sized place, or, for a registered send buffer, published so the
+// peers read it in place.
+func (a *Arena) stage(mine, send []byte, blk, off, m, bs int, reg *regAlloc, regOff int) {
+	if reg != nil {
+		a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
+		return
+	}
+	for j := range a.size {
+		if j != a.rank {
+			copy(mine[j*bs:j*bs+m], send[j*blk+off:j*blk+off+m])
+		}
 	}
 }
