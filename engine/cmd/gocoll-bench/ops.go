@@ -49,9 +49,19 @@ func newCase(c *engine.Comm, cfg *config, op string, nominal int64, send, recv [
 	salt := uint64(len(op))<<32 ^ uint64(nominal)
 	reducePat := func() *pattern { return newPattern(dt, redop, true, n, salt) }
 	movePat := func() *pattern { return newPattern(dt, redop, false, n, salt) }
-	sentinel := func(b []byte) {
-		for i := range b {
-			b[i] = 0xff
+	// checked makes a check: fill this rank's fillN input elements of s from
+	// the pattern, poison r, run once, then count r's wrong elements.
+	checked := func(mk func() *pattern, s, r []byte, fillN int, verify func(k *checker, p *pattern) int64) func(*checker) (int64, error) {
+		return func(k *checker) (int64, error) {
+			p := mk()
+			p.fill(s, rank, 0, fillN)
+			for i := range r {
+				r[i] = 0xff
+			}
+			if err := cs.run(); err != nil {
+				return 0, err
+			}
+			return verify(k, p), nil
 		}
 	}
 	switch op {
@@ -67,18 +77,12 @@ func newCase(c *engine.Comm, cfg *config, op string, nominal int64, send, recv [
 		} else {
 			cs.run = func() error { return c.Reduce(s, r, cnt, dt, redop, root) }
 		}
-		cs.check = func(k *checker) (int64, error) {
-			p := reducePat()
-			p.fill(s, rank, 0, cnt)
-			sentinel(r)
-			if err := cs.run(); err != nil {
-				return 0, err
-			}
+		cs.check = checked(reducePat, s, r, cnt, func(k *checker, p *pattern) int64 {
 			if op == "reduce" && rank != root {
-				return 0, nil
+				return 0
 			}
-			return k.verify(r, cnt, func(i int, dst []byte) { p.putReduced(dst, i) }), nil
-		}
+			return k.verify(r, cnt, func(i int, dst []byte) { p.putReduced(dst, i) })
+		})
 	case "broadcast", "sendrecv":
 		cnt := elems
 		if cnt == 0 {
@@ -108,15 +112,9 @@ func newCase(c *engine.Comm, cfg *config, op string, nominal int64, send, recv [
 				return firstErr(sq.Wait(), rq.Wait())
 			}
 		}
-		cs.check = func(k *checker) (int64, error) {
-			p := movePat()
-			p.fill(s, rank, 0, cnt)
-			sentinel(r)
-			if err := cs.run(); err != nil {
-				return 0, err
-			}
-			return k.verify(r, cnt, func(i int, dst []byte) { p.put(dst, src, i) }), nil
-		}
+		cs.check = checked(movePat, s, r, cnt, func(k *checker, p *pattern) int64 {
+			return k.verify(r, cnt, func(i int, dst []byte) { p.put(dst, src, i) })
+		})
 	case "allgather", "reducescatter", "alltoall":
 		cnt := elems / n // per-rank block
 		if cnt == 0 {
@@ -128,40 +126,22 @@ func newCase(c *engine.Comm, cfg *config, op string, nominal int64, send, recv [
 		case "allgather":
 			s, r := send[:cnt*es], recv[:total*es]
 			cs.run = func() error { return c.AllGather(s, r, cnt, dt) }
-			cs.check = func(k *checker) (int64, error) {
-				p := movePat()
-				p.fill(s, rank, 0, cnt)
-				sentinel(r)
-				if err := cs.run(); err != nil {
-					return 0, err
-				}
-				return k.verify(r, total, func(i int, dst []byte) { p.put(dst, i/cnt, i%cnt) }), nil
-			}
+			cs.check = checked(movePat, s, r, cnt, func(k *checker, p *pattern) int64 {
+				return k.verify(r, total, func(i int, dst []byte) { p.put(dst, i/cnt, i%cnt) })
+			})
 		case "reducescatter":
 			s, r := send[:total*es], recv[:cnt*es]
 			cs.run = func() error { return c.ReduceScatter(s, r, cnt, dt, redop) }
-			cs.check = func(k *checker) (int64, error) {
-				p := reducePat()
-				p.fill(s, rank, 0, total)
-				sentinel(r)
-				if err := cs.run(); err != nil {
-					return 0, err
-				}
-				return k.verify(r, cnt, func(i int, dst []byte) { p.putReduced(dst, rank*cnt+i) }), nil
-			}
+			cs.check = checked(reducePat, s, r, total, func(k *checker, p *pattern) int64 {
+				return k.verify(r, cnt, func(i int, dst []byte) { p.putReduced(dst, rank*cnt+i) })
+			})
 		case "alltoall":
 			s, r := send[:total*es], recv[:total*es]
 			cs.run = func() error { return c.AllToAll(s, r, cnt, dt) }
-			cs.check = func(k *checker) (int64, error) {
-				p := movePat()
-				p.fill(s, rank, 0, total)
-				sentinel(r)
-				if err := cs.run(); err != nil {
-					return 0, err
-				}
+			cs.check = checked(movePat, s, r, total, func(k *checker, p *pattern) int64 {
 				// block j of rank i goes to block i of rank j
-				return k.verify(r, total, func(i int, dst []byte) { p.put(dst, i/cnt, rank*cnt+i%cnt) }), nil
-			}
+				return k.verify(r, total, func(i int, dst []byte) { p.put(dst, i/cnt, rank*cnt+i%cnt) })
+			})
 		}
 	case "alltoallv":
 		// Uneven blocks: rank i sends u*k elements to rank j, k = (j-i mod n)+1,
@@ -192,21 +172,15 @@ func newCase(c *engine.Comm, cfg *config, op string, nominal int64, send, recv [
 		}
 		s, r := send[:total*es], recv[:total*es]
 		cs.run = func() error { return c.AllToAllv(s, scounts, sdispl[rank], r, rcounts, rdispls, dt) }
-		cs.check = func(k *checker) (int64, error) {
-			p := movePat()
-			p.fill(s, rank, 0, total)
-			sentinel(r)
-			if err := cs.run(); err != nil {
-				return 0, err
-			}
+		cs.check = checked(movePat, s, r, total, func(k *checker, p *pattern) int64 {
 			var wrong int64
 			for j := 0; j < n; j++ {
 				blk := r[rdispls[j]*es : (rdispls[j]+rcounts[j])*es]
 				first := sdispl[j][rank]
 				wrong += k.verify(blk, rcounts[j], func(i int, dst []byte) { p.put(dst, j, first+i) })
 			}
-			return wrong, nil
-		}
+			return wrong
+		})
 	default:
 		return nil, false, fmt.Errorf("unknown op %q (want one of %v)", op, allOps)
 	}
