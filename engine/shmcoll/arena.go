@@ -161,6 +161,9 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		}
 	}
 	a.segs = segs
+	for _, s := range segs {
+		a.policy.Goroutines = a.policy.Goroutines || (s != a.me && !s.remote)
+	}
 	a.lastLive = time.Now()
 	a.connected.Store(true)
 	a.log.Debug("shmcoll: connected", "rank", a.rank, "size", a.size)

@@ -139,3 +139,15 @@ func TestCompositionsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitPolicy: ranks that are goroutines of one process yield to each
+// other's goroutines while waiting (TestProcesses checks the opposite for
+// ranks in separate processes).
+func TestWaitPolicy(t *testing.T) {
+	w := newWorld(t, 2, 0)
+	for r, a := range w.arenas {
+		if !a.policy.Goroutines || a.policy.Yield <= 0 {
+			t.Errorf("rank %d: policy %+v: want yielding to goroutines", r, a.policy)
+		}
+	}
+}

@@ -12,8 +12,9 @@
 //	err := policy.Await(ctx, counter, waiters, old, check)
 //
 // returns as soon as counter differs from old. It first polls (Polls loads,
-// then for up to Spin), then yields (Yields rounds of runtime.Gosched, for
-// other goroutines, and sched_yield, for other processes), then sleeps on the
+// then for up to Spin), then yields for up to Yield (sched_yield, for other
+// processes, and runtime.Gosched when the parties include goroutines of
+// this process), then sleeps on the
 // futex formed by the low 32 bits of the counter for at most Sleep at a time,
 // having incremented waiters. Before every sleep it re-checks the counter,
 // the context (cancellation and deadline) and the caller's check function

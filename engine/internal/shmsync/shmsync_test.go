@@ -28,8 +28,15 @@ type pair struct {
 
 var policies = map[string]Policy{
 	"sleep-at-once":   {},
-	"oversubscribed":  PolicyFor(runtime.NumCPU() + 1),
-	"undersubscribed": PolicyFor(1),
+	"oversubscribed":  withGoroutines(PolicyFor(runtime.NumCPU() + 1)),
+	"undersubscribed": withGoroutines(PolicyFor(1)),
+	"processes-only":  PolicyFor(1), // sched_yield without Gosched, as across processes
+}
+
+// withGoroutines: the waiters of these tests wait for goroutines.
+func withGoroutines(p Policy) Policy {
+	p.Goroutines = true
+	return p
 }
 
 func TestLow32(t *testing.T) {
@@ -42,7 +49,7 @@ func TestLow32(t *testing.T) {
 
 func TestPolicyFor(t *testing.T) {
 	n := runtime.NumCPU()
-	if p := PolicyFor(n); p.Polls < 64 || p.Yields < 8 {
+	if p := PolicyFor(n); p.Polls < 64 || p.Yield < 50*time.Microsecond {
 		t.Errorf("PolicyFor(%d) = %+v: want a longer polite spin when each rank has a core", n, p)
 	}
 	if p := PolicyFor(n + 1); p.Spin != 0 || p.Polls > 20 {

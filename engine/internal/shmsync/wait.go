@@ -14,38 +14,50 @@ import (
 const DefaultSleep = 20 * time.Millisecond
 
 // Policy says how a waiter spends the time until a counter moves: first
-// Polls plain loads, then polling for up to Spin, then Yields rounds of
-// yielding, then sleeping on the futex for at most Sleep at a time.
-// The zero Policy goes to sleep at once (with DefaultSleep slices).
+// Polls plain loads, then polling for up to Spin, then yielding the core
+// until Yield has passed, then sleeping on the futex for at most Sleep at a
+// time. The zero Policy goes to sleep at once (with DefaultSleep slices).
 type Policy struct {
-	Polls  int           // loads of the counter before anything else
-	Spin   time.Duration // then keep polling this long (0: not at all)
-	Yields int           // then this many rounds of Gosched + sched_yield
-	Sleep  time.Duration // then futex sleeps of at most this long each; 0 means DefaultSleep
+	Polls int           // loads of the counter before anything else
+	Spin  time.Duration // then keep polling this long (0: not at all)
+	Yield time.Duration // then yield (sched_yield, and Gosched with Goroutines) this long
+	Sleep time.Duration // then futex sleeps of at most this long each; 0 means DefaultSleep
+
+	// Goroutines says that some party waited for is a goroutine of this
+	// process, so a yield must let this process's goroutines run too
+	// (runtime.Gosched). Leave it false when every party is another
+	// process: Gosched from a goroutine locked to its thread, as every call
+	// that enters Go from C is, parks the thread and passes the goroutine
+	// back through another one, ~5 µs a round on the 2-vCPU VM against
+	// well under 1 µs for sched_yield.
+	Goroutines bool
 }
 
 // PolicyFor returns the policy for ranks processes (or goroutines) that
 // wait on each other on this host.
 //
 // When each has a core (runtime.NumCPU() >= ranks): 2048 polls (a few µs),
-// then up to 16 rounds of yielding before the futex — a yield returns at once
-// when nothing else wants the core, so this keeps spinning politely, and
+// then yielding for up to 100 µs before the futex: a yield returns at once
+// when nothing else wants the core, so this keeps polling politely, and
 // hands the core over when the machine is busy. When ranks share cores: 16
-// polls, then up to 100 yields (a waiting rank gives its core to a rank that
-// has work; cheaper than a futex sleep and wake), then the futex.
+// polls, then yielding for up to 200 µs (a waiting rank gives its core to
+// a rank that has work; cheaper than a futex sleep and wake), then the
+// futex.
 //
-// Measured on the 2-vCPU VM (p50 of a float32 allreduce, ranks in
-// processes): 2 ranks, 4 KiB 1.4 µs with 2048 polls vs 1.5-5.6 µs with 256,
-// 64 KiB 7 µs vs 12-20 µs; 4 ranks, 64 KiB 24-33 µs with 100 yields vs
-// 29-48 µs with 3, 4 KiB ~10 µs either way. No time-based spin: on the busy
-// VM a 30 µs spin before yielding made a 2-rank 4 KiB allreduce take
-// 50-160 µs instead of 1-2 µs (the spinner burnt the slice the descheduled
-// peer needed).
+// Measured on the 2-vCPU VM (float32 allreduce through the C ABI, ranks in
+// processes, barrier then one call, p50 of the slowest rank): 2 ranks,
+// 4 KiB 1.6-2.0 µs and 64 KiB 7.4 µs with 100 µs of yielding, against
+// 37-39 µs and 55 µs when 16 bare sched_yields (~3 µs) preceded the futex,
+// whose wake costs ~14 µs plus the sleeper's reschedule; 4 ranks, 4 KiB
+// 6.6-8.6 µs and 64 KiB 21-22 µs whether yielding 50, 200 or 1000 µs.
+// No time-based spin: on the busy VM a 30 µs spin before yielding made a
+// 2-rank 4 KiB allreduce take 50-160 µs instead of 1-2 µs (the spinner
+// burnt the slice the descheduled peer needed).
 func PolicyFor(ranks int) Policy {
 	if ranks <= runtime.NumCPU() {
-		return Policy{Polls: 2048, Yields: 16}
+		return Policy{Polls: 2048, Yield: 100 * time.Microsecond}
 	}
-	return Policy{Polls: 16, Yields: 100}
+	return Policy{Polls: 16, Yield: 200 * time.Microsecond}
 }
 
 // lowHalf is the offset of the low 32 bits inside a 64-bit word.
@@ -79,9 +91,19 @@ func Low32(w *atomic.Uint64) *uint32 {
 // it around each sleep so that Notify knows to wake. Await allocates
 // nothing (check may be a closure that does not escape).
 func (p *Policy) Await(ctx context.Context, word, waiters *atomic.Uint64, old uint64, check func() error) error {
+	if p.Busy(word, old) {
+		return nil
+	}
+	return p.sleep(ctx, word, waiters, old, check)
+}
+
+// Busy runs the policy's polling and yielding phases: it reports true as
+// soon as word.Load() != old, false when it is time to sleep. For waiters
+// whose sleep is their own (Await's is the usual one).
+func (p *Policy) Busy(word *atomic.Uint64, old uint64) bool {
 	for i := 0; i < p.Polls; i++ {
 		if word.Load() != old {
-			return nil
+			return true
 		}
 	}
 	if p.Spin > 0 {
@@ -89,7 +111,7 @@ func (p *Policy) Await(ctx context.Context, word, waiters *atomic.Uint64, old ui
 		for {
 			for i := 0; i < 64; i++ {
 				if word.Load() != old {
-					return nil
+					return true
 				}
 			}
 			if time.Since(start) >= p.Spin {
@@ -97,17 +119,25 @@ func (p *Policy) Await(ctx context.Context, word, waiters *atomic.Uint64, old ui
 			}
 		}
 	}
-	for i := 0; i < p.Yields; i++ {
-		runtime.Gosched() // other goroutines of this process (ranks in-process)
-		if word.Load() != old {
-			return nil
-		}
-		Yield() // other processes on this core
-		if word.Load() != old {
-			return nil
+	if p.Yield > 0 {
+		start := time.Now()
+		for {
+			if p.Goroutines {
+				runtime.Gosched()
+				if word.Load() != old {
+					return true
+				}
+			}
+			Yield()
+			if word.Load() != old {
+				return true
+			}
+			if time.Since(start) >= p.Yield {
+				break
+			}
 		}
 	}
-	return p.sleep(ctx, word, waiters, old, check)
+	return false
 }
 
 func (p *Policy) sleep(ctx context.Context, word, waiters *atomic.Uint64, old uint64, check func() error) error {

@@ -14,9 +14,8 @@
 // barrier that tells that everyone connected the caller calls Unlink, so that
 // a crash later leaks no file. Close and Abort unmap and unlink as well.
 //
-// Waiting (ring full or empty) spins briefly when the host has a core per
-// local rank, yields otherwise, then sleeps on a process-shared futex with a
-// short timeout; the other side issues FUTEX_WAKE only when a waiter
+// Waiting (ring full or empty) follows shmsync.PolicyFor the local ranks
+// (poll, yield, then sleep on a process-shared futex with a short timeout); the other side issues FUTEX_WAKE only when a waiter
 // registered, so the fast path makes no system call. While waiting, a rank
 // watches its context, its own Abort/Close, the peer's segment state (closed or
 // aborted, with the reason) and the liveness of the peer's process.

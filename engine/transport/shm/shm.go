@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,8 +29,6 @@ type Transport struct {
 	tag        [8]byte
 	path       string
 	ringBytes  int
-	spin       int
-	yields     int
 	log        *slog.Logger
 
 	own   []byte      // own segment, whole
@@ -64,8 +61,9 @@ type Transport struct {
 // peerConn is the pair of rings between this rank and one peer.
 type peerConn struct {
 	rank   int
-	remote bool // in another process: check its liveness while waiting
-	pidfd  int  // the remote process's pidfd for the watcher, or -1
+	remote bool           // in another process: check its liveness while waiting
+	policy shmsync.Policy // how a wait on this peer polls and yields before the futex
+	pidfd  int            // the remote process's pidfd for the watcher, or -1
 	seg    *peerSegment
 	out    *ring // in the peer's segment: this rank produces
 	in     ring  // in the own segment: this rank consumes
@@ -126,11 +124,6 @@ func Create(cfg Config) (*Transport, error) {
 		slots:     make(map[int]int, len(peers)),
 		conns:     make([]*peerConn, cfg.Size),
 		quit:      make(chan struct{}),
-	}
-	if len(peers)+1 <= runtime.NumCPU() {
-		t.spin, t.yields = spinUndersubscribed, yieldsUnder
-	} else {
-		t.spin, t.yields = spinOversubscribed, yieldsOver
 	}
 	for i, p := range peers {
 		t.slots[p] = i
@@ -195,6 +188,8 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w", t.rank, r, err))
 		}
 		c := &peerConn{rank: r, remote: seg.pid != self, seg: seg, out: &seg.ring, pidfd: -1}
+		c.policy = shmsync.PolicyFor(len(t.slots) + 1) // the local ranks
+		c.policy.Goroutines = !c.remote
 		done = append(done, c)
 		if c.remote {
 			// Before the liveness check, so that it is known to refer

@@ -5,7 +5,6 @@ package shm
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -20,16 +19,6 @@ const (
 	// livenessEvery is how often a waiter checks that the peer's process
 	// still exists.
 	livenessEvery = 100 * time.Millisecond
-
-	// Polls of the counter before yielding: a few dozen when every local
-	// rank has a core, almost none when ranks share cores (spinning then
-	// only delays the peer that has to run).
-	spinUndersubscribed = 64
-	spinOversubscribed  = 4
-	// Gosched+sched_yield rounds before sleeping on the futex (a wake costs
-	// ~14 µs on a small VM; a yield with nothing else runnable ~1 µs).
-	yieldsUnder = 8
-	yieldsOver  = 3
 )
 
 // futexWait sleeps while the low 32 bits of *w equal val, for at most d.
@@ -40,8 +29,6 @@ func futexWait(w *atomic.Uint64, val uint32, d time.Duration) {
 
 // futexWake wakes every process sleeping on *w.
 func futexWake(w *atomic.Uint64) { shmsync.WakeAll(w) }
-
-func osYield() { shmsync.Yield() }
 
 type waitKind int
 
@@ -64,20 +51,8 @@ func (k waitKind) String() string {
 // Before reporting that the peer went away or aborted, a waitData wait
 // re-checks the ring so that what the peer sent before is still delivered.
 func (t *Transport) await(ctx context.Context, p *peerConn, k waitKind, w *atomic.Uint64, old uint64, flag *atomic.Uint64) error {
-	for i := 0; i < t.spin; i++ {
-		if w.Load() != old {
-			return nil
-		}
-	}
-	for i := 0; i < t.yields; i++ {
-		runtime.Gosched() // other goroutines of this process (in-process ranks)
-		if w.Load() != old {
-			return nil
-		}
-		osYield() // other processes on this core
-		if w.Load() != old {
-			return nil
-		}
+	if p.policy.Busy(w, old) {
+		return nil
 	}
 	var stop func() bool
 	defer func() {
