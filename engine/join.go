@@ -205,7 +205,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	// directly (shmcoll) instead of exchanging messages.
 	var arena *shmcoll.Arena
 	if len(sees) == size-1 && size > 1 {
-		arena, err = shmcoll.Create(shmcoll.Config{Rank: rank, Size: size, Tag: tag, Logger: log})
+		arena, err = shmcoll.Create(shmcoll.Config{Rank: rank, Size: size, Tag: tag, Logger: log, NoCMA: opts.NoCMA})
 		if err != nil {
 			log.Info("no shared-memory collectives (message algorithms only)", "err", err)
 			arena, err = nil, nil

@@ -31,6 +31,10 @@ type Options struct {
 	// Transport: "auto" (shared memory inside a host, TCP between hosts), or
 	// "tcp" to force TCP everywhere (GOCOLL_TRANSPORT).
 	Transport string
+	// NoCMA keeps ranks on one host from reading each other's buffers with
+	// process_vm_readv, so that data always passes through the shared
+	// slots (GOCOLL_CMA=0). By default they do wherever every rank can.
+	NoCMA bool
 	// Logger receives debug and warning output; nil discards it.
 	Logger *slog.Logger
 	// Metrics, when set, is updated after every operation (see NewMetrics).
@@ -97,6 +101,13 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		o.Transport = t
 	default:
 		return o, fmt.Errorf("%w: GOCOLL_TRANSPORT=%q: want auto or tcp", ErrInvalidArgument, t)
+	}
+	switch v := strings.ToLower(getenv("GOCOLL_CMA")); v {
+	case "", "1", "on", "true", "yes":
+	case "0", "off", "false", "no":
+		o.NoCMA = true
+	default:
+		return o, fmt.Errorf("%w: GOCOLL_CMA=%q: want 1 or 0", ErrInvalidArgument, v)
 	}
 	if v := getenv("GOCOLL_DEBUG"); v != "" {
 		var lvl slog.Level

@@ -30,6 +30,10 @@ type Arena struct {
 	slot       int
 	log        *slog.Logger
 	policy     shmsync.Policy
+	noCMA      bool // Config.NoCMA
+	cma        bool // every rank can read every peer's memory (decided at the first barrier)
+	cmaMin     int  // cmaMin(size)
+	cmaReads   int  // process_vm_readv copies made (call goroutine; for tests)
 
 	own  []byte     // own segment mapping
 	me   *segment   // view of own
@@ -84,6 +88,8 @@ func Create(cfg Config) (*Arena, error) {
 		slot:     slot,
 		log:      log,
 		policy:   shmsync.PolicyFor(cfg.Size),
+		noCMA:    cfg.NoCMA,
+		cmaMin:   cmaMin(cfg.Size),
 		terms:    make([][]byte, cfg.Size),
 		peerRegs: make([]map[uint64][]byte, cfg.Size),
 	}
@@ -161,8 +167,17 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		}
 	}
 	a.segs = segs
+	cma := !a.noCMA
 	for _, s := range segs {
 		a.policy.Goroutines = a.policy.Goroutines || (s != a.me && !s.remote)
+		cma = cma && (s == a.me || probeCMA(s))
+	}
+	// Published before this rank first arrives at a barrier, so every peer
+	// reads it after passing that barrier (decideCMA).
+	if cma {
+		word(a.own, offCMA).Store(cmaOK)
+	} else {
+		word(a.own, offCMA).Store(cmaNo)
 	}
 	a.lastLive = time.Now()
 	a.connected.Store(true)
@@ -365,7 +380,33 @@ func (a *Arena) barrier(ctx context.Context) error {
 			return a.fail(a.mismatch(j, s.recs[p&1].id))
 		}
 	}
+	if p == 1 {
+		a.decideCMA()
+	}
 	return nil
+}
+
+// decideCMA turns cross-memory reads on when every rank could read every
+// peer; it runs once every rank arrived at the first barrier, when all the
+// probe results are published, so all ranks decide alike.
+func (a *Arena) decideCMA() {
+	ok := true
+	for _, s := range a.segs {
+		ok = ok && word(s.m, offCMA).Load() == cmaOK
+	}
+	a.cma = ok
+	a.log.Debug("shmcoll: cross-memory reads", "rank", a.rank, "on", ok)
+}
+
+// publishAddr says whether this rank lets peers read buf out of its process
+// rather than copying it into its slot, where each peer would read per
+// bytes of it in the current piece, and records buf's address if so.
+func (a *Arena) publishAddr(buf []byte, per int) bool {
+	if !a.cma || per < a.cmaMin || len(buf) == 0 {
+		return false
+	}
+	a.cur.addr = addrOf(buf)
+	return true
 }
 
 // await waits for rank s.rank to arrive at phase p (it is at p-1).

@@ -21,7 +21,7 @@ import (
 // are written before the magic is published and read after it was seen.
 const (
 	segMagic   uint64 = 0x414e4552_41434f47 // "GOCARENA"
-	segVersion uint64 = 1
+	segVersion uint64 = 2
 	pageSize          = 4096
 
 	offMagic     = 0
@@ -34,6 +34,8 @@ const (
 	offSlotBytes = 56
 	offDataOff   = 64
 	offSegBytes  = 72
+	offBase      = 80  // address of this mapping in the creator's process (for the CMA probe)
+	offCMA       = 88  // cmaOK or cmaNo once the creator probed its peers: written before its first arrival
 	offState     = 128 // own cache line: stateReady, stateClosed, stateAborted
 	offFailKind  = 192 // failKind*, then origin rank, reason length: written before state
 	offFailFrom  = 200
@@ -66,10 +68,13 @@ type callID struct {
 // record is what a rank publishes for the call it runs at a phase: the
 // call, and where its send buffer of the current piece lies when that is
 // registered memory (reg: allocation id, 0 for none; regOff: byte offset of
-// the piece in it), which peers then read in place.
+// the piece in it), which peers then read in place, or, failing that, the
+// buffer's address in this process (addr, 0 for none), which peers read
+// with process_vm_readv. Without either, the data is in the rank's slot.
 type record struct {
 	id          callID
 	reg, regOff uint64
+	addr        uint64
 }
 
 const recordWords = int(unsafe.Sizeof(record{}) / 8)
@@ -165,6 +170,7 @@ func createSegment(path string, tag [8]byte, rank, size, slot int) ([]byte, erro
 	ne.PutUint64(m[offSlotBytes:], uint64(slot))
 	ne.PutUint64(m[offDataOff:], dataOff)
 	ne.PutUint64(m[offSegBytes:], uint64(n))
+	ne.PutUint64(m[offBase:], addrOf(m))
 	word(m, offState).Store(stateReady)
 	word(m, offMagic).Store(segMagic) // publish
 	return m, nil

@@ -28,6 +28,10 @@ type Config struct {
 	SlotBytes int
 	// Logger receives lifecycle and failure messages; nil discards them.
 	Logger *slog.Logger
+	// NoCMA keeps every rank's data going through the slots even where
+	// peers could read it out of this process with process_vm_readv. One
+	// rank setting it turns cross-memory reads off for all.
+	NoCMA bool
 }
 
 // PeerInfo is what a rank learns about a peer out of band: the peer's

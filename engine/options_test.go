@@ -1,0 +1,43 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestOptionsFromEnv: every GOCOLL_* setting is parsed or refused with
+// ErrInvalidArgument naming the variable.
+func TestOptionsFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		env   map[string]string
+		check func(Options) bool
+		bad   string // a refused value names this variable
+	}{
+		{env: nil, check: func(o Options) bool { return !o.NoCMA && o.Timeout == 0 && o.Transport == "" }},
+		{env: map[string]string{"GOCOLL_TIMEOUT": "90"}, check: func(o Options) bool { return o.Timeout == 90*time.Second }},
+		{env: map[string]string{"GOCOLL_TIMEOUT": "1m"}, check: func(o Options) bool { return o.Timeout == time.Minute }},
+		{env: map[string]string{"GOCOLL_TIMEOUT": "-1"}, bad: "GOCOLL_TIMEOUT"},
+		{env: map[string]string{"GOCOLL_CMA": "0"}, check: func(o Options) bool { return o.NoCMA }},
+		{env: map[string]string{"GOCOLL_CMA": "off"}, check: func(o Options) bool { return o.NoCMA }},
+		{env: map[string]string{"GOCOLL_CMA": "1"}, check: func(o Options) bool { return !o.NoCMA }},
+		{env: map[string]string{"GOCOLL_CMA": "maybe"}, bad: "GOCOLL_CMA"},
+		{env: map[string]string{"GOCOLL_TRANSPORT": "TCP"}, check: func(o Options) bool { return o.Transport == "tcp" }},
+		{env: map[string]string{"GOCOLL_TRANSPORT": "rdma"}, bad: "GOCOLL_TRANSPORT"},
+		{env: map[string]string{"GOCOLL_BRUCK_RADIX": "1"}, bad: "GOCOLL_BRUCK_RADIX"},
+		{env: map[string]string{"GOCOLL_ALGO": "allreduce=nope"}, bad: "GOCOLL_ALGO"},
+		{env: map[string]string{"GOCOLL_DEBUG": "loud"}, bad: "GOCOLL_DEBUG"},
+	} {
+		o, err := OptionsFromEnv(func(k string) string { return c.env[k] })
+		if c.bad != "" {
+			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), c.bad) {
+				t.Errorf("%v: error %v, want ErrInvalidArgument naming %s", c.env, err, c.bad)
+			}
+			continue
+		}
+		if err != nil || !c.check(o) {
+			t.Errorf("%v: %+v, %v", c.env, o, err)
+		}
+	}
+}
