@@ -513,12 +513,13 @@ func fold(dst, out, acc []byte, terms [][]byte, dt kernel.DataType, op kernel.Re
 		if div > 1 {
 			kernel.DivideBy(d, dt, div)
 		}
-	}
-	// One copy at the end rather than per block: from 1 MiB on, Go's
-	// memmove uses non-temporal stores, which write recv without first
-	// reading it (1.6-2x faster here); the source is still in L2.
-	if out != nil {
-		copy(out, dst)
+		// Per block, while the block is in L1: a 2-rank 4-16 MiB
+		// AllReduce took 10 % less time than with one copy of the whole
+		// chunk at the end (which Go's memmove does with non-temporal
+		// stores from 1 MiB on), and no size took longer.
+		if out != nil {
+			copy(out[off:e], d)
+		}
 	}
 }
 
