@@ -86,13 +86,18 @@ func (a *Arena) reduce(ctx context.Context, send, recv []byte, dt kernel.DataTyp
 		return nil
 	}
 	reg, regOff := a.lookupReg(send)
+	var rreg *regAlloc
+	rregOff := 0
+	if recv != nil && a.cur.id.desc&0xff == kindAllReduce {
+		rreg, rregOff = a.lookupReg(recv)
+	}
 	for off := 0; off < len(send); off += a.slot {
 		m := min(a.slot, len(send)-off)
 		var r []byte
 		if recv != nil {
 			r = recv[off : off+m]
 		}
-		if err := a.reducePiece(ctx, send[off:off+m], r, dt, op, reg, regOff+off); err != nil {
+		if err := a.reducePiece(ctx, send[off:off+m], r, dt, op, reg, regOff+off, rreg, rregOff+off, off+m == len(send)); err != nil {
 			return err
 		}
 	}
@@ -104,7 +109,15 @@ func (a *Arena) reduce(ctx context.Context, send, recv []byte, dt kernel.DataTyp
 // place: reg, at byte regOff of it), barrier, fold the own chunk into the
 // own slot (and recv), barrier, copy the other chunks out of their owners'
 // slots. recv is nil on the ranks that do not want the result (Reduce).
-func (a *Arena) reducePiece(ctx context.Context, send, recv []byte, dt kernel.DataType, op kernel.RedOp, reg *regAlloc, regOff int) error {
+//
+// The own chunk's result skips the slot when no peer reads it there:
+// Reduce's root is the only rank that wants it, and an AllReduce into
+// registered memory (rreg, at byte rregOff of it) publishes recv so that
+// the peers copy the result out of it in place; the call then ends with a
+// closing barrier after its last piece (last), as for registered send
+// buffers. Earlier pieces need none: the peers finish reading before they
+// arrive at the next piece's first barrier.
+func (a *Arena) reducePiece(ctx context.Context, send, recv []byte, dt kernel.DataType, op kernel.RedOp, reg *regAlloc, regOff int, rreg *regAlloc, rregOff int, last bool) error {
 	set := a.nextSet()
 	n := len(send)
 	mine := a.me.slots[set]
@@ -112,6 +125,7 @@ func (a *Arena) reducePiece(ctx context.Context, send, recv []byte, dt kernel.Da
 	if reg == nil {
 		copy(mine[:lo], send[:lo])
 		copy(mine[hi:n], send[hi:])
+		a.cur.reg, a.cur.regOff = 0, 0 // (the last piece may have published recv)
 	} else {
 		a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
 	}
@@ -121,11 +135,22 @@ func (a *Arena) reducePiece(ctx context.Context, send, recv []byte, dt kernel.Da
 	if err := a.gather(set, send, 0, lo, hi, uint64(n)); err != nil {
 		return err
 	}
-	var out []byte
-	if recv != nil {
-		out = recv[lo:hi]
+	a.cur.reg, a.cur.regOff = 0, 0 // the record of the next barrier
+	switch {
+	case recv == nil:
+		fold(mine[lo:hi], nil, nil, a.terms, dt, op, a.avg(op))
+	case rreg != nil || a.cur.id.desc&0xff == kindReduce:
+		var acc []byte
+		if same(send, recv) {
+			acc = mine[lo:hi] // recv[lo:hi] is the own term; the slot's chunk is free
+		}
+		fold(recv[lo:hi], nil, acc, a.terms, dt, op, a.avg(op))
+		if rreg != nil {
+			a.cur.reg, a.cur.regOff = rreg.id, uint64(rregOff)
+		}
+	default:
+		fold(mine[lo:hi], recv[lo:hi], nil, a.terms, dt, op, a.avg(op))
 	}
-	fold(mine[lo:hi], out, nil, a.terms, dt, op, a.avg(op))
 	if err := a.barrier(ctx); err != nil {
 		return err
 	}
@@ -136,10 +161,18 @@ func (a *Arena) reducePiece(ctx context.Context, send, recv []byte, dt kernel.Da
 	if recv == nil {
 		return nil
 	}
+	closing := last && a.anyReg() // some rank's result is in its recv
 	for k := 1; k < a.size; k++ {
 		j := (a.rank + k) % a.size
 		lo, hi := a.chunk(n, j, dt.Size())
-		copy(recv[lo:hi], a.segs[j].slots[set][lo:hi])
+		src, err := a.source(j, set, 0, lo, hi, uint64(n))
+		if err != nil {
+			return err
+		}
+		copy(recv[lo:hi], src)
+	}
+	if closing {
+		return a.closeReg(ctx, rreg)
 	}
 	return nil
 }

@@ -234,22 +234,33 @@ func runCase(ctx context.Context, a *Arena, seq uint64, c tcase) (uint64, error)
 	var err error
 	// sendBuf returns a copy of data, in registered memory if c.reg asks
 	// (freed at the end).
-	var toFree []byte
-	sendBuf := func(data []byte) []byte {
-		if !c.reg || r%2 != 0 || len(data) == 0 {
-			return bytes.Clone(data)
-		}
+	var toFree [][]byte
+	regBuf := func(data []byte) []byte {
 		b, err := a.Alloc(len(data))
 		if err != nil {
 			panic(err)
 		}
 		copy(b, data)
-		toFree = b
+		toFree = append(toFree, b)
 		return b
 	}
+	sendBuf := func(data []byte) []byte {
+		if !c.reg || r%2 != 0 || len(data) == 0 {
+			return bytes.Clone(data)
+		}
+		return regBuf(data)
+	}
+	// recvBuf: AllReduce results in registered memory on ranks 0, 2 and 3
+	// (so rank 3 has a plain send and a registered recv), plain on rank 1.
+	recvBuf := func(data []byte) []byte {
+		if !c.reg || r%4 == 1 || len(data) == 0 {
+			return data
+		}
+		return regBuf(data)
+	}
 	defer func() {
-		if toFree != nil {
-			if err := a.Free(toFree); err != nil {
+		for _, b := range toFree {
+			if err := a.Free(b); err != nil {
 				panic(err)
 			}
 		}
@@ -262,6 +273,9 @@ func runCase(ctx context.Context, a *Arena, seq uint64, c tcase) (uint64, error)
 		}
 		send := sendBuf(ins[r])
 		recv := garbage(len(send))
+		if c.kind == "allreduce" {
+			recv = recvBuf(recv)
+		}
 		if c.inPlace {
 			recv = send
 		}
