@@ -14,15 +14,21 @@ import (
 )
 
 // regCases: reductions whose send buffers lie in registered memory on the
-// even ranks (peers read them in place), for the sizes that use it.
+// even ranks (peers read them in place), and AllReduce's recv buffers on
+// ranks 0, 2 and 3, for the sizes that use it.
 func regCases(n, slot int) []tcase {
 	var out []tcase
 	for _, kind := range []string{"allreduce", "reduce", "reducescatter"} {
 		for _, dt := range []kernel.DataType{kernel.Float32, kernel.Bfloat16, kernel.Int8} {
 			for _, op := range []kernel.RedOp{kernel.Sum, kernel.Avg} {
 				counts := []int{7, 64<<10/dt.Size() + 3, 2*slot/dt.Size() + 5}
-				if kind == "reducescatter" {
+				switch kind {
+				case "reducescatter":
 					counts = []int{7, 64<<10/dt.Size() + 3, 2*slot/n/dt.Size() + 5}
+				case "allreduce":
+					// 64 KiB per rank and more: results in registered
+					// recv buffers are read in place, over many pieces.
+					counts = append(counts, n*(64<<10)/dt.Size()+5)
 				}
 				for _, count := range counts {
 					for _, inPlace := range []bool{false, true} {

@@ -88,7 +88,8 @@ func (a *Arena) reduce(ctx context.Context, send, recv []byte, dt kernel.DataTyp
 	reg, regOff := a.lookupReg(send)
 	var rreg *regAlloc
 	rregOff := 0
-	if recv != nil && a.cur.id.desc&0xff == kindAllReduce {
+	if recv != nil && a.cur.id.desc&0xff == kindAllReduce && len(send)/a.size >= smallBytes {
+		// (Below, the closing barrier costs more than the copy it saves.)
 		rreg, rregOff = a.lookupReg(recv)
 	}
 	for off := 0; off < len(send); off += a.slot {
