@@ -5,7 +5,7 @@ Reads OUTDIR/raw.csv (rows of gocoll_bench.c, gloo_bench.py and mpi_bench.c:
 label,op,np,bytes,iters,med_us,min_us,p90_us,b2b_us,algbw_GBps,busbw_GBps,check
 with label "<lib>#<round>"), OUTDIR/logs/memcpy-r*.md (memcpy_bw tables),
 OUTDIR/meta.txt and OUTDIR/notes.txt, and writes
-  OUTDIR/results.md     medians over rounds, ratios gocoll/OpenMPI and gocoll/Gloo
+  OUTDIR/results.md     medians over rounds, ratios gocoll/OpenMPI (plain and MemAlloc buffers) and gocoll/Gloo
   OUTDIR/plotdata.json  busbw against size per library, one panel per op x np
   OUTDIR/results.png    the plot, when matplotlib is importable.
 Exit status 3: everything written but the PNG (no matplotlib; build/compare then
@@ -167,10 +167,12 @@ def main():
     w("")
 
     # headline: ratios by op x np (columns: sizes)
-    for other, oname in (("openmpi", "Open MPI"), ("gloo", "Gloo")):
-        if other not in libs:
+    for mine, mname, other, oname in (("gocoll", "gocoll", "openmpi", "Open MPI"),
+                                      ("gocoll-memalloc", "gocoll (MemAlloc)", "openmpi", "Open MPI"),
+                                      ("gocoll", "gocoll", "gloo", "Gloo")):
+        if other not in libs or mine not in libs:
             continue
-        w("## gocoll / %s busbw ratio (> 1: gocoll faster)" % oname)
+        w("## %s / %s busbw ratio (> 1: gocoll faster)" % (mname, oname))
         w("")
         w("| op | np | " + " | ".join(human(s) for s in sizes) + " |")
         w("|---|---:|" + "---:|" * len(sizes))
@@ -178,7 +180,7 @@ def main():
             for np_ in nps:
                 row = []
                 for s in sizes:
-                    g, o = cells.get(("gocoll", op, np_, s)), cells.get((other, op, np_, s))
+                    g, o = cells.get((mine, op, np_, s)), cells.get((other, op, np_, s))
                     if (other, op, np_) in unsupported:
                         row.append("n/a")
                     else:

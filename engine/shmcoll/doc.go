@@ -99,6 +99,16 @@
 // both copies anyway; the extra barriers and losing the non-temporal stores
 // of large copies cost as much as the overlap won.
 //
+// An AllReduce whose recv lies in registered memory (from 64 KiB per rank)
+// folds the own chunk straight into recv instead of into the slot and
+// recv, and publishes recv at the second barrier; peers copy that chunk of
+// the result out of it in place, and the call ends with the closing
+// barrier. Reduce's root always folds straight into recv, as no peer reads
+// its chunk. Through the C ABI (processes, p50) a 2-rank AllReduce with
+// both buffers from gocollMemAlloc went from 102 to 77 µs at 1 MiB and
+// from 2.1 to 1.5 ms at 16 MiB (Open MPI: 174 µs and 3.5 ms); 4 ranks
+// 16 MiB from 6.7 to 5.0 ms.
+//
 // # Cross-memory reads
 //
 // A send buffer that is not registered memory can still be read in place:
