@@ -120,16 +120,19 @@
 // first barrier all ranks turn CMA on only if all probes succeeded, so a
 // seccomp profile that forbids the call (Docker's default) or
 // Config.NoCMA on any rank leaves everything on the slots. With CMA on,
-// AllGather and AllToAll (not in place) publish addresses when a peer's
-// part of the piece is at least 8 KiB (a core per rank) or 64 KiB (ranks
-// sharing cores), and Broadcast's root does for 2 ranks; these calls then
-// close with the barrier registered buffers need. Measured on the 2-vCPU VM
+// AllToAll (not in place) publishes addresses when a peer's part of the
+// piece is at least 8 KiB (a core per rank) or 64 KiB (ranks sharing
+// cores), and so do AllGather and Broadcast's root for 2 ranks: wherever
+// each published byte has one reader. These calls then close with the
+// barrier registered buffers need. Measured on the 2-vCPU VM
 // (C ABI, processes, p50): 2 ranks, 1 MiB AllGather 42 µs instead of 71,
 // AllToAll 43 µs instead of 91, Broadcast 50 µs instead of 97 (Open MPI:
 // 42-49 µs); 4 ranks, 1 MiB AllToAll 182 µs instead of 262. Not used:
-// Broadcast to more than one reader (each reader's kernel copy pins the
-// root's pages; the root's one copy into the shared slot serves all
-// readers better: 4 ranks, 1 MiB 190 µs vs 230-260 µs) and the reductions
+// Broadcast and AllGather with more than one reader per block (each
+// reader's kernel copy pins the owner's pages; the owner's one copy into
+// the shared slot serves all readers better: 4 ranks, 1 MiB Broadcast
+// 190 µs vs 230-260 µs, 64 MiB AllGather 23-27 ms vs 25-29 ms) and the
+// reductions
 // (an AllReduce that copies peers' chunks out of their processes and their
 // results out of their recv buffers measured 130 vs 143 µs at 2 ranks and
 // 1 MiB, but 420-470 vs 340 µs at 4 ranks and 12.2 vs 8.7 ms at 16 MiB).
