@@ -24,14 +24,19 @@ func canCMA() bool {
 	return readRemote(os.Getpid(), dst, addrOf(src)) == nil && string(dst) == "gocoll"
 }
 
+// cmaSlot: slots just large enough for every rank count's threshold, so
+// that the cases run in several pieces without taking long (under -race).
+const cmaSlot = 256 << 10
+
 // cmaCases: the collectives that read peers' buffers out of their
-// processes, with blocks above every rank count's threshold, in several
-// pieces (default slot) and in place, from plain and (on even ranks)
-// registered memory.
+// processes, with blocks above every rank count's threshold (the first
+// count leaves a last piece of 12 bytes, which goes through the slot), in
+// several pieces and in place, from plain and (on even ranks) registered
+// memory.
 func cmaCases(n int) []tcase {
 	var out []tcase
 	for _, kind := range []string{"allgather", "alltoall", "broadcast"} {
-		for _, count := range []int{(64<<10)/4 + 3, (DefaultSlotBytes/n)/4*2 + 5} {
+		for _, count := range []int{(64<<10)/4 + 3, (cmaSlot/n)/4*2 + 5} {
 			for _, inPlace := range []bool{false, true} {
 				for _, reg := range []bool{false, true} {
 					out = append(out, tcase{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: count, root: n - 1, inPlace: inPlace, reg: reg})
@@ -49,7 +54,7 @@ func TestCMA(t *testing.T) {
 	want := canCMA()
 	for _, n := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			w := newWorld(t, n, 0)
+			w := newWorld(t, n, cmaSlot)
 			checkWorld(t, w, cmaCases(n), 1)
 			for r, a := range w.arenas {
 				if a.cma != want {
@@ -74,7 +79,7 @@ func TestNoCMA(t *testing.T) {
 	})
 	peers := map[int]PeerInfo{}
 	for r := range n {
-		a, err := Create(Config{Rank: r, Size: n, Tag: w.tag, NoCMA: r == 1})
+		a, err := Create(Config{Rank: r, Size: n, Tag: w.tag, SlotBytes: cmaSlot, NoCMA: r == 1})
 		if err != nil {
 			t.Fatal(err)
 		}
