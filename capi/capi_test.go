@@ -144,3 +144,15 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatalf("metrics page lacks the allreduce:\n%s", body)
 	}
 }
+
+// TestOptionsLockedCallers: communicators made through the C ABI wait
+// without runtime.Gosched, which costs ~5 µs a round on C threads.
+func TestOptionsLockedCallers(t *testing.T) {
+	opts, err := options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opts.LockedCallers {
+		t.Fatal("C ABI options do not mark callers as locked to their threads")
+	}
+}

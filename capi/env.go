@@ -34,5 +34,6 @@ func options() (engine.Options, error) {
 	if err != nil {
 		return opts, err
 	}
+	opts.LockedCallers = true // every call comes from a C thread
 	return withMetrics(opts, cGetenv)
 }

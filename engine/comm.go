@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 )
@@ -321,7 +322,7 @@ func (c *Comm) run(r *Request, err error) error {
 	c.execMu.Lock()
 	c.mu.Unlock()
 	r.done = make(chan struct{})
-	x := &execCtx{c: c, op: r.op, seq: c.seq}
+	x := &execCtx{c: c, op: r.op, seq: c.seq, locked: c.opts.LockedCallers}
 	c.seq++
 	c.execute(r, x)
 	c.execMu.Unlock()
@@ -372,6 +373,7 @@ type execCtx struct {
 	sig      uint64
 	algo     string // for logs and metrics
 	bytes    int
+	locked   bool // running on the caller's goroutine, locked to its thread (Options.LockedCallers)
 }
 
 func (x *execCtx) rank() int { return x.c.rank }
@@ -385,7 +387,12 @@ func (x *execCtx) header(step int, n int) transport.Header {
 // context the transports can watch. It is made on first use: the
 // shared-memory path never needs one (see light).
 func (x *execCtx) context() context.Context {
-	x.ctxOnce.Do(func() { x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.deadline) })
+	x.ctxOnce.Do(func() {
+		x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.deadline)
+		if x.locked {
+			x.ctx = shmsync.WithLocked(x.ctx)
+		}
+	})
 	return x.ctx
 }
 
@@ -420,7 +427,9 @@ func (x *execCtx) recv(peer, step int, buf []byte) error {
 
 // call identifies the collective to the shared-memory path, which checks
 // that every rank runs the same one.
-func (x *execCtx) call() shmcoll.Call { return shmcoll.Call{Seq: x.seq, Sig: x.sig} }
+func (x *execCtx) call() shmcoll.Call {
+	return shmcoll.Call{Seq: x.seq, Sig: x.sig, Locked: x.locked}
+}
 
 // shm turns a deadline in the shared-memory path into ErrTimeout.
 func (x *execCtx) shm(err error) error {

@@ -35,6 +35,12 @@ type Options struct {
 	// process_vm_readv, so that data always passes through the shared
 	// slots (GOCOLL_CMA=0). By default they do wherever every rank can.
 	NoCMA bool
+	// LockedCallers says that blocking calls come from goroutines locked
+	// to their threads, as calls from C through cgo do (the C library sets
+	// it). Such a call, run on the caller's thread, then waits by yielding
+	// the core only: runtime.Gosched there hands the thread's goroutine
+	// through another thread, ~5 µs a round.
+	LockedCallers bool
 	// Logger receives debug and warning output; nil discards it.
 	Logger *slog.Logger
 	// Metrics, when set, is updated after every operation (see NewMetrics).

@@ -29,11 +29,12 @@ type Arena struct {
 	path       string
 	slot       int
 	log        *slog.Logger
-	policy     shmsync.Policy
-	noCMA      bool // Config.NoCMA
-	cma        bool // every rank can read every peer's memory (decided at the first barrier)
-	cmaMin     int  // cmaMin(size)
-	cmaReads   int  // process_vm_readv copies made (call goroutine; for tests)
+	policy     shmsync.Policy // PolicyFor(size)
+	wait       shmsync.Policy // the current call's: policy, Goroutines unless Call.Locked
+	noCMA      bool           // Config.NoCMA
+	cma        bool           // every rank can read every peer's memory (decided at the first barrier)
+	cmaMin     int            // cmaMin(size)
+	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 
 	own  []byte     // own segment mapping
 	me   *segment   // view of own
@@ -169,7 +170,6 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 	a.segs = segs
 	cma := !a.noCMA
 	for _, s := range segs {
-		a.policy.Goroutines = a.policy.Goroutines || (s != a.me && !s.remote)
 		cma = cma && (s == a.me || probeCMA(s))
 	}
 	// Published before this rank first arrives at a barrier, so every peer
@@ -333,6 +333,8 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 		return fmt.Errorf("%w: rank %d: not connected", ErrInvalid, a.rank)
 	}
 	a.cur = record{id: callID{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}}
+	a.wait = a.policy
+	a.wait.Goroutines = !c.Locked
 	// A peer that aborted or closed will not join this call. (Cheap: the
 	// state lines are only written on failure, so they stay cached.)
 	for _, s := range a.segs {
@@ -411,7 +413,7 @@ func (a *Arena) publishAddr(buf []byte, per int) bool {
 
 // await waits for rank s.rank to arrive at phase p (it is at p-1).
 func (a *Arena) await(ctx context.Context, s *segment, p uint64) error {
-	err := a.policy.Await(ctx, s.arrive, s.waiters, p-1, a.check)
+	err := a.wait.Await(ctx, s.arrive, s.waiters, p-1, a.check)
 	if err == nil {
 		return nil
 	}

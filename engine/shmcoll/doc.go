@@ -140,12 +140,12 @@
 // # Waiting
 //
 // shmsync.PolicyFor(Size): with a core per rank, a few µs of polling, then
-// yielding (up to 100 µs), then the futex; with ranks sharing cores,
-// yielding almost at once (up to 200 µs). Yielding is sched_yield only,
-// without runtime.Gosched, unless some peer is a goroutine of this process:
-// a call entering Go from C runs on a locked thread, where each Gosched
-// costs ~5 µs, and that alone made a 4-rank 4 KiB allreduce through the
-// C ABI take 55 µs instead of 7. Nothing on the call path allocates, the slow paths included
+// yielding (16 times and 100 µs), then the futex; with ranks sharing
+// cores, yielding almost at once (100 times and 200 µs). A yield is
+// sched_yield plus runtime.Gosched, except for callers locked to their
+// thread (Call.Locked: every call entering Go from C), where each Gosched
+// costs ~5 µs: with it, a 4-rank 4 KiB allreduce through the C ABI took
+// 55 µs instead of 7. Nothing on the call path allocates, the slow paths included
 // (liveness probes read /proc without allocating).
 //
 // # Failures

@@ -140,14 +140,22 @@ func TestCompositionsAgree(t *testing.T) {
 	}
 }
 
-// TestWaitPolicy: ranks that are goroutines of one process yield to each
-// other's goroutines while waiting (TestProcesses checks the opposite for
-// ranks in separate processes).
+// TestWaitPolicy: a call's waits yield to other goroutines unless the
+// caller is locked to its thread (C callers).
 func TestWaitPolicy(t *testing.T) {
 	w := newWorld(t, 2, 0)
-	for r, a := range w.arenas {
-		if !a.policy.Goroutines || a.policy.Yield <= 0 {
-			t.Errorf("rank %d: policy %+v: want yielding to goroutines", r, a.policy)
+	for _, locked := range []bool{false, true} {
+		errs := w.run(func(r int, a *Arena) error {
+			if err := a.Barrier(context.Background(), Call{Seq: 1, Locked: locked}); err != nil {
+				return err
+			}
+			if a.wait.Goroutines == locked || a.wait.Yield <= 0 {
+				return fmt.Errorf("rank %d, caller locked %v: wait policy %+v", r, locked, a.wait)
+			}
+			return nil
+		})
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatal(errorsText(errs))
 		}
 	}
 }

@@ -47,6 +47,11 @@ type PeerInfo struct {
 // difference is reported as transport.ErrMismatch.
 type Call struct {
 	Seq, Sig uint64
+	// Locked says the caller's goroutine is locked to its thread (a C
+	// thread calling through cgo): its waits yield the core but not the
+	// goroutine (shmsync.Policy.Goroutines off). Not compared between
+	// ranks.
+	Locked bool
 }
 
 var (

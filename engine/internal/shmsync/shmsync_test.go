@@ -28,15 +28,26 @@ type pair struct {
 
 var policies = map[string]Policy{
 	"sleep-at-once":   {},
-	"oversubscribed":  withGoroutines(PolicyFor(runtime.NumCPU() + 1)),
-	"undersubscribed": withGoroutines(PolicyFor(1)),
-	"processes-only":  PolicyFor(1), // sched_yield without Gosched, as across processes
+	"oversubscribed":  PolicyFor(runtime.NumCPU() + 1),
+	"undersubscribed": PolicyFor(1),
+	"locked-caller":   lockedPolicy(PolicyFor(1)), // sched_yield without Gosched
 }
 
-// withGoroutines: the waiters of these tests wait for goroutines.
-func withGoroutines(p Policy) Policy {
-	p.Goroutines = true
+func lockedPolicy(p Policy) Policy {
+	p.Goroutines = false
 	return p
+}
+
+func TestWithLocked(t *testing.T) {
+	ctx := context.Background()
+	if IsLocked(ctx) || !IsLocked(WithLocked(ctx)) {
+		t.Fatal("IsLocked does not see WithLocked")
+	}
+	c, cancel := context.WithCancel(WithLocked(ctx))
+	defer cancel()
+	if !IsLocked(c) {
+		t.Fatal("the mark does not survive a derived context")
+	}
 }
 
 func TestLow32(t *testing.T) {

@@ -18,31 +18,54 @@ const DefaultSleep = 20 * time.Millisecond
 // until Yield has passed, then sleeping on the futex for at most Sleep at a
 // time. The zero Policy goes to sleep at once (with DefaultSleep slices).
 type Policy struct {
-	Polls int           // loads of the counter before anything else
-	Spin  time.Duration // then keep polling this long (0: not at all)
-	Yield time.Duration // then yield (sched_yield, and Gosched with Goroutines) this long
-	Sleep time.Duration // then futex sleeps of at most this long each; 0 means DefaultSleep
+	Polls  int           // loads of the counter before anything else
+	Spin   time.Duration // then keep polling this long (0: not at all)
+	Yields int           // then yield (sched_yield, and Gosched with Goroutines) at least this often
+	Yield  time.Duration // and for at least this long
+	Sleep  time.Duration // then futex sleeps of at most this long each; 0 means DefaultSleep
 
-	// Goroutines says that some party waited for is a goroutine of this
-	// process, so a yield must let this process's goroutines run too
-	// (runtime.Gosched). Leave it false when every party is another
-	// process: Gosched from a goroutine locked to its thread, as every call
-	// that enters Go from C is, parks the thread and passes the goroutine
-	// back through another one, ~5 µs a round on the 2-vCPU VM against
-	// well under 1 µs for sched_yield.
+	// Goroutines makes a yield let this process's other goroutines run
+	// too (runtime.Gosched): those waited for, when ranks are goroutines,
+	// and any other work of the program. Leave it off when the waiter is
+	// a goroutine locked to its thread, as every call that enters Go from
+	// C is: there Gosched parks the thread and passes the goroutine back
+	// through another one, ~5 µs a round on the 2-vCPU VM against well
+	// under 1 µs for sched_yield.
 	Goroutines bool
+}
+
+// lockedKey marks a context whose waits run on a goroutine locked to its
+// thread (WithLocked).
+type lockedKey struct{}
+
+// WithLocked marks ctx as belonging to a caller whose goroutine is locked to
+// its thread, as every call from C through cgo is: waits under it should
+// leave Policy.Goroutines off.
+func WithLocked(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lockedKey{}, true)
+}
+
+// IsLocked says whether ctx was marked by WithLocked.
+func IsLocked(ctx context.Context) bool {
+	v, _ := ctx.Value(lockedKey{}).(bool)
+	return v
 }
 
 // PolicyFor returns the policy for ranks processes (or goroutines) that
 // wait on each other on this host.
 //
 // When each has a core (runtime.NumCPU() >= ranks): 2048 polls (a few µs),
-// then yielding for up to 100 µs before the futex: a yield returns at once
-// when nothing else wants the core, so this keeps polling politely, and
-// hands the core over when the machine is busy. When ranks share cores: 16
-// polls, then yielding for up to 200 µs (a waiting rank gives its core to
-// a rank that has work; cheaper than a futex sleep and wake), then the
-// futex.
+// then 16 yields and at least 100 µs of yielding before the futex: a yield
+// returns at once when nothing else wants the core, so this keeps polling
+// politely, and hands the core over when the machine is busy. When ranks
+// share cores: 16 polls, then at least 100 yields and 200 µs (a waiting
+// rank gives its core to a rank that has work; cheaper than a futex sleep
+// and wake), then the futex. Both bounds count: when the others compute, a
+// yield can take a whole time slice, and 200 µs alone sent a 4-rank
+// Gorgonia training run (asynchronous allreduces overlapping compute) to
+// the futex often enough to cost it 5-8 % of its throughput.
+//
+// Goroutines is on; callers on locked threads turn it off.
 //
 // Measured on the 2-vCPU VM (float32 allreduce through the C ABI, ranks in
 // processes, barrier then one call, p50 of the slowest rank): 2 ranks,
@@ -55,9 +78,9 @@ type Policy struct {
 // burnt the slice the descheduled peer needed).
 func PolicyFor(ranks int) Policy {
 	if ranks <= runtime.NumCPU() {
-		return Policy{Polls: 2048, Yield: 100 * time.Microsecond}
+		return Policy{Polls: 2048, Yields: 16, Yield: 100 * time.Microsecond, Goroutines: true}
 	}
-	return Policy{Polls: 16, Yield: 200 * time.Microsecond}
+	return Policy{Polls: 16, Yields: 100, Yield: 200 * time.Microsecond, Goroutines: true}
 }
 
 // lowHalf is the offset of the low 32 bits inside a 64-bit word.
@@ -119,9 +142,9 @@ func (p *Policy) Busy(word *atomic.Uint64, old uint64) bool {
 			}
 		}
 	}
-	if p.Yield > 0 {
+	if p.Yield > 0 || p.Yields > 0 {
 		start := time.Now()
-		for {
+		for i := 1; ; i++ {
 			if p.Goroutines {
 				runtime.Gosched()
 				if word.Load() != old {
@@ -132,7 +155,7 @@ func (p *Policy) Busy(word *atomic.Uint64, old uint64) bool {
 			if word.Load() != old {
 				return true
 			}
-			if time.Since(start) >= p.Yield {
+			if i >= p.Yields && time.Since(start) >= p.Yield {
 				break
 			}
 		}

@@ -189,7 +189,6 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		}
 		c := &peerConn{rank: r, remote: seg.pid != self, seg: seg, out: &seg.ring, pidfd: -1}
 		c.policy = shmsync.PolicyFor(len(t.slots) + 1) // the local ranks
-		c.policy.Goroutines = !c.remote
 		done = append(done, c)
 		if c.remote {
 			// Before the liveness check, so that it is known to refer

@@ -51,7 +51,9 @@ func (k waitKind) String() string {
 // Before reporting that the peer went away or aborted, a waitData wait
 // re-checks the ring so that what the peer sent before is still delivered.
 func (t *Transport) await(ctx context.Context, p *peerConn, k waitKind, w *atomic.Uint64, old uint64, flag *atomic.Uint64) error {
-	if p.policy.Busy(w, old) {
+	pol := p.policy
+	pol.Goroutines = !shmsync.IsLocked(ctx)
+	if pol.Busy(w, old) {
 		return nil
 	}
 	var stop func() bool
