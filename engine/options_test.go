@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 )
 
 // TestOptionsFromEnv: every GOCOLL_* setting is parsed or refused with
@@ -39,5 +42,18 @@ func TestOptionsFromEnv(t *testing.T) {
 		if err != nil || !c.check(o) {
 			t.Errorf("%v: %+v, %v", c.env, o, err)
 		}
+	}
+}
+
+// TestLockedCallersReachWaits: an operation run for a locked caller tells
+// both the shared-memory collectives (Call.Locked) and the transports (the
+// context mark) not to yield to goroutines.
+func TestLockedCallersReachWaits(t *testing.T) {
+	for _, locked := range []bool{false, true} {
+		x := &execCtx{c: &Comm{abortCtx: context.Background()}, locked: locked, deadline: time.Now().Add(time.Minute)}
+		if x.call().Locked != locked || shmsync.IsLocked(x.context()) != locked {
+			t.Errorf("locked %v: Call.Locked %v, context marked %v", locked, x.call().Locked, shmsync.IsLocked(x.context()))
+		}
+		x.cancel()
 	}
 }
