@@ -405,6 +405,7 @@ func (a *Arena) decideCMA() {
 // bytes of it in the current piece, and records buf's address if so.
 func (a *Arena) publishAddr(buf []byte, per int) bool {
 	if !a.cma || per < a.cmaMin || len(buf) == 0 {
+		a.cur.addr = 0 // (an earlier piece of the call may have published it)
 		return false
 	}
 	a.cur.addr = addrOf(buf)
