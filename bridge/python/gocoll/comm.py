@@ -7,7 +7,7 @@ import itertools
 import sys
 import threading
 
-from . import _buffer, _lib, errors
+from . import _buffer, _interrupt, _lib, errors
 from ._buffer import as_buffer
 
 
@@ -208,7 +208,13 @@ class Work:
             _lib.check_process()
             with self._lock:
                 if not self._done:
-                    self._finish(self._comm._lib.gocollWait(self._req))
+                    noted = _interrupt.enter(self._comm)
+                    try:
+                        rc = self._comm._lib.gocollWait(self._req)
+                    finally:
+                        if noted:
+                            _interrupt.leave()
+                    self._finish(rc)
         if self._exc is not None:
             raise self._exc
         return self._result
@@ -285,6 +291,7 @@ class Comm:
         self._lib = lib
         self._h = handle
         self._closed = False
+        self._interrupted = False  # aborted by Ctrl-C (_interrupt)
         self._pending = set()
         self._plock = threading.Lock()
         n, r = ctypes.c_int(), ctypes.c_int()
@@ -369,7 +376,9 @@ class Comm:
         with _live_lock:
             _live.pop(self._h, None)
         self._stop_waiter()
-        self._check(self._lib.gocollCommDestroy(self._h), "gocollCommDestroy")
+        rc = self._lib.gocollCommDestroy(self._h)
+        if not self._interrupted:  # (else the handle went with the abort)
+            self._check(rc, "gocollCommDestroy")
 
     close = destroy
 
@@ -385,7 +394,8 @@ class Comm:
         rc = self._lib.gocollCommAbort(self._h)
         self._finish_pending()  # frees the requests; they report the abort
         self._stop_waiter()
-        self._check(rc, "gocollCommAbort")
+        if not self._interrupted:  # (else Ctrl-C aborted it already)
+            self._check(rc, "gocollCommAbort")
 
     def __enter__(self):
         return self
@@ -460,7 +470,12 @@ class Comm:
     def _run(self, name, args, async_op, keep, result, op):
         h = self._handle()
         if not async_op:
-            rc = getattr(self._lib, name)(*args, h)
+            noted = _interrupt.enter(self)  # Ctrl-C aborts this call
+            try:
+                rc = getattr(self._lib, name)(*args, h)
+            finally:
+                if noted:
+                    _interrupt.leave()
             if rc != 0:
                 raise _error(self._lib, rc, op, h)
             return result

@@ -85,3 +85,14 @@ def test_init_from_launcher_environment(library, launcher):
 
     res = run_ranks("envinit.py", n, per_rank_env=env, timeout=60)
     assert [x.result["rank"] for x in res] == list(range(n))
+
+
+def test_ctrl_c_interrupts_a_blocking_call(library):
+    res = run_ranks("interrupt.py", 2, env={"GOCOLL_TIMEOUT": "60s"}, timeout=90)
+    r0, r1 = res[0].result, res[1].result
+    assert r0["installed"] and r1["installed"]
+    assert r0["outcome"] == "KeyboardInterrupt", r0
+    assert r0["seconds"] < 4, r0  # neither GOCOLL_TIMEOUT nor rank 1 joining (at 6 s)
+    assert "abort" in r0["afterwards"].lower(), r0
+    assert r0["own_handler"] == "ran", r0
+    assert "abort" in r1["peer"].lower(), r1
