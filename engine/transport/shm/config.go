@@ -14,9 +14,11 @@
 // barrier that tells that everyone connected the caller calls Unlink, so that
 // a crash later leaks no file. Close and Abort unmap and unlink as well.
 //
-// Waiting (ring full or empty) follows shmsync.PolicyFor the local ranks
-// (poll, yield, then sleep on a process-shared futex with a short timeout); the other side issues FUTEX_WAKE only when a waiter
-// registered, so the fast path makes no system call. While waiting, a rank
+// Waiting (ring full or empty) follows shmsync.PolicyFor the local ranks:
+// poll, yield (not to goroutines for callers locked to their thread, see
+// shmsync.WithLocked), then sleep on a process-shared futex with a short
+// timeout; the other side issues FUTEX_WAKE only when a waiter registered,
+// so the fast path makes no system call. While waiting, a rank
 // watches its context, its own Abort/Close, the peer's segment state (closed or
 // aborted, with the reason) and the liveness of the peer's process.
 //
