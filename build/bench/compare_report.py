@@ -188,6 +188,20 @@ def main():
                 w("| %s | %d | %s |" % (op, np_, " | ".join(row)))
         w("")
 
+    header, mrows = load_memcpy(out)
+    trows = targets(cells, mrows)
+    if trows:
+        w("## Targets")
+        w("")
+        w("The performance goals gocoll is held to on this machine, checked against this run (medians over "
+          "rounds; plain: `posix_memalign` buffers, MemAlloc: `gocollMemAlloc` buffers).")
+        w("")
+        w("| goal | measured (plain) | met | measured (MemAlloc) | met |")
+        w("|---|---|:-:|---|:-:|")
+        for row in trows:
+            w("| " + " | ".join(row) + " |")
+        w("")
+
     w("## Per collective: busbw GB/s (p50 time), medians over rounds")
     w("")
     for op in ops:
@@ -215,7 +229,6 @@ def main():
                 w("| " + " | ".join(row) + " |")
             w("")
 
-    header, mrows = load_memcpy(out)
     if mrows:
         w("## Machine limits: memcpy_bw (`../shared/bench/memcpy_bw.c`), median over rounds, GB/s")
         w("")
@@ -302,6 +315,72 @@ def main():
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(os.path.join(out, "results.png"), dpi=90)
     return 0
+
+
+def targets(cells, mrows):
+    """Rows (goal, plain value, met, MemAlloc value, met) of the goals the
+    run has the cells for."""
+    def val(lib, op, np_, size, key="busbw"):
+        c = cells.get((lib, op, np_, size))
+        return med(c[key]) if c and c[key] else None
+
+    def mark(ok):
+        return "-" if ok is None else ("yes" if ok else "**no**")
+
+    rows = []
+
+    def ratio_row(goal, op, np_, size, want):
+        o = val("openmpi", op, np_, size)
+        if o is None:
+            return
+        row = [goal]
+        for lib in ("gocoll", "gocoll-memalloc"):
+            g = val(lib, op, np_, size)
+            r = g / o if g is not None and o > 0 else None
+            row += ["-" if r is None else "%.2f×" % r, mark(None if r is None else r >= want)]
+        rows.append(row)
+
+    for np_ in (2, 4):
+        for size in (64 << 10, 1 << 20, 16 << 20, 64 << 20):
+            ratio_row("allreduce np=%d %s: busbw ≥ 2× Open MPI" % (np_, human(size)), "allreduce", np_, size, 2.0)
+    for np_ in (2, 4):
+        o = val("openmpi", "allreduce", np_, 4 << 10, "med")
+        if o is None:
+            continue
+        row = ["allreduce np=%d 4 KiB: p50 ≤ Open MPI's (%.1f µs)" % (np_, o)]
+        for lib in ("gocoll", "gocoll-memalloc"):
+            g = val(lib, "allreduce", np_, 4 << 10, "med")
+            row += ["-" if g is None else "%.1f µs" % g, mark(None if g is None else g <= o)]
+        rows.append(row)
+    for np_ in (2, 4):
+        rs = []
+        for (lib, op, n, size), c in cells.items():
+            if lib == "gocoll" and op == "allreduce" and n == np_:
+                gl = val("gloo", op, n, size)
+                if gl and c["busbw"]:
+                    rs.append(med(c["busbw"]) / gl)
+        if rs:
+            rows.append(["allreduce np=%d: busbw ≥ 3× Gloo at every size" % np_, "min %.1f×" % min(rs),
+                         mark(min(rs) >= 3), "", ""])
+    ratio_row("alltoall np=4 1 MiB: busbw ≥ 1.5× Open MPI", "alltoall", 4, 1 << 20, 1.5)
+    ratio_row("broadcast np=4 64 MiB: busbw ≥ 1.5× Open MPI", "broadcast", 4, 64 << 20, 1.5)
+    ratio_row("allgather np=4 64 MiB: busbw ≥ 1.5× Open MPI", "allgather", 4, 64 << 20, 1.5)
+    mc = mrows.get(64 << 20, {}).get("memcpy 1T GB/s")
+    g = val("gocoll", "allreduce", 2, 64 << 20)
+    if mc and g is not None:
+        half = med(mc) / 2
+        gm = val("gocoll-memalloc", "allreduce", 2, 64 << 20)
+        rows.append(["allreduce np=2 64 MiB: busbw ≥ half a single-core memcpy (%.2f GB/s)" % half,
+                     "%.2f GB/s" % g, mark(g >= half), "-" if gm is None else "%.2f GB/s" % gm,
+                     mark(None if gm is None else gm >= half)])
+    slower = []
+    for (lib, op, n, size), c in cells.items():
+        gl = val("gloo", op, n, size)
+        if lib == "gocoll" and gl and c["busbw"] and med(c["busbw"]) < gl:
+            slower.append("%s np=%d %s" % (op, n, human(size)))
+    if any(k[0] == "gloo" for k in cells):
+        rows.append(["no cell slower than Gloo", "; ".join(sorted(slower)) or "none", mark(not slower), "", ""])
+    return rows
 
 
 def _loaded(meta, nproc):
