@@ -5,7 +5,8 @@ Reads OUTDIR/raw.csv (rows of gocoll_bench.c, gloo_bench.py and mpi_bench.c:
 label,op,np,bytes,iters,med_us,min_us,p90_us,b2b_us,algbw_GBps,busbw_GBps,check
 with label "<lib>#<round>"), OUTDIR/logs/memcpy-r*.md (memcpy_bw tables),
 OUTDIR/meta.txt and OUTDIR/notes.txt, and writes
-  OUTDIR/results.md     medians over rounds, ratios gocoll/OpenMPI (plain and MemAlloc buffers) and gocoll/Gloo
+  OUTDIR/results.md     medians over rounds, ratios gocoll/OpenMPI (plain and MemAlloc buffers) and
+                        gocoll/Gloo, and the performance goals (Targets) checked against the run
   OUTDIR/plotdata.json  busbw against size per library, one panel per op x np
   OUTDIR/results.png    the plot, when matplotlib is importable.
 Exit status 3: everything written but the PNG (no matplotlib; build/compare then
