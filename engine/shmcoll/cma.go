@@ -36,11 +36,10 @@ func cmaMin(ranks int) int {
 	return 64 << 10
 }
 
-// Values of a segment's offCMA word.
+// Values of a segment's offCMA word (0 until its owner probed).
 const (
-	cmaUnknown uint64 = 0 // not probed yet
-	cmaOK      uint64 = 1 // this rank could read every peer
-	cmaNo      uint64 = 2 // it could not, or it does not want to (Config.NoCMA)
+	cmaOK uint64 = 1 // this rank could read every peer
+	cmaNo uint64 = 2 // it could not, or it does not want to (Config.NoCMA)
 )
 
 // remoteIovec is struct iovec for the remote side: the address is in the
