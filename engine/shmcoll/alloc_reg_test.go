@@ -198,3 +198,81 @@ func TestRegisteredAbandoned(t *testing.T) {
 		t.Fatalf("Alloc(0): err = %v", err)
 	}
 }
+
+// TestDirectOnePiece: when every rank's send buffer is readable in place
+// (registered memory, or its address with cross-memory reads), AllGather
+// and AllToAll move blocks of several slots in one piece: one barrier to
+// publish, one closing barrier, not one per slot-sized piece.
+func TestDirectOnePiece(t *testing.T) {
+	const n = 3
+	w := newWorld(t, n, cmaSlot)
+	ctx := context.Background()
+	seq := uint64(1)
+	for _, mem := range []string{"registered", "plain"} {
+		for _, kind := range []string{"allgather", "alltoall"} {
+			if mem == "plain" && (kind == "allgather" || !canCMA()) {
+				continue // (AllGather reads plain buffers out of processes only at 2 ranks)
+			}
+			// Bytes per rank's block: four pieces, each above the
+			// cross-memory threshold.
+			blk := 3*cmaSlot + 64
+			if kind == "alltoall" {
+				blk = 3*(cmaSlot/n) + 64
+			}
+			errs := w.run(func(r int, a *Arena) error {
+				sendLen := blk
+				if kind == "alltoall" {
+					sendLen = n * blk
+				}
+				send, recv := make([]byte, sendLen), make([]byte, n*blk)
+				if mem == "registered" {
+					var err error
+					if send, err = a.Alloc(sendLen); err != nil {
+						return err
+					}
+					defer a.Free(send)
+				}
+				// Byte i of the block from rank s to rank d.
+				val := func(s, d, i int) byte { return byte(s*31 + d*7 + i*13 + i>>8) }
+				for i := range send {
+					d, k := 0, i
+					if kind == "alltoall" {
+						d, k = i/blk, i%blk
+					}
+					send[i] = val(r, d, k)
+				}
+				before := a.phase
+				var err error
+				if kind == "alltoall" {
+					err = a.AllToAll(ctx, Call{Seq: seq}, send, recv)
+				} else {
+					err = a.AllGather(ctx, Call{Seq: seq}, send, recv)
+				}
+				if err != nil {
+					return err
+				}
+				if got := a.phase - before; got != 2 {
+					return fmt.Errorf("rank %d: %s of %s buffers took %d barriers, want 2", r, kind, mem, got)
+				}
+				for s := range n {
+					d := 0
+					if kind == "alltoall" {
+						d = r
+					}
+					for k := range blk {
+						if recv[s*blk+k] != val(s, d, k) {
+							return fmt.Errorf("rank %d: %s of %s buffers: byte %d of rank %d's block wrong", r, kind, mem, k, s)
+						}
+					}
+				}
+				return nil
+			})
+			seq++
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(errorsText(errs))
+				}
+			}
+		}
+	}
+}

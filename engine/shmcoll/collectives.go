@@ -302,14 +302,22 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
+		whole := false
 		if off == 0 {
 			anyReg = a.anyReg()
+			whole = a.allDirect()
+			if whole {
+				m = b
+			}
 		}
 		for k := 1; k < a.size; k++ {
 			j := (a.rank + k) % a.size
 			if err := a.fetch(recv[j*b+off:j*b+off+m], j, set, -off, off, off+m, uint64(b)); err != nil {
 				return err
 			}
+		}
+		if whole {
+			break
 		}
 	}
 	if anyReg {
@@ -421,8 +429,13 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
+		whole := false
 		if off == 0 {
 			anyReg = a.anyReg()
+			whole = a.allDirect()
+			if whole {
+				m = b
+			}
 		}
 		// This rank's block of a peer's send, bytes [lo, lo+m): in its slot
 		// at [at, at+m), in place in its registered buffer, or in its
@@ -433,6 +446,9 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 			if err := a.fetch(recv[j*b+off:j*b+off+m], j, set, at-lo, lo, lo+m, uint64(len(send))); err != nil {
 				return err
 			}
+		}
+		if whole {
+			break
 		}
 	}
 	if anyReg {
@@ -452,6 +468,19 @@ func (a *Arena) anyReg() bool {
 		}
 	}
 	return false
+}
+
+// allDirect says whether every rank published its whole buffer at the
+// current phase (registered memory or an address), so that the call needs
+// no further pieces: the rest is read in place in one go, with no barrier
+// per slot-sized piece (all ranks see the same records, so all agree).
+func (a *Arena) allDirect() bool {
+	for _, s := range a.segs {
+		if rec := s.recs[a.phase&1]; rec.reg == 0 && rec.addr == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // source returns bytes [lo, hi) of peer j's data for the piece that just
