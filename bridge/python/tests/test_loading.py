@@ -113,3 +113,47 @@ def test_exception_hierarchy():
     assert isinstance(errors.from_code(6, "x"), ConnectionError)
     assert isinstance(errors.from_code(2, "x"), OSError)
     assert type(errors.from_code(77, "x")) is errors.Error
+
+
+def _build_wheel(src, out):
+    rc, stdout, stderr = run_cmd([PYTHON, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                                  "--no-index", "-q", "-w", str(out), str(src)], timeout=180)
+    assert rc == 0, stdout + stderr
+    wheels = [w for w in os.listdir(out) if w.endswith(".whl")]
+    assert len(wheels) == 1, wheels
+    return os.path.join(str(out), wheels[0])
+
+
+def test_wheel_tags(library, tmp_path):
+    """A wheel of the bridge alone is py3-none-any; one that ships
+    libgocoll.so is tagged for this platform and holds the library."""
+    pytest.importorskip("pip")  # build/deps.sh installs both on Debian
+    pytest.importorskip("wheel")
+    import sysconfig
+    import zipfile
+    ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "tests", "bench", "examples")
+    pure = tmp_path / "pure"
+    shutil.copytree(BRIDGE, pure, ignore=ignore)
+    for leftover in list((pure / "gocoll").glob("libgocoll.so*")):
+        leftover.unlink()
+    shutil.rmtree(pure / "gocoll" / "lib", ignore_errors=True)
+    whl = _build_wheel(pure, tmp_path / "wheels-pure")
+    assert whl.endswith("-py3-none-any.whl"), whl
+
+    bundled = tmp_path / "bundled"
+    shutil.copytree(pure, bundled)
+    shutil.copy(library, bundled / "gocoll" / "libgocoll.so")
+    whl = _build_wheel(bundled, tmp_path / "wheels-bundled")
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    assert whl.endswith("-py3-none-%s.whl" % plat), (whl, plat)
+    with zipfile.ZipFile(whl) as z:
+        assert "gocoll/libgocoll.so" in z.namelist()
+    # Installed, it loads the library it ships.
+    site = tmp_path / "site"
+    rc, stdout, stderr = run_cmd([PYTHON, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+                                  "--target", str(site), whl], timeout=120)
+    assert rc == 0, stdout + stderr
+    r = py("import gocoll; print(gocoll.library_path()); print(gocoll.version())",
+           cwd=str(tmp_path), pythonpath=str(site))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == str(site / "gocoll" / "libgocoll.so"), r.stdout
