@@ -4,13 +4,14 @@ package shmcoll
 
 import (
 	"fmt"
-	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"os"
 	"strconv"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
 
+	"github.com/gocoll/gocoll/engine/internal/shmseg"
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -45,7 +46,7 @@ func (a *Arena) regPath(rank int, id uint64) string {
 
 func regEntry(m []byte, i int) (id, size *atomic.Uint64) {
 	off := regTableOff + 16*i
-	return word(m, off), word(m, off+8)
+	return shmseg.Word(m, off), shmseg.Word(m, off+8)
 }
 
 // Alloc returns size bytes of zeroed, page-aligned shared memory. Used as

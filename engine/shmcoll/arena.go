@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/shmseg"
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/transport"
@@ -175,9 +176,9 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 	// Published before this rank first arrives at a barrier, so every peer
 	// reads it after passing that barrier (decideCMA).
 	if cma {
-		word(a.own, offCMA).Store(cmaOK)
+		shmseg.Word(a.own, offCMA).Store(cmaOK)
 	} else {
-		word(a.own, offCMA).Store(cmaNo)
+		shmseg.Word(a.own, offCMA).Store(cmaNo)
 	}
 	a.lastLive = time.Now()
 	a.connected.Store(true)
@@ -216,18 +217,7 @@ func (a *Arena) Abort(reason error) {
 	a.abortErr = fmt.Errorf("shmcoll: rank %d: %w: %v", a.rank, transport.ErrAborted, reason)
 	a.aborted.Store(true)
 	f := transport.FailureOf(a.rank, reason)
-	kind := failAborted
-	switch {
-	case f.Lost:
-		kind = failLost
-	case errors.Is(reason, transport.ErrMismatch):
-		kind = failMismatch
-	}
-	n := copy(a.own[offReason:offReason+maxReason], f.Reason)
-	word(a.own, offReasonLen).Store(uint64(n))
-	word(a.own, offFailFrom).Store(uint64(f.Origin))
-	word(a.own, offFailKind).Store(kind)
-	a.me.state.Store(stateAborted)
+	shmseg.Header(a.own).Fail(f, errors.Is(reason, transport.ErrMismatch))
 	a.log.Debug("shmcoll: abort", "rank", a.rank, "origin", f.Origin, "reason", f.Reason)
 	a.wakeAll()
 }
@@ -255,7 +245,7 @@ func (a *Arena) Close() error {
 	}
 	a.closed.Store(true)
 	if !a.aborted.Load() {
-		a.me.state.Store(stateClosed)
+		a.me.state.Store(shmseg.StateClosed)
 	}
 	a.wakeAll()
 	a.shutMu.Unlock()
@@ -394,7 +384,7 @@ func (a *Arena) barrier(ctx context.Context) error {
 func (a *Arena) decideCMA() {
 	ok := true
 	for _, s := range a.segs {
-		ok = ok && word(s.m, offCMA).Load() == cmaOK
+		ok = ok && shmseg.Word(s.m, offCMA).Load() == cmaOK
 	}
 	a.cma = ok
 	a.log.Debug("shmcoll: cross-memory reads", "rank", a.rank, "on", ok)
@@ -454,12 +444,12 @@ func (a *Arena) check() error {
 // peerErr reports a peer that closed or aborted, from its state word.
 func (a *Arena) peerErr(s *segment) error {
 	switch s.state.Load() {
-	case stateClosed:
+	case shmseg.StateClosed:
 		return &transport.PeerLostError{Peer: s.rank, Reason: "it closed its arena"}
-	case stateAborted:
-		f, kind := s.failure()
+	case shmseg.StateAborted:
+		f, mismatch := shmseg.Header(s.m).Failure()
 		err := f.Err()
-		if kind == failMismatch {
+		if mismatch {
 			return fmt.Errorf("%w (%w)", transport.ErrMismatch, err)
 		}
 		return err

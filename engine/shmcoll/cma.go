@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gocoll/gocoll/engine/internal/shmseg"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -71,12 +72,12 @@ func readRemote(pid int, dst []byte, addr uint64) error {
 // probeCMA says whether this process can read peer s's memory: it reads
 // the magic word of s's header through s's own mapping of it.
 func probeCMA(s *segment) bool {
-	base := word(s.m, offBase).Load()
+	base := shmseg.Word(s.m, offBase).Load()
 	if base == 0 {
 		return false
 	}
 	var got [8]byte
-	if readRemote(s.proc.Pid, got[:], base+offMagic) != nil {
+	if readRemote(s.proc.Pid, got[:], base+shmseg.OffMagic) != nil {
 		return false
 	}
 	return *(*uint64)(unsafe.Pointer(&got[0])) == segMagic

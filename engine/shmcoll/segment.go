@@ -4,44 +4,29 @@ package shmcoll
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
-	"os"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
 
+	"github.com/gocoll/gocoll/engine/internal/shmseg"
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
-	"github.com/gocoll/gocoll/engine/transport"
 )
 
-// Segment layout: page 0 is the header, page 1 the synchronisation page,
-// then two data slots of slotBytes each (none when the communicator has
-// one rank). Multi-byte fields are native-endian 64-bit words; immutable ones
-// are written before the magic is published and read after it was seen.
+// Segment layout: page 0 is the header (shmseg: identity, state, failure,
+// and the layout words below), page 1 the synchronisation page, then two
+// data slots of slotBytes each (none when the communicator has one rank).
+// Multi-byte fields are native-endian 64-bit words; immutable ones are
+// written before the magic is published and read after it was seen.
 const (
 	segMagic   uint64 = 0x414e4552_41434f47 // "GOCARENA"
 	segVersion uint64 = 2
-	pageSize          = 4096
+	pageSize          = shmseg.PageSize
 
-	offMagic     = 0
-	offVersion   = 8
-	offTag       = 16
-	offPid       = 24
-	offStart     = 32 // creator's start time (/proc/<pid>/stat field 22)
-	offRank      = 40
-	offSize      = 48
-	offSlotBytes = 56
-	offDataOff   = 64
-	offSegBytes  = 72
-	offBase      = 80  // address of this mapping in the creator's process (for the CMA probe)
-	offCMA       = 88  // cmaOK or cmaNo once the creator probed its peers: written before its first arrival
-	offState     = 128 // own cache line: stateReady, stateClosed, stateAborted
-	offFailKind  = 192 // failKind*, then origin rank, reason length: written before state
-	offFailFrom  = 200
-	offReasonLen = 208
-	offReason    = 256 // reason text up to the end of the page
-	maxReason    = pageSize - offReason
+	offSlotBytes = shmseg.OffLayout
+	offDataOff   = shmseg.OffLayout + 8
+	offSegBytes  = shmseg.OffLayout + 16
+	offBase      = shmseg.OffLayout + 24 // address of this mapping in the creator's process (for the CMA probe)
+	offCMA       = shmseg.OffLayout + 32 // cmaOK or cmaNo once the creator probed its peers: written before its first arrival
 
 	syncOff    = pageSize
 	syncArrive = 0   // arrival counter, then the two call records: written by the owner
@@ -50,15 +35,7 @@ const (
 	dataOff    = 2 * pageSize
 )
 
-const (
-	stateReady   uint64 = 1
-	stateClosed  uint64 = 2
-	stateAborted uint64 = 3
-
-	failAborted  uint64 = 1
-	failLost     uint64 = 2
-	failMismatch uint64 = 3
-)
+var format = shmseg.Format{Magic: segMagic, Version: segVersion}
 
 // callID identifies a call; ranks compare it at every barrier.
 type callID struct {
@@ -91,6 +68,9 @@ func init() {
 	if syncRecs+2*recordWords*8 > syncWait {
 		panic("shmcoll: call records overflow their cache line")
 	}
+	if offCMA+8 > shmseg.LayoutEnd {
+		panic("shmcoll: layout words overflow the header's")
+	}
 }
 
 func segmentBytes(size, slot int) int {
@@ -98,11 +78,6 @@ func segmentBytes(size, slot int) int {
 		return dataOff
 	}
 	return dataOff + 2*slot
-}
-
-// word returns the 64-bit word at off in m (off must be 8-aligned).
-func word(m []byte, off int) *atomic.Uint64 {
-	return (*atomic.Uint64)(unsafe.Pointer(&m[off]))
 }
 
 // segment is one rank's segment as mapped by this process.
@@ -122,9 +97,9 @@ func newSegment(rank int, m []byte, slot int, proc shmsync.Proc) *segment {
 	s := &segment{
 		rank:    rank,
 		m:       m,
-		state:   word(m, offState),
-		arrive:  word(m, syncOff+syncArrive),
-		waiters: word(m, syncOff+syncWait),
+		state:   shmseg.Header(m).State(),
+		arrive:  shmseg.Word(m, syncOff+syncArrive),
+		waiters: shmseg.Word(m, syncOff+syncWait),
 		proc:    proc,
 		remote:  proc.Pid != shmsync.Self().Pid,
 	}
@@ -138,98 +113,57 @@ func newSegment(rank int, m []byte, slot int, proc shmsync.Proc) *segment {
 	return s
 }
 
-// failure reads the failure a peer recorded; call after state() returned
-// stateAborted.
-func (s *segment) failure() (transport.Failure, uint64) {
-	kind := word(s.m, offFailKind).Load()
-	n := min(word(s.m, offReasonLen).Load(), maxReason)
-	f := transport.Failure{
-		Origin: int(word(s.m, offFailFrom).Load()),
-		Lost:   kind == failLost,
-		Reason: string(s.m[offReason : offReason+int(n)]),
-	}
-	return f, kind
-}
-
 // createSegment creates, sizes, maps and pre-touches the rank's segment
 // and writes its header.
 func createSegment(path string, tag [8]byte, rank, size, slot int) ([]byte, error) {
 	n := segmentBytes(size, slot)
-	m, err := shmsync.CreateMapped(path, n)
+	m, err := format.Create(path, shmseg.ID{Tag: tag, Rank: rank, Size: size}, n)
 	if err != nil {
 		return nil, err
 	}
-	me := shmsync.Self()
 	ne := binary.NativeEndian
-	ne.PutUint64(m[offVersion:], segVersion)
-	copy(m[offTag:offTag+8], tag[:])
-	ne.PutUint64(m[offPid:], uint64(me.Pid))
-	ne.PutUint64(m[offStart:], me.Start)
-	ne.PutUint64(m[offRank:], uint64(rank))
-	ne.PutUint64(m[offSize:], uint64(size))
 	ne.PutUint64(m[offSlotBytes:], uint64(slot))
 	ne.PutUint64(m[offDataOff:], dataOff)
 	ne.PutUint64(m[offSegBytes:], uint64(n))
 	ne.PutUint64(m[offBase:], addrOf(m))
-	word(m, offState).Store(stateReady)
-	word(m, offMagic).Store(segMagic) // publish
+	format.Publish(m)
 	return m, nil
 }
 
 // openSegment maps the segment of rank peer at path and verifies that it
 // belongs to this communicator and layout.
 func openSegment(path string, tag [8]byte, peer, size, slot, pid int) (*segment, error) {
-	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	f, err := format.Open(path, shmseg.ID{Tag: tag, Rank: peer, Size: size}, dataOff)
 	if err != nil {
-		if errors.Is(err, syscall.ENOENT) {
-			return nil, &transport.PeerLostError{Peer: peer, Reason: fmt.Sprintf("segment %s: %v", path, err)}
-		}
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, err
 	}
-	defer syscall.Close(fd)
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: rank %d segment %s: %s", transport.ErrProtocol, peer, path, fmt.Sprintf(format, a...))
-	}
-	if st.Size < dataOff {
-		return nil, bad("file too small (%d bytes)", st.Size)
-	}
-	m, err := syscall.Mmap(fd, 0, int(st.Size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	defer f.Close()
+	m, err := f.Map(0, int(f.Size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_POPULATE)
 	if err != nil {
-		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
+		return nil, err
 	}
-	ne := binary.NativeEndian
-	magic := word(m, offMagic).Load()
-	var gotTag [8]byte
-	copy(gotTag[:], m[offTag:offTag+8])
-	hpid := int(ne.Uint64(m[offPid:]))
-	start := ne.Uint64(m[offStart:])
-	want := segmentBytes(size, slot)
-	var verr error
-	switch {
-	case magic != segMagic:
-		verr = bad("bad magic %#x", magic)
-	case ne.Uint64(m[offVersion:]) != segVersion:
-		verr = bad("version %d, want %d", ne.Uint64(m[offVersion:]), segVersion)
-	case gotTag != tag:
-		verr = bad("communicator tag %x, want %x", gotTag, tag)
-	case int(ne.Uint64(m[offRank:])) != peer:
-		verr = bad("created by rank %d", ne.Uint64(m[offRank:]))
-	case int(ne.Uint64(m[offSize:])) != size:
-		verr = bad("communicator size %d, want %d", ne.Uint64(m[offSize:]), size)
-	case int(ne.Uint64(m[offSlotBytes:])) != slot:
-		verr = bad("slot size %d, this rank uses %d", ne.Uint64(m[offSlotBytes:]), slot)
-	case ne.Uint64(m[offDataOff:]) != dataOff || int64(ne.Uint64(m[offSegBytes:])) != st.Size || st.Size != int64(want):
-		verr = bad("layout: %d bytes, data at %d; want %d bytes", st.Size, ne.Uint64(m[offDataOff:]), want)
-	case pid != 0 && hpid != pid:
-		verr = bad("created by pid %d, peer reports pid %d", hpid, pid)
+	err = f.Check(m, pid)
+	if err == nil {
+		err = checkLayout(f, m, size, slot)
 	}
-	if verr != nil {
+	if err != nil {
 		syscall.Munmap(m)
-		return nil, verr
+		return nil, err
 	}
-	return newSegment(peer, m, slot, shmsync.Proc{Pid: hpid, Start: start}), nil
+	return newSegment(peer, m, slot, shmseg.Header(m).Creator()), nil
+}
+
+// checkLayout verifies the layout words of the peer's segment m (file f)
+// against this rank's: slot size, and so where the data lies and how large
+// the file is.
+func checkLayout(f *shmseg.File, m []byte, size, slot int) error {
+	ne := binary.NativeEndian
+	want := segmentBytes(size, slot)
+	switch {
+	case int(ne.Uint64(m[offSlotBytes:])) != slot:
+		return f.Errorf("slot size %d, this rank uses %d", ne.Uint64(m[offSlotBytes:]), slot)
+	case ne.Uint64(m[offDataOff:]) != dataOff || int64(ne.Uint64(m[offSegBytes:])) != f.Size || f.Size != int64(want):
+		return f.Errorf("layout: %d bytes, data at %d; want %d bytes", f.Size, ne.Uint64(m[offDataOff:]), want)
+	}
+	return nil
 }

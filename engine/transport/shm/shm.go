@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/shmseg"
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/transport"
 )
@@ -187,18 +188,18 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		if err != nil {
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w", t.rank, r, err))
 		}
-		c := &peerConn{rank: r, remote: seg.pid != self, seg: seg, out: &seg.ring, pidfd: -1}
+		c := &peerConn{rank: r, remote: seg.proc.Pid != self, seg: seg, out: &seg.ring, pidfd: -1}
 		c.policy = shmsync.PolicyFor(len(t.slots) + 1) // the local ranks
 		done = append(done, c)
 		if c.remote {
 			// Before the liveness check, so that it is known to refer
 			// to the process that created the segment.
-			c.pidfd = pidfdOpen(seg.pid)
+			c.pidfd = pidfdOpen(seg.proc.Pid)
 		}
-		if c.remote && !(shmsync.Proc{Pid: seg.pid, Start: seg.start}).Alive() {
-			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w (process %d is gone)", t.rank, r, transport.ErrPeerLost, seg.pid))
+		if c.remote && !seg.proc.Alive() {
+			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w (process %d is gone)", t.rank, r, transport.ErrPeerLost, seg.proc.Pid))
 		}
-		if st := seg.state(); st != stateReady {
+		if st := seg.state(); st != shmseg.StateReady {
 			if err, _ := c.remoteErr(); err != nil {
 				return fail(fmt.Errorf("shm: rank %d connecting: %w", t.rank, err))
 			}
@@ -287,7 +288,7 @@ func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data
 	if err := t.localErr(); err != nil {
 		return err
 	}
-	if p.seg.state() != stateReady {
+	if p.seg.state() != shmseg.StateReady {
 		// Closed (nobody will read) or failed: do not write into the void.
 		if err, failed := p.remoteErr(); err != nil {
 			if failed {
@@ -474,17 +475,8 @@ func (t *Transport) failWith(err error, f transport.Failure) bool {
 	}
 	t.abortErr = err
 	t.failure = f
-	text := f.Reason
-	n := copy(t.own[offReason:offReason+maxReason], text)
-	word(t.own, offReasonLen).Store(uint64(n))
-	word(t.own, offOrigin).Store(uint64(f.Origin + 1))
-	cause := causeAborted
-	if f.Lost {
-		cause = causeLost
-	}
-	word(t.own, offCause).Store(cause)
+	shmseg.Header(t.own).Fail(f, false)
 	t.aborted.Store(true)
-	word(t.own, offState).Store(stateAborted)
 	t.stopWatch()
 	t.wakeAll()
 	return true
@@ -523,13 +515,13 @@ func (t *Transport) shutdown(reason error) error {
 	failed := t.aborted.Load()
 	if !failed {
 		t.closed.Store(true)
-		word(t.own, offState).Store(stateClosed)
+		shmseg.Header(t.own).State().Store(shmseg.StateClosed)
 	}
 	t.failMu.Unlock()
 	if failed {
 		text := t.failure.Reason
-		if len(text) > maxReason {
-			text = text[:maxReason]
+		if len(text) > shmseg.MaxReason {
+			text = text[:shmseg.MaxReason]
 		}
 		t.log.Debug("shm: abort", "rank", t.rank, "reason", text)
 		if t.connected.Load() {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/shmseg"
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/transport"
 )
@@ -104,14 +105,14 @@ func (t *Transport) await(ctx context.Context, p *peerConn, k waitKind, w *atomi
 		if p.remote {
 			if now := time.Now(); now.Sub(lastLive) >= livenessEvery {
 				lastLive = now
-				if !(shmsync.Proc{Pid: p.seg.pid, Start: p.seg.start}).Alive() {
+				if !p.seg.proc.Alive() {
 					if k == waitData && w.Load() != old {
 						return nil
 					}
-					if p.seg.state() == stateClosed {
+					if p.seg.state() == shmseg.StateClosed {
 						return p.closedErr()
 					}
-					t.log.Warn("shm: peer process gone", "rank", t.rank, "peer", p.rank, "pid", p.seg.pid)
+					t.log.Warn("shm: peer process gone", "rank", t.rank, "peer", p.rank, "pid", p.seg.proc.Pid)
 					return t.fail(fmt.Errorf("shm: %v rank %d: %w", k, p.rank, p.lostErr()))
 				}
 			}
@@ -125,10 +126,10 @@ func (t *Transport) await(ctx context.Context, p *peerConn, k waitKind, w *atomi
 // where it started) from an orderly close.
 func (p *peerConn) remoteErr() (err error, failed bool) {
 	switch p.seg.state() {
-	case stateClosed:
+	case shmseg.StateClosed:
 		return p.closedErr(), false
-	case stateAborted:
-		return p.seg.failure(p.rank).Err(), true
+	case shmseg.StateAborted:
+		return p.seg.failure().Err(), true
 	}
 	return nil, false
 }
@@ -138,7 +139,7 @@ func (p *peerConn) closedErr() error {
 }
 
 func (p *peerConn) lostErr() error {
-	return &transport.PeerLostError{Peer: p.rank, Reason: fmt.Sprintf("process %d exited", p.seg.pid)}
+	return &transport.PeerLostError{Peer: p.rank, Reason: fmt.Sprintf("process %d exited", p.seg.proc.Pid)}
 }
 
 // watchEvery is how often the watcher looks at every peer's state word; it
@@ -199,13 +200,13 @@ func (t *Transport) watch(pfds []pollFd, polled map[int]int) {
 			if i, ok := polled[p.rank]; ok {
 				dead = pfds[i].revents != 0
 			} else {
-				dead = live && p.remote && !(shmsync.Proc{Pid: p.seg.pid, Start: p.seg.start}).Alive()
+				dead = live && p.remote && !p.seg.proc.Alive()
 			}
 			var err error
 			switch p.seg.state() {
-			case stateAborted:
-				err = p.seg.failure(p.rank).Err()
-			case stateClosed:
+			case shmseg.StateAborted:
+				err = p.seg.failure().Err()
+			case shmseg.StateClosed:
 				continue
 			default:
 				if _, ok := pending[p.rank]; !ok && !dead {

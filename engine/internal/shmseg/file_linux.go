@@ -1,0 +1,133 @@
+//go:build linux
+
+package shmseg
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// Create creates, sizes, maps and pre-touches the segment file path of n
+// bytes (shmsync.CreateMapped) and writes the common header of id's
+// segment, with this process as its creator. The caller then writes its
+// layout words and whatever else peers read once they saw the magic, and
+// calls Publish.
+func (f Format) Create(path string, id ID, n int) ([]byte, error) {
+	m, err := shmsync.CreateMapped(path, n)
+	if err != nil {
+		return nil, err
+	}
+	me := shmsync.Self()
+	ne := binary.NativeEndian
+	ne.PutUint64(m[offVersion:], f.Version)
+	copy(m[offTag:offTag+8], id.Tag[:])
+	ne.PutUint64(m[offPid:], uint64(me.Pid))
+	ne.PutUint64(m[offStart:], me.Start)
+	ne.PutUint64(m[offRank:], uint64(id.Rank))
+	ne.PutUint64(m[offSize:], uint64(id.Size))
+	return m, nil
+}
+
+// Publish marks the segment m ready, then publishes its magic: a peer that
+// sees the magic sees everything written before.
+func (f Format) Publish(m []byte) {
+	Header(m).State().Store(StateReady)
+	Word(m, OffMagic).Store(f.Magic) // publish
+}
+
+// File is a peer's segment file, open while its header is checked and
+// its parts mapped.
+type File struct {
+	Path   string
+	ID     ID    // whose segment it must be
+	Size   int64 // of the file
+	format Format
+	fd     int
+}
+
+// Open opens the segment file at path that id.Rank created, for Check and
+// Map; it must have at least min bytes, and has at least the header page.
+// Close it once mapped: mappings outlive it.
+func (f Format) Open(path string, id ID, min int64) (*File, error) {
+	min = max(min, PageSize)
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return nil, f.lost(id.Rank, path, err)
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	s := &File{Path: path, ID: id, format: f, fd: fd}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		s.Close()
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	s.Size = st.Size
+	if st.Size < min {
+		s.Close()
+		return nil, s.Errorf("file too small (%d bytes)", st.Size)
+	}
+	return s, nil
+}
+
+func (f Format) lost(peer int, path string, err error) error {
+	if f.Lost != nil {
+		return f.Lost(peer, path, err)
+	}
+	return &transport.PeerLostError{Peer: peer, Reason: fmt.Sprintf("segment %s: %v", path, err)}
+}
+
+// Close closes the file.
+func (s *File) Close() { syscall.Close(s.fd) }
+
+// Map maps n bytes of the file from off, shared, with protection prot and
+// the further flags (e.g. syscall.MAP_POPULATE).
+func (s *File) Map(off int64, n, prot, flags int) ([]byte, error) {
+	m, err := syscall.Mmap(s.fd, off, n, prot, syscall.MAP_SHARED|flags)
+	if err != nil {
+		return nil, &os.PathError{Op: "mmap", Path: s.Path, Err: err}
+	}
+	return m, nil
+}
+
+// Errorf reports a file that is not the segment it should be: the error
+// wraps transport.ErrProtocol and names the rank and the path.
+func (s *File) Errorf(format string, a ...any) error {
+	return fmt.Errorf("%w: rank %d segment %s: %s", transport.ErrProtocol, s.ID.Rank, s.Path, fmt.Sprintf(format, a...))
+}
+
+// Check verifies the common header h, mapped from the file: the format's
+// magic and version, the tag, rank and size of s.ID, and, unless pid is 0,
+// that the process pid created it (the pid the peer reported).
+func (s *File) Check(h Header, pid int) error {
+	ne := binary.NativeEndian
+	magic := Word(h, OffMagic).Load()
+	version := ne.Uint64(h[offVersion:])
+	var tag [8]byte
+	copy(tag[:], h[offTag:offTag+8])
+	rank := int(ne.Uint64(h[offRank:]))
+	size := int(ne.Uint64(h[offSize:]))
+	creator := h.Creator().Pid
+	switch {
+	case magic != s.format.Magic:
+		return s.Errorf("bad magic %#x", magic)
+	case version != s.format.Version:
+		return s.Errorf("version %d, want %d", version, s.format.Version)
+	case tag != s.ID.Tag:
+		return s.Errorf("communicator tag %x, want %x", tag, s.ID.Tag)
+	case rank != s.ID.Rank:
+		return s.Errorf("created by rank %d", rank)
+	case size != s.ID.Size:
+		return s.Errorf("communicator size %d, want %d", size, s.ID.Size)
+	case pid != 0 && creator != pid:
+		return s.Errorf("created by pid %d, peer reports pid %d", creator, pid)
+	}
+	return nil
+}
