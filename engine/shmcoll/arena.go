@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -42,11 +43,13 @@ type Arena struct {
 	segs []*segment // by rank, own included; set by Connect
 
 	// State of the call in flight (one at a time, guarded by busy).
-	phase    uint64    // last barrier phase this rank arrived at
-	piece    uint64    // data pieces so far: piece&1 is the buffer set
-	cur      record    // the call's record
-	terms    [][]byte  // scratch: one operand per rank
-	lastLive time.Time // last liveness probe of the peers
+	phase     uint64    // last barrier phase this rank arrived at
+	lag       bool      // the last barrier waited for some peers only (see settle)
+	waitPhase uint64    // the phase being waited for (check)
+	piece     uint64    // data pieces so far: piece&1 is the buffer set
+	cur       record    // the call's record
+	terms     [][]byte  // scratch: one operand per rank
+	lastLive  time.Time // last liveness probe of the peers
 
 	busy      atomic.Bool // a call is in flight (or Close owns the mappings)
 	connected atomic.Bool
@@ -164,7 +167,7 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		if s.remote && !s.proc.Alive() {
 			return fail(&transport.PeerLostError{Peer: r, Reason: fmt.Sprintf("process %d is gone", s.proc.Pid)})
 		}
-		if err := a.peerErr(s); err != nil {
+		if err := a.peerErr(s, math.MaxUint64); err != nil {
 			return fail(err)
 		}
 	}
@@ -326,10 +329,17 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 	a.wait = a.policy
 	a.wait.Goroutines = !c.Locked
 	// A peer that aborted or closed will not join this call. (Cheap: the
-	// state lines are only written on failure, so they stay cached.)
+	// state lines are only written on failure, so they stay cached.) But
+	// in a broadcast, ranks return without waiting for everyone
+	// (barrierFrom): a peer that closed after it arrived at this call's
+	// barrier did its part.
+	need := uint64(math.MaxUint64)
+	if d&0xff == kindBroadcast {
+		need = a.phase + 1
+	}
 	for _, s := range a.segs {
 		if s != a.me {
-			if err := a.peerErr(s); err != nil {
+			if err := a.peerErr(s, need); err != nil {
 				err = a.fail(fmt.Errorf("shmcoll: rank %d: %s #%d: %w", a.rank, kindNames[d&0xff], c.Seq, err))
 				a.busy.Store(false)
 				return err
@@ -341,16 +351,23 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 
 func (a *Arena) end() { a.busy.Store(false) }
 
-// nextSet returns the buffer set of the next data piece.
-func (a *Arena) nextSet() int {
+// nextSet returns the buffer set of the next data piece, once the piece may
+// write this rank's slot of it (settle).
+func (a *Arena) nextSet(ctx context.Context) (int, error) {
+	if err := a.settle(ctx); err != nil {
+		return 0, err
+	}
 	a.piece++
-	return int(a.piece & 1)
+	return int(a.piece & 1), nil
 }
 
 // barrier publishes this rank's arrival at the next phase and waits until
 // every peer arrived there with the same call record.
 func (a *Arena) barrier(ctx context.Context) error {
 	if err := a.localErr(); err != nil { // Abort or Close during a long call
+		return err
+	}
+	if err := a.settle(ctx); err != nil {
 		return err
 	}
 	a.phase++
@@ -369,12 +386,78 @@ func (a *Arena) barrier(ctx context.Context) error {
 			}
 		}
 		if s.recs[p&1].id != a.cur.id {
-			return a.fail(a.mismatch(j, s.recs[p&1].id))
+			return a.fail(a.mismatch(j, s.recs[p&1].id, a.cur.id))
 		}
 	}
 	if p == 1 {
 		a.decideCMA()
 	}
+	return nil
+}
+
+// barrierFrom publishes this rank's arrival at the next phase, like
+// barrier, but waits only for root's (a Broadcast's non-roots need nothing
+// from each other, and the root needs nothing from anyone): with more
+// ranks than cores, a full barrier there also waits for every descheduled
+// rank to run once. The ranks that did not wait for everyone settle before
+// they next write a slot or publish a phase.
+func (a *Arena) barrierFrom(ctx context.Context, root int) error {
+	if a.phase == 0 {
+		return a.barrier(ctx) // the first one decides cross-memory reads: all must have arrived
+	}
+	if err := a.localErr(); err != nil {
+		return err
+	}
+	if err := a.settle(ctx); err != nil {
+		return err
+	}
+	a.phase++
+	p := a.phase
+	*a.me.recs[p&1] = a.cur
+	shmsync.Publish(a.me.arrive, a.me.waiters, p)
+	if a.rank != root {
+		s := a.segs[root]
+		if s.arrive.Load() < p {
+			if err := a.await(ctx, s, p); err != nil {
+				return a.fail(err)
+			}
+		}
+		if s.recs[p&1].id != a.cur.id {
+			return a.fail(a.mismatch(root, s.recs[p&1].id, a.cur.id))
+		}
+	}
+	a.lag = a.rank == root || a.size > 2
+	return nil
+}
+
+// settle waits, after a barrier that did not wait for every peer, until
+// every peer arrived at that barrier's phase P, and checks their records of
+// it. That restores what full barriers keep by themselves, and what the
+// protocol rests on: no rank is more than one phase ahead of another, so a
+// rank about to publish phase P+1 (overwriting its record of P-1) or to
+// write a slot (last read in a piece before P) knows that every peer is
+// done with both. (A peer cannot be past P+1 meanwhile, so its record of P
+// is still there.)
+func (a *Arena) settle(ctx context.Context) error {
+	if !a.lag {
+		return nil
+	}
+	p := a.phase
+	mine := a.me.recs[p&1].id
+	for _, s := range a.segs {
+		if s == a.me {
+			continue
+		}
+		if s.arrive.Load() < p {
+			if err := a.await(ctx, s, p); err != nil {
+				return a.fail(err)
+			}
+		}
+		if s.recs[p&1].id != mine {
+			return a.fail(a.mismatch(s.rank, s.recs[p&1].id, mine))
+		}
+	}
+	a.lag = false
 	return nil
 }
 
@@ -404,6 +487,7 @@ func (a *Arena) publishAddr(buf []byte, per int) bool {
 
 // await waits for rank s.rank to arrive at phase p (it is at p-1).
 func (a *Arena) await(ctx context.Context, s *segment, p uint64) error {
+	a.waitPhase = p
 	err := a.wait.Await(ctx, s.arrive, s.waiters, p-1, a.check)
 	if err == nil {
 		return nil
@@ -424,7 +508,7 @@ func (a *Arena) check() error {
 	}
 	for _, s := range a.segs {
 		if s != a.me {
-			if err := a.peerErr(s); err != nil {
+			if err := a.peerErr(s, a.waitPhase); err != nil {
 				return err
 			}
 		}
@@ -441,10 +525,16 @@ func (a *Arena) check() error {
 	return nil
 }
 
-// peerErr reports a peer that closed or aborted, from its state word.
-func (a *Arena) peerErr(s *segment) error {
+// peerErr reports a peer that aborted, from its state word, or one that
+// closed before it arrived at phase need: a rank may close once its last
+// call no longer needs it, while slower peers finish theirs (their reads of
+// its segment go on through their own mappings).
+func (a *Arena) peerErr(s *segment, need uint64) error {
 	switch s.state.Load() {
 	case shmseg.StateClosed:
+		if s.arrive.Load() >= need {
+			return nil
+		}
 		return &transport.PeerLostError{Peer: s.rank, Reason: "it closed its arena"}
 	case shmseg.StateAborted:
 		f, mismatch := shmseg.Header(s.m).Failure()
@@ -465,9 +555,9 @@ func (a *Arena) fail(err error) error {
 	return err
 }
 
-func (a *Arena) mismatch(peer int, got callID) error {
+func (a *Arena) mismatch(peer int, got, mine callID) error {
 	return fmt.Errorf("shmcoll: rank %d: %w: rank %d is in %s, this rank in %s",
-		a.rank, transport.ErrMismatch, peer, describe(got), describe(a.cur.id))
+		a.rank, transport.ErrMismatch, peer, describe(got), describe(mine))
 }
 
 func describe(r callID) string {

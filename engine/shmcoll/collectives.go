@@ -71,7 +71,10 @@ func (a *Arena) reduce(ctx context.Context, send, recv []byte, dt kernel.DataTyp
 		return nil
 	}
 	if a.small(len(send)) {
-		set := a.nextSet()
+		set, err := a.nextSet(ctx)
+		if err != nil {
+			return err
+		}
 		n := len(send)
 		copy(a.me.slots[set][:n], send)
 		if err := a.barrier(ctx); err != nil {
@@ -119,7 +122,10 @@ func (a *Arena) reduce(ctx context.Context, send, recv []byte, dt kernel.DataTyp
 // buffers. Earlier pieces need none: the peers finish reading before they
 // arrive at the next piece's first barrier.
 func (a *Arena) reducePiece(ctx context.Context, send, recv []byte, dt kernel.DataType, op kernel.RedOp, reg *regAlloc, regOff int, rreg *regAlloc, rregOff int, last bool) error {
-	set := a.nextSet()
+	set, err := a.nextSet(ctx)
+	if err != nil {
+		return err
+	}
 	n := len(send)
 	mine := a.me.slots[set]
 	lo, hi := a.chunk(n, a.rank, dt.Size())
@@ -223,7 +229,10 @@ func (a *Arena) Broadcast(ctx context.Context, c Call, buf []byte, root int) err
 	}
 	for off := 0; off == 0 || off < len(buf); off += a.slot {
 		m := min(a.slot, len(buf)-off)
-		set := a.nextSet()
+		set, err := a.nextSet(ctx)
+		if err != nil {
+			return err
+		}
 		if a.rank == root {
 			switch {
 			case reg != nil:
@@ -239,7 +248,7 @@ func (a *Arena) Broadcast(ctx context.Context, c Call, buf []byte, root int) err
 				copy(a.me.slots[set], buf[off:off+m])
 			}
 		}
-		if err := a.barrier(ctx); err != nil {
+		if err := a.barrierFrom(ctx, root); err != nil {
 			return err
 		}
 		if rec := a.segs[root].recs[a.phase&1]; rec.reg != 0 || rec.addr != 0 {
@@ -288,7 +297,10 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 	anyReg := false
 	for off := 0; off == 0 || off < b; off += a.slot {
 		m := min(a.slot, b-off)
-		set := a.nextSet()
+		set, err := a.nextSet(ctx)
+		if err != nil {
+			return err
+		}
 		switch {
 		case reg != nil:
 			a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
@@ -357,7 +369,10 @@ func (a *Arena) ReduceScatter(ctx context.Context, c Call, send, recv []byte, dt
 	anyReg := false
 	for off := 0; off == 0 || off < r; off += bs {
 		m := min(bs, r-off)
-		set := a.nextSet()
+		set, err := a.nextSet(ctx)
+		if err != nil {
+			return err
+		}
 		mine := a.me.slots[set]
 		a.stage(mine, send, r, off, m, bs, reg, regOff, false)
 		if err := a.barrier(ctx); err != nil {
@@ -423,7 +438,10 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	anyReg := false
 	for off := 0; off == 0 || off < b; off += bs {
 		m := min(bs, b-off)
-		set := a.nextSet()
+		set, err := a.nextSet(ctx)
+		if err != nil {
+			return err
+		}
 		mine := a.me.slots[set]
 		a.stage(mine, send, b, off, m, bs, reg, regOff, !same(send, recv))
 		if err := a.barrier(ctx); err != nil {

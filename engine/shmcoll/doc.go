@@ -16,13 +16,24 @@
 //
 // # Barriers
 //
-// Every step boundary is a full barrier: a rank stores the phase number into
+// Every step boundary is a barrier: a rank stores the phase number into
 // its arrival counter and waits until every peer's counter reached it
 // (shmsync.Policy.Await: spin, yield, then a process-shared futex; the
 // arriving rank wakes only if someone registered as sleeping). Because a
 // rank passes phase P only after everyone arrived at P, counters never
 // differ by more than one, so each rank keeps two call records, for even and
 // odd phases, next to its counter.
+//
+// Broadcast's barrier is the one exception (barrierFrom): the non-roots
+// wait only for the root, and the root for nobody, so a broadcast that
+// fits a slot returns on the root at once. A rank that passed a barrier
+// without waiting for everyone settles before it next publishes a phase or
+// writes a slot: it waits until every peer arrived at that barrier and
+// checks their records of it. That keeps the invariant above at every
+// point where it matters (no rank overwrites a record or a slot a peer may
+// still read), and a mismatch the root could not see is reported by its
+// next call. With 4 ranks on the 2 cores, a 1 MiB broadcast went from ~200
+// to ~177 µs and a 4 KiB one's best case from ~4 to ~1.5 µs.
 //
 // A record is (Seq, Sig, byte count, descriptor of collective, type, op and
 // root). At every barrier a rank compares each peer's record for that phase
@@ -65,7 +76,8 @@
 //     12.5 µs for 2 ranks; 1 MiB: 140 vs 186 µs, 4 ranks 330 vs 584 µs).
 //   - Reduce: the same, with only the root copying out (small: only the
 //     root folds).
-//   - Broadcast: the root copies into its slot, barrier, others copy out.
+//   - Broadcast: the root copies into its slot, publishes it, and goes on;
+//     the others wait for it and copy out (see Barriers).
 //   - AllGather: copy in, barrier, everyone copies every block out.
 //   - ReduceScatter: copy in the blocks for the others, barrier, rank r
 //     folds block r of every slot into recv (one barrier per piece).

@@ -1,0 +1,199 @@
+//go:build linux
+
+package shmcoll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// bcast runs a Broadcast of n bytes from root: the root's buffer holds
+// byte(seq+i), the others' garbage; it checks what every rank ends with.
+func bcast(ctx context.Context, a *Arena, seq uint64, n, root int) error {
+	buf := garbage(n)
+	if a.Rank() == root {
+		for i := range buf {
+			buf[i] = byte(seq + uint64(i))
+		}
+	}
+	if err := a.Broadcast(ctx, Call{Seq: seq, Sig: 7}, buf, root); err != nil {
+		return err
+	}
+	for i, b := range buf {
+		if b != byte(seq+uint64(i)) {
+			return fmt.Errorf("rank %d: broadcast #%d: byte %d is %d, want %d", a.Rank(), seq, i, b, byte(seq+uint64(i)))
+		}
+	}
+	return nil
+}
+
+// TestBroadcastRootDoesNotWait: a broadcast that fits a slot returns on its
+// root before any other rank called it (it waits for nobody), the root may
+// close at once, and the others still get the data; the root's next call
+// waits for them.
+func TestBroadcastRootDoesNotWait(t *testing.T) {
+	const n, root = 4, 1
+	w := newWorld(t, n, testSlot)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// A first call (full barrier: it also settles cross-memory reads).
+	for _, err := range w.run(func(r int, a *Arena) error { return a.Barrier(ctx, Call{Seq: 1}) }) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if err := bcast(short, w.arenas[root], 2, testSlot, root); err != nil {
+		t.Fatalf("root, alone: %v", err)
+	}
+	// The root's next call needs every rank to have finished #2.
+	next := make(chan error, 1)
+	go func() { next <- bcast(ctx, w.arenas[root], 3, 100, root) }()
+	select {
+	case err := <-next:
+		t.Fatalf("root's second broadcast returned before the others ran the first: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	errs := w.run(func(r int, a *Arena) error {
+		if r == root {
+			return nil
+		}
+		if err := bcast(ctx, a, 2, testSlot, root); err != nil {
+			return err
+		}
+		return bcast(ctx, a, 3, 100, root)
+	})
+	if err := <-next; err != nil {
+		errs[root] = err
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(errorsText(errs))
+		}
+	}
+	// Root returns and closes, then a non-root gets the data and closes;
+	// the others come later and still succeed (also after a wait: ranks
+	// 0 and 2 settle #3 first, rank 2 late).
+	const gone = 3
+	if err := bcast(short, w.arenas[root], 4, 1000, root); err != nil {
+		t.Fatal(err)
+	}
+	w.arenas[root].Close()
+	if err := bcast(short, w.arenas[gone], 4, 1000, root); err != nil {
+		t.Fatal(err)
+	}
+	w.arenas[gone].Close()
+	errs = w.run(func(r int, a *Arena) error {
+		switch r {
+		case root, gone:
+			return nil
+		case 2:
+			time.Sleep(50 * time.Millisecond)
+		}
+		return bcast(ctx, a, 4, 1000, root)
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(errorsText(errs))
+		}
+	}
+	// Their next call needs the ranks that left.
+	errs = w.run(func(r int, a *Arena) error {
+		if r == root || r == gone {
+			return nil
+		}
+		return bcast(ctx, a, 5, 1000, 0)
+	})
+	for r, err := range errs {
+		var ple *transport.PeerLostError
+		if r != root && r != gone && (!errors.As(err, &ple) || (ple.Peer != root && ple.Peer != gone)) {
+			t.Errorf("rank %d after ranks %d and %d closed: err = %v, want PeerLostError for one of them", r, root, gone, err)
+		}
+	}
+}
+
+// TestBroadcastRootMismatch: a root that broadcasts while the others call
+// something else returns, and learns of the mismatch at its next call; the
+// others fail at once.
+func TestBroadcastRootMismatch(t *testing.T) {
+	const n = 3
+	w := newWorld(t, n, testSlot)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, err := range w.run(func(r int, a *Arena) error { return a.Barrier(ctx, Call{Seq: 1}) }) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := w.run(func(r int, a *Arena) error {
+		if r == 0 {
+			if err := bcast(ctx, a, 2, 256, 0); err != nil {
+				return fmt.Errorf("the broadcast itself: %w", err)
+			}
+			return a.Barrier(ctx, Call{Seq: 3})
+		}
+		return allReduce(ctx, a, 2, 256)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, transport.ErrMismatch) {
+			t.Errorf("rank %d: err = %v, want ErrMismatch", r, err)
+		}
+	}
+}
+
+// TestBroadcastLagStress: random mixes of broadcasts from varying roots
+// (one and several pieces, so roots run ahead and settle) with the other
+// collectives, every rank pausing at random, on more ranks than cores;
+// every result is checked.
+func TestBroadcastLagStress(t *testing.T) {
+	const n = 5
+	calls := 2000
+	if raceEnabled || testing.Short() {
+		calls = 300
+	}
+	w := newWorld(t, n, testSlot)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var cases []tcase
+	for range calls {
+		c := tcase{kind: "broadcast", dt: kernel.Float32, count: 1 + rng.IntN(3*testSlot/4), root: rng.IntN(n), inPlace: true}
+		switch rng.IntN(6) {
+		case 0:
+			c.kind = "allreduce"
+		case 1:
+			c.kind = []string{"reduce", "allgather", "alltoall", "reducescatter"}[rng.IntN(4)]
+		}
+		if c.kind != "broadcast" {
+			c.count = 1 + rng.IntN(2*testSlot/n/4)
+			c.inPlace = rng.IntN(2) == 0
+		}
+		cases = append(cases, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	errs := w.run(func(r int, a *Arena) error {
+		jitter := rand.New(rand.NewPCG(uint64(r), 3))
+		for i, c := range cases {
+			if jitter.IntN(4) == 0 {
+				time.Sleep(time.Duration(jitter.IntN(300)) * time.Microsecond)
+			}
+			if _, err := runCase(ctx, a, uint64(i+1), c); err != nil {
+				a.Abort(err)
+				return fmt.Errorf("call %d (%v): %w", i, c, err)
+			}
+		}
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(errorsText(errs))
+		}
+	}
+}
