@@ -76,6 +76,24 @@ func TestChild(t *testing.T) {
 		}
 		fmt.Printf("@@HASHES %s\n", b.String())
 		fmt.Println("@@OK")
+	case "bcast-exit": // rank 0 broadcasts and exits at once; the others come later
+		if rank == 0 {
+			if err := bcast(ctx, a, 1, 4096, 0); err != nil {
+				report(err)
+				return
+			}
+			fmt.Println("@@OK")
+			os.Exit(0) // no Close: the process is simply gone
+		}
+		fmt.Println("@@READY")
+		in := bufio.NewScanner(os.Stdin)
+		in.Scan() // the parent saw rank 0 exit
+		if err := bcast(ctx, a, 1, 4096, 0); err != nil {
+			report(err)
+			return
+		}
+		fmt.Println("@@OK")
+		report(a.Barrier(ctx, Call{Seq: 2}))
 	case "sleep": // wait to be killed
 		fmt.Println("@@READY")
 		time.Sleep(time.Minute)
@@ -298,6 +316,34 @@ func TestProcesses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProcessBroadcastRootExits: a broadcast's root returns without waiting
+// for the others (barrierFrom); when its process exits right after, the
+// others still get the data out of its segment, and their next call
+// reports it lost.
+func TestProcessBroadcastRootExits(t *testing.T) {
+	kids := startRanks(t, 3, testSlot, roles(3, "bcast-exit"), "")
+	for _, c := range kids[1:] {
+		if l := c.next(t, time.Minute); l != "@@READY" {
+			t.Fatalf("rank %d: %s", c.rank, l)
+		}
+	}
+	if l := kids[0].next(t, time.Minute); l != "@@OK" {
+		t.Fatalf("root: %s", l)
+	}
+	kids[0].cmd.Wait()
+	for _, c := range kids[1:] {
+		fmt.Fprintln(c.stdin, "go")
+	}
+	for _, c := range kids[1:] {
+		if l := c.next(t, time.Minute); l != "@@OK" {
+			t.Fatalf("rank %d: broadcast: %s", c.rank, l)
+		}
+		if l := c.next(t, time.Minute); !strings.HasPrefix(l, "@@ERR lost=true") || !strings.Contains(l, "peer=0") {
+			t.Errorf("rank %d: barrier after the root left: %s", c.rank, l)
+		}
 	}
 }
 
