@@ -318,7 +318,9 @@ gocollResult_t gocollReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 /* Copies count elements of sendbuff on root into recvbuff on every rank
  * (root included). sendbuff is read only on root (may be NULL elsewhere).
- * In place when sendbuff == recvbuff on root. */
+ * In place when sendbuff == recvbuff on root. The root may return before
+ * the others received the data (on one host, once it is staged in shared
+ * memory); sendbuff is free for reuse on return, as always. */
 gocollResult_t gocollBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                gocollDataType_t datatype, int root, gocollComm_t comm);
 

@@ -214,6 +214,10 @@ func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, ro
 }
 
 // Broadcast copies count elements from root's send into recv on every rank.
+// As with NCCL, a rank's return says that its own part is done: on one
+// host, the root returns once its data is staged in shared memory, possibly
+// before the others have read it (they still get it if the root has
+// closed or exited meanwhile).
 func (c *Comm) Broadcast(send, recv []byte, count int, dt DataType, root int) error {
 	return c.run(c.broadcastReq(send, recv, count, dt, root))
 }
