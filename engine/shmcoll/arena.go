@@ -364,33 +364,51 @@ func (a *Arena) nextSet(ctx context.Context) (int, error) {
 // barrier publishes this rank's arrival at the next phase and waits until
 // every peer arrived there with the same call record.
 func (a *Arena) barrier(ctx context.Context) error {
-	if err := a.localErr(); err != nil { // Abort or Close during a long call
+	p, err := a.arrive(ctx)
+	if err != nil {
 		return err
 	}
-	if err := a.settle(ctx); err != nil {
-		return err
-	}
-	a.phase++
-	p := a.phase
-	*a.me.recs[p&1] = a.cur
-	shmsync.Publish(a.me.arrive, a.me.waiters, p)
 	for k := 1; k < a.size; k++ {
 		j := a.rank + k
 		if j >= a.size {
 			j -= a.size
 		}
-		s := a.segs[j]
-		if s.arrive.Load() < p {
-			if err := a.await(ctx, s, p); err != nil {
-				return a.fail(err)
-			}
-		}
-		if s.recs[p&1].id != a.cur.id {
-			return a.fail(a.mismatch(j, s.recs[p&1].id, a.cur.id))
+		if err := a.meet(ctx, a.segs[j], p, a.cur.id); err != nil {
+			return err
 		}
 	}
 	if p == 1 {
 		a.decideCMA()
+	}
+	return nil
+}
+
+// arrive publishes this rank's arrival at the next phase with the call's
+// record, once it may (settle), and returns the phase.
+func (a *Arena) arrive(ctx context.Context) (uint64, error) {
+	if err := a.localErr(); err != nil { // Abort or Close during a long call
+		return 0, err
+	}
+	if err := a.settle(ctx); err != nil {
+		return 0, err
+	}
+	a.phase++
+	p := a.phase
+	*a.me.recs[p&1] = a.cur
+	shmsync.Publish(a.me.arrive, a.me.waiters, p)
+	return p, nil
+}
+
+// meet waits until peer s arrived at phase p and checks that its record of
+// p is want.
+func (a *Arena) meet(ctx context.Context, s *segment, p uint64, want callID) error {
+	if s.arrive.Load() < p {
+		if err := a.await(ctx, s, p); err != nil {
+			return a.fail(err)
+		}
+	}
+	if got := s.recs[p&1].id; got != want {
+		return a.fail(a.mismatch(s.rank, got, want))
 	}
 	return nil
 }
@@ -405,25 +423,13 @@ func (a *Arena) barrierFrom(ctx context.Context, root int) error {
 	if a.phase == 0 {
 		return a.barrier(ctx) // the first one decides cross-memory reads: all must have arrived
 	}
-	if err := a.localErr(); err != nil {
+	p, err := a.arrive(ctx)
+	if err != nil {
 		return err
 	}
-	if err := a.settle(ctx); err != nil {
-		return err
-	}
-	a.phase++
-	p := a.phase
-	*a.me.recs[p&1] = a.cur
-	shmsync.Publish(a.me.arrive, a.me.waiters, p)
 	if a.rank != root {
-		s := a.segs[root]
-		if s.arrive.Load() < p {
-			if err := a.await(ctx, s, p); err != nil {
-				return a.fail(err)
-			}
-		}
-		if s.recs[p&1].id != a.cur.id {
-			return a.fail(a.mismatch(root, s.recs[p&1].id, a.cur.id))
+		if err := a.meet(ctx, a.segs[root], p, a.cur.id); err != nil {
+			return err
 		}
 	}
 	a.lag = a.rank == root || a.size > 2
@@ -445,16 +451,10 @@ func (a *Arena) settle(ctx context.Context) error {
 	p := a.phase
 	mine := a.me.recs[p&1].id
 	for _, s := range a.segs {
-		if s == a.me {
-			continue
-		}
-		if s.arrive.Load() < p {
-			if err := a.await(ctx, s, p); err != nil {
-				return a.fail(err)
+		if s != a.me {
+			if err := a.meet(ctx, s, p, mine); err != nil {
+				return err
 			}
-		}
-		if s.recs[p&1].id != mine {
-			return a.fail(a.mismatch(s.rank, s.recs[p&1].id, mine))
 		}
 	}
 	a.lag = false

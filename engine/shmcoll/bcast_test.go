@@ -34,21 +34,28 @@ func bcast(ctx context.Context, a *Arena, seq uint64, n, root int) error {
 	return nil
 }
 
+// startedWorld is a world of n ranks past a first call (Barrier #1), which
+// is a full barrier whatever the collective (it decides cross-memory
+// reads), and a context for the test's calls.
+func startedWorld(t *testing.T, n int) (*world, context.Context) {
+	w := newWorld(t, n, testSlot)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	for _, err := range w.run(func(r int, a *Arena) error { return a.Barrier(ctx, Call{Seq: 1}) }) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w, ctx
+}
+
 // TestBroadcastRootDoesNotWait: a broadcast that fits a slot returns on its
 // root before any other rank called it (it waits for nobody), the root may
 // close at once, and the others still get the data; the root's next call
 // waits for them.
 func TestBroadcastRootDoesNotWait(t *testing.T) {
 	const n, root = 4, 1
-	w := newWorld(t, n, testSlot)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	// A first call (full barrier: it also settles cross-memory reads).
-	for _, err := range w.run(func(r int, a *Arena) error { return a.Barrier(ctx, Call{Seq: 1}) }) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	w, ctx := startedWorld(t, n)
 	short, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
 	if err := bcast(short, w.arenas[root], 2, testSlot, root); err != nil {
@@ -125,14 +132,7 @@ func TestBroadcastRootDoesNotWait(t *testing.T) {
 // others fail at once.
 func TestBroadcastRootMismatch(t *testing.T) {
 	const n = 3
-	w := newWorld(t, n, testSlot)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for _, err := range w.run(func(r int, a *Arena) error { return a.Barrier(ctx, Call{Seq: 1}) }) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	w, ctx := startedWorld(t, n)
 	errs := w.run(func(r int, a *Arena) error {
 		if r == 0 {
 			if err := bcast(ctx, a, 2, 256, 0); err != nil {

@@ -314,19 +314,13 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
-		whole := false
-		if off == 0 {
-			anyReg = a.anyReg()
-			whole = a.allDirect()
-			if whole {
-				m = b
-			}
+		whole := off == 0 && a.allDirect()
+		if whole {
+			m = b
 		}
-		for k := 1; k < a.size; k++ {
-			j := (a.rank + k) % a.size
-			if err := a.fetch(recv[j*b+off:j*b+off+m], j, set, -off, off, off+m, uint64(b)); err != nil {
-				return err
-			}
+		anyReg = anyReg || off == 0 && a.anyReg()
+		if err := a.fetchBlocks(recv, b, off, m, set, -off, off, uint64(b)); err != nil {
+			return err
 		}
 		if whole {
 			break
@@ -447,23 +441,17 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
-		whole := false
-		if off == 0 {
-			anyReg = a.anyReg()
-			whole = a.allDirect()
-			if whole {
-				m = b
-			}
+		whole := off == 0 && a.allDirect()
+		if whole {
+			m = b
 		}
+		anyReg = anyReg || off == 0 && a.anyReg()
 		// This rank's block of a peer's send, bytes [lo, lo+m): in its slot
 		// at [at, at+m), in place in its registered buffer, or in its
 		// process.
 		at, lo := a.rank*bs, a.rank*b+off
-		for k := 1; k < a.size; k++ {
-			j := (a.rank + k) % a.size
-			if err := a.fetch(recv[j*b+off:j*b+off+m], j, set, at-lo, lo, lo+m, uint64(len(send))); err != nil {
-				return err
-			}
+		if err := a.fetchBlocks(recv, b, off, m, set, at-lo, lo, uint64(len(send))); err != nil {
+			return err
 		}
 		if whole {
 			break
@@ -471,6 +459,19 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	}
 	if anyReg {
 		return a.closeReg(ctx, reg)
+	}
+	return nil
+}
+
+// fetchBlocks copies, from every peer j, bytes [lo, lo+m) of its data for
+// the piece into recv's block j (blocks of b bytes) at off (slotOff and
+// need as for fetch).
+func (a *Arena) fetchBlocks(recv []byte, b, off, m, set, slotOff, lo int, need uint64) error {
+	for k := 1; k < a.size; k++ {
+		j := (a.rank + k) % a.size
+		if err := a.fetch(recv[j*b+off:j*b+off+m], j, set, slotOff, lo, lo+m, need); err != nil {
+			return err
+		}
 	}
 	return nil
 }
