@@ -346,13 +346,19 @@ func (m *mesh) acceptLoop(ctx context.Context, want map[int]bool) {
 			defer m.wg.Done()
 			r, err := ServerHandshake(c, m.cfg.Secret, m.cfg.Tag, m.cfg.Rank, handshakeDeadline(ctx), func(r int) error {
 				if !want[r] {
-					return fmt.Errorf("rank %d does not accept a connection from rank %d on this communicator", m.cfg.Rank, r)
+					err := fmt.Errorf("rank %d does not accept a connection from rank %d on this communicator", m.cfg.Rank, r)
+					// Before the client reads the verdict: once it has,
+					// setup may end and cancel ctx before a later log.
+					m.logger.Warn("tcp: refused connection", "rank", m.cfg.Rank, "remote", c.RemoteAddr().String(), "err", err)
+					return err
 				}
 				return nil
 			})
 			m.untrack(c)
 			if err != nil {
-				if ctx.Err() == nil {
+				// (A failed handshake is logged before the connection is
+				// closed, so before the client can tell.)
+				if ctx.Err() == nil && !errors.Is(err, ErrRefused) {
 					m.logger.Warn("tcp: refused connection", "rank", m.cfg.Rank, "remote", c.RemoteAddr().String(), "err", err)
 				}
 				c.Close()
