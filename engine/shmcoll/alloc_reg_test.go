@@ -122,30 +122,9 @@ func TestRegisteredReuse(t *testing.T) {
 	}
 	// Zero allocations once mapped (every rank's calls count).
 	if !raceEnabled {
-		var allocs float64
-		errs := w.run(func(r int, a *Arena) error {
-			seq := uint64(100)
-			var err error
-			f := func() {
-				seq++
-				if e := a.AllReduce(ctx, Call{Seq: seq}, bufs[r], bufs[r], kernel.Int8, kernel.Sum); e != nil && err == nil {
-					err = e
-				}
-			}
-			if r == 0 {
-				allocs = testing.AllocsPerRun(20, f)
-			} else {
-				for range 21 {
-					f()
-				}
-			}
-			return err
+		allocs := allocsPerCall(t, w, 20, 101, func(r int, a *Arena, seq uint64) error {
+			return a.AllReduce(ctx, Call{Seq: seq}, bufs[r], bufs[r], kernel.Int8, kernel.Sum)
 		})
-		for _, err := range errs {
-			if err != nil {
-				t.Fatal(errorsText(errs))
-			}
-		}
 		if allocs != 0 {
 			t.Errorf("%v allocations per call with registered buffers", allocs)
 		}

@@ -65,33 +65,15 @@ func TestZeroAllocs(t *testing.T) {
 		w := newWorld(t, n, testSlot)
 		for _, o := range ops {
 			t.Run(fmt.Sprintf("n=%d/%s", n, o.name), func(t *testing.T) {
-				var allocs float64
-				errs := w.run(func(r int, a *Arena) error {
-					send, recv := make([]byte, o.bytes), make([]byte, o.bytes)
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a deadline to watch
-					defer cancel()
-					var err error
-					seq := uint64(0)
-					f := func() {
-						seq++
-						if e := o.f(ctx, a, Call{Seq: seq, Sig: 7}, send, recv); e != nil && err == nil {
-							err = e
-						}
-					}
-					if r == 0 {
-						allocs = testing.AllocsPerRun(30, f)
-					} else {
-						for range 31 {
-							f()
-						}
-					}
-					return err
-				})
-				for _, err := range errs {
-					if err != nil {
-						t.Fatal(errorsText(errs))
-					}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a deadline to watch
+				defer cancel()
+				sends, recvs := make([][]byte, n), make([][]byte, n)
+				for r := range n {
+					sends[r], recvs[r] = make([]byte, o.bytes), make([]byte, o.bytes)
 				}
+				allocs := allocsPerCall(t, w, 30, 1, func(r int, a *Arena, seq uint64) error {
+					return o.f(ctx, a, Call{Seq: seq, Sig: 7}, sends[r], recvs[r])
+				})
 				if allocs != 0 {
 					t.Errorf("%v allocations per call (all %d ranks)", allocs, n)
 				}

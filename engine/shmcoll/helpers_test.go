@@ -390,6 +390,39 @@ func runMatrix(ctx context.Context, a *Arena, cases []tcase, hashes []uint64) er
 	return nil
 }
 
+// allocsPerCall makes every rank run call runs+1 times, with sequence
+// numbers from first on, and returns rank 0's allocations per call
+// (testing.AllocsPerRun; the peers must make as many calls). It fails the
+// test on any error.
+func allocsPerCall(t *testing.T, w *world, runs int, first uint64, call func(r int, a *Arena, seq uint64) error) float64 {
+	t.Helper()
+	var allocs float64
+	errs := w.run(func(r int, a *Arena) error {
+		seq := first
+		var err error
+		f := func() {
+			if e := call(r, a, seq); e != nil && err == nil {
+				err = e
+			}
+			seq++
+		}
+		if r == 0 {
+			allocs = testing.AllocsPerRun(runs, f)
+		} else {
+			for range runs + 1 {
+				f()
+			}
+		}
+		return err
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(errorsText(errs))
+		}
+	}
+	return allocs
+}
+
 func errorsText(errs []error) string {
 	var b strings.Builder
 	for r, err := range errs {
