@@ -2,133 +2,196 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
+
+	"github.com/gocoll/gocoll/engine/sched"
 )
 
-// Algorithm names per collective. The first is the default family; the
-// choice by size is in chooseAlgo.
-//
-// "shm" is the shared-memory path (package shmcoll): ranks read each other's
-// slots directly. It exists only when every rank of the communicator is on
-// this host, and is then the automatic choice; the message algorithms stay
-// selectable there, because that is where they are tested.
-var algorithms = map[string][]string{
-	"allreduce":     {"ring", "hd", "rd", "shm"}, // ring (doc 004), pipelined halving–doubling (doc 000), recursive doubling
-	"reduce":        {"hd", "tree", "shm"},       // doc 000's collection phase toward the root; binomial tree
-	"broadcast":     {"tree", "pipeline", "shm"}, // binomial tree; segmented chain
-	"allgather":     {"ring", "shm"},
-	"reducescatter": {"ring", "hd", "shm"},
-	"alltoall":      {"pairwise", "bruck", "shm"},
-	"alltoallv":     {"pairwise"},
-	"barrier":       {"dissemination", "shm"},
+// An algorithm is an entry of the registry: a collective, a name (what
+// GOCOLL_ALGO and logs call it), the builder of its schedule, whether it can
+// run a call, and whether the size rules pick it by default. The choice for
+// a call walks the table in order, so the order of a collective's entries is
+// its order of preference.
+type algorithm struct {
+	coll sched.Coll
+	name string
+	// build makes the schedule; nil for the shared-memory collectives
+	// (package shmcoll), which read each other's memory instead of
+	// exchanging messages.
+	build sched.Builder
+	// can says whether the algorithm can run the call at all.
+	can func(s shape) bool
+	// auto says whether the size rules pick it when nothing earlier did.
+	auto func(s shape) bool
 }
 
-// algoSpec is a parsed GOCOLL_ALGO: collective → algorithm, "" → any.
-type algoSpec map[string]string
+// shape is what the choice may depend on: values every rank agrees on, so
+// that every rank picks the same algorithm (the choice is also part of
+// every message's signature).
+type shape struct {
+	coll  sched.Coll
+	bytes int // the call's vector in bytes (nccl-tests sizes)
+	n     int // ranks
+	shm   bool
+	hosts int // hosts the ranks are on
+	even  bool
+}
+
+func (s shape) pow2() bool { return s.n&(s.n-1) == 0 }
+
+// multiHost: the ranks span hosts, each holding as many: the hierarchical
+// forms apply.
+func (s shape) multiHost() bool { return s.hosts > 1 && s.even }
+
+// Size thresholds of the automatic choice, in bytes of the call's vector.
+const (
+	smallAllreduce = 16 << 10 // below: recursive doubling (latency bound)
+	largeAllreduce = 4 << 20  // above: ring when ranks are not a power of two
+	smallAlltoall  = 256      // per-peer block size below which Bruck aggregates
+	smallBroadcast = 256 << 10
+	hierMin        = 64 << 10 // across hosts, from here the hierarchical forms
+)
+
+func always(shape) bool   { return true }
+func onlyShm(s shape) bool { return s.shm }
+func hier(s shape) bool    { return s.multiHost() }
+func hierAuto(s shape) bool {
+	return s.multiHost() && s.bytes >= hierMin
+}
+
+var registry = []algorithm{
+	{sched.AllReduce, "shm", nil, onlyShm, always},
+	{sched.AllReduce, "hier", sched.HierAllReduce, hier, hierAuto},
+	{sched.AllReduce, "rd", sched.RDAllReduce, always, func(s shape) bool { return s.bytes <= smallAllreduce }},
+	{sched.AllReduce, "ring", sched.RingAllReduce, always, func(s shape) bool { return s.bytes >= largeAllreduce && !s.pow2() }},
+	{sched.AllReduce, "hd", sched.HDAllReduce, always, always},
+
+	{sched.Reduce, "shm", nil, onlyShm, always},
+	{sched.Reduce, "tree", sched.TreeReduce, always, func(s shape) bool { return s.bytes <= smallAllreduce }},
+	{sched.Reduce, "hd", sched.HDReduce, always, always},
+
+	{sched.Broadcast, "shm", nil, onlyShm, always},
+	{sched.Broadcast, "hier", sched.HierBroadcast, hier, hierAuto},
+	{sched.Broadcast, "tree", sched.TreeBroadcast, always, func(s shape) bool { return s.bytes <= smallBroadcast || s.n <= 2 }},
+	{sched.Broadcast, "pipeline", sched.ChainBroadcast, always, always},
+
+	{sched.AllGather, "shm", nil, onlyShm, always},
+	{sched.AllGather, "hier", sched.HierAllGather, hier, hierAuto},
+	{sched.AllGather, "ring", sched.RingAllGather, always, always},
+
+	{sched.ReduceScatter, "shm", nil, onlyShm, always},
+	{sched.ReduceScatter, "hier", sched.HierReduceScatter, hier, hierAuto},
+	{sched.ReduceScatter, "ring", sched.RingReduceScatter, always, always},
+	{sched.ReduceScatter, "hd", sched.HDReduceScatter, always, never},
+
+	{sched.AllToAll, "shm", nil, onlyShm, always},
+	{sched.AllToAll, "bruck", sched.BruckAllToAll, always, func(s shape) bool { return s.bytes/max(s.n, 1) <= smallAlltoall && s.n > 2 }},
+	{sched.AllToAll, "pairwise", sched.PairwiseAllToAll, always, always},
+
+	{sched.AllToAllv, "pairwise", sched.PairwiseAllToAllv, always, always},
+
+	{sched.Barrier, "shm", nil, onlyShm, always},
+	{sched.Barrier, "dissemination", sched.DisseminationBarrier, always, always},
+}
+
+func never(shape) bool { return false }
+
+// algos lists the registry's entries for coll, in preference order.
+func algos(coll sched.Coll) []*algorithm {
+	var out []*algorithm
+	for i := range registry {
+		if registry[i].coll == coll {
+			out = append(out, &registry[i])
+		}
+	}
+	return out
+}
+
+func lookup(coll sched.Coll, name string) *algorithm {
+	for i := range registry {
+		if registry[i].coll == coll && registry[i].name == name {
+			return &registry[i]
+		}
+	}
+	return nil
+}
+
+// algoSpec is a parsed GOCOLL_ALGO: the forced algorithm per collective,
+// and a bare name that applies to every collective that has it.
+type algoSpec struct {
+	per  map[sched.Coll]string
+	bare string
+}
 
 func parseAlgoSpec(s string) (algoSpec, error) {
-	spec := algoSpec{}
+	spec := algoSpec{per: map[sched.Coll]string{}}
 	if strings.TrimSpace(s) == "" {
 		return spec, nil
 	}
 	for _, part := range strings.Split(s, ",") {
 		part = strings.ToLower(strings.TrimSpace(part))
-		coll, name, found := strings.Cut(part, "=")
+		cname, name, found := strings.Cut(part, "=")
 		if !found {
-			coll, name = "", part
-		}
-		ok := false
-		for c, names := range algorithms {
-			if coll != "" && c != coll {
-				continue
+			if !knownAnywhere(part) {
+				return spec, fmt.Errorf("%w: GOCOLL_ALGO: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
 			}
-			for _, n := range names {
-				ok = ok || n == name
-			}
+			spec.bare = part
+			continue
 		}
-		if !ok {
-			return nil, fmt.Errorf("%w: GOCOLL_ALGO: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
+		coll, ok := sched.ParseColl(cname)
+		if !ok || lookup(coll, name) == nil {
+			return spec, fmt.Errorf("%w: GOCOLL_ALGO: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
 		}
-		spec[coll] = name
+		spec.per[coll] = name
 	}
 	return spec, nil
 }
 
+func knownAnywhere(name string) bool {
+	for _, a := range registry {
+		if a.name == name {
+			return true
+		}
+	}
+	return false
+}
+
 func knownAlgos() string {
 	var out []string
-	for c, names := range algorithms {
-		out = append(out, c+"="+strings.Join(names, "|"))
+	for _, coll := range sched.Colls() {
+		var names []string
+		for _, a := range algos(coll) {
+			names = append(names, a.name)
+		}
+		out = append(out, coll.String()+"="+strings.Join(names, "|"))
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
 }
 
 // override returns the forced algorithm for coll, if any applies to it.
-func (s algoSpec) override(coll string) string {
-	if a, ok := s[coll]; ok {
-		return a
+func (s algoSpec) override(coll sched.Coll) *algorithm {
+	if name, ok := s.per[coll]; ok {
+		return lookup(coll, name)
 	}
-	if a, ok := s[""]; ok {
-		for _, n := range algorithms[coll] {
-			if n == a {
-				return a
-			}
-		}
+	if s.bare != "" {
+		return lookup(coll, s.bare)
 	}
-	return ""
+	return nil
 }
 
-// Size thresholds of the automatic choice, in bytes of the message.
-const (
-	smallAllreduce = 16 << 10 // below: recursive doubling (latency bound)
-	largeAllreduce = 4 << 20  // above: ring when ranks are not a power of two
-	smallAlltoall  = 256      // per-peer block size below which Bruck aggregates
-	smallBroadcast = 256 << 10
-)
-
-// chooseAlgo picks the algorithm for one call. It depends only on values all
-// ranks agree on (collective, bytes, rank count, options, whether all ranks
-// share this host), so every rank picks the same one; the choice is also part
-// of the message signature. shm says the shared-memory path is available.
-func chooseAlgo(spec algoSpec, coll string, bytes, nranks int, shm bool) string {
-	if a := spec.override(coll); a != "" && (a != "shm" || shm) {
+// choose picks the algorithm for one call: GOCOLL_ALGO when it names one
+// that can run the call, else the first entry of the table whose size rule
+// holds.
+func choose(spec algoSpec, s shape) *algorithm {
+	if a := spec.override(s.coll); a != nil && a.can(s) {
 		return a
 	}
-	if shm && slices.Contains(algorithms[coll], "shm") {
-		return "shm"
+	for _, a := range algos(s.coll) {
+		if a.can(s) && a.auto(s) {
+			return a
+		}
 	}
-	pow2 := nranks&(nranks-1) == 0
-	switch coll {
-	case "allreduce":
-		switch {
-		case bytes <= smallAllreduce:
-			return "rd"
-		case bytes >= largeAllreduce && !pow2:
-			return "ring"
-		default:
-			return "hd"
-		}
-	case "reduce":
-		if bytes <= smallAllreduce {
-			return "tree"
-		}
-		return "hd"
-	case "broadcast":
-		if bytes <= smallBroadcast || nranks <= 2 {
-			return "tree"
-		}
-		return "pipeline"
-	case "allgather":
-		return "ring"
-	case "reducescatter":
-		return "ring"
-	case "alltoall":
-		if bytes/max(nranks, 1) <= smallAlltoall && nranks > 2 {
-			return "bruck"
-		}
-		return "pairwise"
-	}
-	return algorithms[coll][0]
+	panic("gocoll: no algorithm for " + s.coll.String()) // every collective ends with an unconditional entry
 }

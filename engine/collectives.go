@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"unsafe"
 
-	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/sched"
 )
 
 // Buffers are byte slices holding count elements of a DataType. A collective
@@ -17,7 +17,7 @@ import (
 // signature fingerprints a collective call so that ranks calling different
 // collectives (or the same with another type, count, op, root or algorithm)
 // find out from the first message header instead of exchanging garbage.
-func signature(coll string, dt DataType, count int, op RedOp, root int, algo string) uint64 {
+func signature(coll sched.Coll, dt DataType, count int, op RedOp, root int, algo string) uint64 {
 	// FNV-1a by hand: this runs on every call, so no fmt and no allocation.
 	const prime = 1099511628211
 	h := uint64(14695981039346656037)
@@ -27,12 +27,11 @@ func signature(coll string, dt DataType, count int, op RedOp, root int, algo str
 			v >>= 8
 		}
 	}
-	for _, s := range [2]string{coll, algo} {
-		for i := 0; i < len(s); i++ {
-			h = (h ^ uint64(s[i])) * prime
-		}
-		mix(uint64(len(s)))
+	mix(uint64(coll))
+	for i := 0; i < len(algo); i++ {
+		h = (h ^ uint64(algo[i])) * prime
 	}
+	mix(uint64(len(algo)))
 	mix(uint64(dt))
 	mix(uint64(count))
 	mix(uint64(op))
@@ -125,12 +124,11 @@ func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp)
 		return nil, err
 	}
 	send, recv = send[:n], recv[:n]
-	algo := chooseAlgo(c.algo, "allreduce", n, c.size, c.arena != nil)
-	sig := signature("allreduce", dt, count, op, -1, algo)
-	return c.newReq("allreduce", func(x *execCtx) error {
-		x.sig = sig
-		x.debug("allreduce", algo, n)
-		if algo == "shm" {
+	a := c.choose(sched.AllReduce, n)
+	sig := signature(sched.AllReduce, dt, count, op, -1, a.name)
+	return c.newReq(sched.AllReduce, func(x *execCtx) error {
+		x.start(sig, a, n)
+		if a.build == nil {
 			return x.shm(c.arena.AllReduce(x.light(), x.call(), send, recv, dt, op))
 		}
 		if !inPlace {
@@ -139,14 +137,7 @@ func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp)
 		if c.size == 1 || n == 0 {
 			return nil
 		}
-		switch algo {
-		case "ring":
-			return allreduceRing(x, recv, count, dt, op)
-		case "hd":
-			return allreduceHD(x, recv, count, dt, op)
-		default:
-			return allreduceRD(x, recv, count, dt, op)
-		}
+		return x.schedule(a, c.params(sched.AllReduce, dt, count, op, -1), recv, nil, dt, op)
 	})
 }
 
@@ -183,12 +174,11 @@ func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, ro
 		recv = recv[:n]
 	}
 	send = send[:n]
-	algo := chooseAlgo(c.algo, "reduce", n, c.size, c.arena != nil)
-	sig := signature("reduce", dt, count, op, root, algo)
-	return c.newReq("reduce", func(x *execCtx) error {
-		x.sig = sig
-		x.debug("reduce", algo, n)
-		if algo == "shm" {
+	a := c.choose(sched.Reduce, n)
+	sig := signature(sched.Reduce, dt, count, op, root, a.name)
+	return c.newReq(sched.Reduce, func(x *execCtx) error {
+		x.start(sig, a, n)
+		if a.build == nil {
 			return x.shm(c.arena.Reduce(x.light(), x.call(), send, recv, dt, op, root))
 		}
 		// acc is where this rank accumulates: the result buffer on the root,
@@ -206,10 +196,7 @@ func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, ro
 			}
 			return nil
 		}
-		if algo == "hd" {
-			return reduceHD(x, acc, count, dt, op, root)
-		}
-		return reduceTree(x, acc, count, dt, op, root)
+		return x.schedule(a, c.params(sched.Reduce, dt, count, op, root), acc, nil, dt, op)
 	})
 }
 
@@ -249,24 +236,20 @@ func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int)
 		send = send[:n]
 	}
 	recv = recv[:n]
-	algo := chooseAlgo(c.algo, "broadcast", n, c.size, c.arena != nil)
-	sig := signature("broadcast", dt, count, 0, root, algo)
-	return c.newReq("broadcast", func(x *execCtx) error {
-		x.sig = sig
-		x.debug("broadcast", algo, n)
+	a := c.choose(sched.Broadcast, n)
+	sig := signature(sched.Broadcast, dt, count, 0, root, a.name)
+	return c.newReq(sched.Broadcast, func(x *execCtx) error {
+		x.start(sig, a, n)
 		if c.rank == root && !inPlace {
 			copy(recv, send)
 		}
-		if algo == "shm" {
+		if a.build == nil {
 			return x.shm(c.arena.Broadcast(x.light(), x.call(), recv, root))
 		}
 		if c.size == 1 || n == 0 {
 			return nil
 		}
-		if algo == "pipeline" {
-			return broadcastPipeline(x, recv, root)
-		}
-		return broadcastTree(x, recv, root)
+		return x.schedule(a, c.params(sched.Broadcast, dt, count, 0, root), recv, nil, dt, 0)
 	})
 }
 
@@ -297,12 +280,11 @@ func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (*Req
 		return nil, err
 	}
 	send, recv = send[:block], recv[:block*c.size]
-	algo := chooseAlgo(c.algo, "allgather", block*c.size, c.size, c.arena != nil)
-	sig := signature("allgather", dt, sendcount, 0, -1, algo)
-	return c.newReq("allgather", func(x *execCtx) error {
-		x.sig = sig
-		x.debug("allgather", algo, block*c.size)
-		if algo == "shm" {
+	a := c.choose(sched.AllGather, block*c.size)
+	sig := signature(sched.AllGather, dt, sendcount, 0, -1, a.name)
+	return c.newReq(sched.AllGather, func(x *execCtx) error {
+		x.start(sig, a, block*c.size)
+		if a.build == nil {
 			return x.shm(c.arena.AllGather(x.light(), x.call(), send, recv))
 		}
 		if !inPlace {
@@ -311,7 +293,7 @@ func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (*Req
 		if c.size == 1 || block == 0 {
 			return nil
 		}
-		return allgatherRing(x, recv, evenLayout(c.size, block))
+		return x.schedule(a, c.params(sched.AllGather, dt, sendcount, 0, -1), recv, nil, dt, 0)
 	})
 }
 
@@ -343,12 +325,11 @@ func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, o
 		return nil, invalidArg("send and receive buffers overlap without being in place")
 	}
 	send, recv = send[:block*c.size], recv[:block]
-	algo := chooseAlgo(c.algo, "reducescatter", block*c.size, c.size, c.arena != nil)
-	sig := signature("reducescatter", dt, recvcount, op, -1, algo)
-	return c.newReq("reducescatter", func(x *execCtx) error {
-		x.sig = sig
-		x.debug("reducescatter", algo, block*c.size)
-		if algo == "shm" {
+	a := c.choose(sched.ReduceScatter, block*c.size)
+	sig := signature(sched.ReduceScatter, dt, recvcount, op, -1, a.name)
+	return c.newReq(sched.ReduceScatter, func(x *execCtx) error {
+		x.start(sig, a, block*c.size)
+		if a.build == nil {
 			return x.shm(c.arena.ReduceScatter(x.light(), x.call(), send, recv, dt, op))
 		}
 		if block == 0 {
@@ -357,21 +338,12 @@ func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, o
 		// Work on a copy: the user's send buffer is read-only.
 		work := x.scratchBuf(1, len(send))
 		copy(work, send)
-		var err error
 		if c.size > 1 {
-			if algo == "hd" {
-				err = reduceScatterHD(x, work, recvcount, dt, op)
-			} else {
-				err = reduceScatterRing(x, work, evenLayout(c.size, block), dt, op, -1)
+			if err := x.schedule(a, c.params(sched.ReduceScatter, dt, recvcount, op, -1), work, nil, dt, op); err != nil {
+				return err
 			}
 		}
-		if err != nil {
-			return err
-		}
 		mine := work[block*c.rank : block*(c.rank+1)]
-		if op == Avg {
-			kernel.DivideBy(mine, dt, c.size)
-		}
 		if !inPlace {
 			copy(recv, mine)
 		} else {
@@ -408,12 +380,11 @@ func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (*Request,
 		return nil, err
 	}
 	send, recv = send[:total], recv[:total]
-	algo := chooseAlgo(c.algo, "alltoall", total, c.size, c.arena != nil)
-	sig := signature("alltoall", dt, count, 0, -1, algo)
-	return c.newReq("alltoall", func(x *execCtx) error {
-		x.sig = sig
-		x.debug("alltoall", algo, total)
-		if algo == "shm" {
+	a := c.choose(sched.AllToAll, total)
+	sig := signature(sched.AllToAll, dt, count, 0, -1, a.name)
+	return c.newReq(sched.AllToAll, func(x *execCtx) error {
+		x.start(sig, a, total)
+		if a.build == nil {
 			return x.shm(c.arena.AllToAll(x.light(), x.call(), send, recv))
 		}
 		src := send
@@ -421,10 +392,10 @@ func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (*Request,
 			src = x.scratchBuf(1, total)
 			copy(src, send)
 		}
-		if algo == "bruck" && c.size > 1 && block > 0 {
-			return alltoallBruck(x, src, recv, block, c.opts.BruckRadix)
+		if block == 0 {
+			return nil
 		}
-		return alltoallPairwise(x, src, recv, evenLayout(c.size, block), evenLayout(c.size, block))
+		return x.schedule(a, c.params(sched.AllToAll, dt, count, 0, -1), recv, src, dt, 0)
 	})
 }
 
@@ -460,49 +431,40 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 	}
 	for _, r := range rl {
 		for _, s := range sl {
-			if overlap(send[s.off:], s.n, recv[r.off:], r.n) {
+			if overlap(send[s.Off:], s.Len, recv[r.Off:], r.Len) {
 				return nil, invalidArg("alltoallv send and receive blocks overlap")
 			}
 		}
 	}
 	for i := 0; i < c.size; i++ {
 		for j := i + 1; j < c.size; j++ {
-			if overlap(recv[rl[i].off:], rl[i].n, recv[rl[j].off:], rl[j].n) {
+			if overlap(recv[rl[i].Off:], rl[i].Len, recv[rl[j].Off:], rl[j].Len) {
 				return nil, invalidArg("alltoallv receive blocks %d and %d overlap", i, j)
 			}
 		}
 	}
-	sig := signature("alltoallv", dt, 0, 0, -1, "pairwise")
-	return c.newReq("alltoallv", func(x *execCtx) error {
-		x.sig = sig
-		x.debug("alltoallv", "pairwise", 0)
-		return alltoallPairwise(x, send, recv, sl, rl)
+	a := c.choose(sched.AllToAllv, 0)
+	sig := signature(sched.AllToAllv, dt, 0, 0, -1, a.name)
+	p := c.params(sched.AllToAllv, dt, 0, 0, -1)
+	p.SendBlocks, p.RecvBlocks, p.Mine = sl, rl, c.rank
+	return c.newReq(sched.AllToAllv, func(x *execCtx) error {
+		x.start(sig, a, 0)
+		return x.schedule(a, p, recv, send, dt, 0)
 	})
 }
 
-// block is a byte range of a buffer.
-type block struct{ off, n int }
-
-func evenLayout(n, size int) []block {
-	l := make([]block, n)
-	for i := range l {
-		l[i] = block{i * size, size}
-	}
-	return l
-}
-
-func layout(name string, buf []byte, counts, displs []int, n, es int) ([]block, error) {
+func layout(name string, buf []byte, counts, displs []int, n, es int) ([]sched.Block, error) {
 	if len(counts) != n || len(displs) != n {
 		return nil, invalidArg("%scounts and %sdispls need %d entries, got %d and %d", name[:1], name[:1], n, len(counts), len(displs))
 	}
-	l := make([]block, n)
+	l := make([]sched.Block, n)
 	for i := range l {
 		if counts[i] < 0 || displs[i] < 0 {
 			return nil, invalidArg("%s count/displacement for rank %d is negative", name, i)
 		}
-		l[i] = block{displs[i] * es, counts[i] * es}
-		if l[i].off+l[i].n > len(buf) {
-			return nil, invalidArg("%s block for rank %d ends at byte %d past the buffer (%d bytes)", name, i, l[i].off+l[i].n, len(buf))
+		l[i] = sched.Block{Off: displs[i] * es, Len: counts[i] * es}
+		if l[i].Off+l[i].Len > len(buf) {
+			return nil, invalidArg("%s block for rank %d ends at byte %d past the buffer (%d bytes)", name, i, l[i].Off+l[i].Len, len(buf))
 		}
 	}
 	return l, nil
@@ -579,15 +541,17 @@ func (c *Comm) IBarrier() (*Request, error) { return c.start(c.barrierReq()) }
 func (c *Comm) BarrierOp() Op { return c.op(c.barrierReq()) }
 
 func (c *Comm) barrierReq() (*Request, error) {
-	algo := chooseAlgo(c.algo, "barrier", 0, c.size, c.arena != nil)
-	sig := signature("barrier", 0, 0, 0, -1, algo)
-	return c.newReq("barrier", func(x *execCtx) error {
-		x.sig = sig
-		x.debug("barrier", algo, 0)
-		if algo == "shm" {
+	a := c.choose(sched.Barrier, 0)
+	sig := signature(sched.Barrier, 0, 0, 0, -1, a.name)
+	return c.newReq(sched.Barrier, func(x *execCtx) error {
+		x.start(sig, a, 0)
+		if a.build == nil {
 			return x.shm(c.arena.Barrier(x.light(), x.call()))
 		}
-		return barrierDissemination(x)
+		if c.size == 1 {
+			return nil
+		}
+		return x.schedule(a, c.params(sched.Barrier, 0, 0, 0, -1), nil, nil, 0, 0)
 	})
 }
 
@@ -600,10 +564,11 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// debug records and logs (at DEBUG) which algorithm runs the collective.
-func (x *execCtx) debug(coll, algo string, bytes int) {
-	x.algo, x.bytes = algo, bytes
+// start records the collective's signature and algorithm, and logs (at
+// DEBUG) which algorithm runs it.
+func (x *execCtx) start(sig uint64, a *algorithm, bytes int) {
+	x.sig, x.algo, x.bytes = sig, a.name, bytes
 	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
-		x.c.log.Debug("collective", "op", coll, "seq", x.seq, "algo", algo, "bytes", bytes)
+		x.c.log.Debug("collective", "op", x.op, "seq", x.seq, "algo", a.name, "bytes", bytes)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
+	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 )
@@ -46,10 +47,20 @@ type Comm struct {
 	sendSeq []uint64 // point-to-point sequence per peer, each direction
 	recvSeq []uint64
 	scratch [4][]byte
+	plans   map[planKey]plan // schedules built so far (see plan)
+	poolMu  sync.Mutex       // scratch for concurrent receives of one schedule
+	pool    [][]byte
 
 	p2pWG    sync.WaitGroup
 	p2pChain map[int]chan struct{} // per (peer, direction): done channel of the last p2p op
 	arena    *shmcoll.Arena        // shared-memory collectives, when every rank is on this host
+
+	// Placement, equal on every rank: the ranks of each host (in local
+	// order), whether every host holds as many, and the ring orders the
+	// ring algorithms follow (nil: 0, 1, …, size-1).
+	hosts     [][]int
+	evenHosts bool
+	rings     [][]int
 	split    splitter              // how to build sub-communicators
 }
 
@@ -97,10 +108,12 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 		rank: rank, size: size, tr: tr, opts: opts, algo: spec,
 		queue:    make(chan *Request, 256),
 		p2pChain: map[int]chan struct{}{},
+		plans:    map[planKey]plan{},
 		sendSeq:  make([]uint64, size),
 		recvSeq:  make([]uint64, size),
 	}
 	c.log = opts.Logger.With("rank", rank, "nranks", size)
+	c.place(nil)
 	c.abortCtx, c.abort = context.WithCancelCause(context.Background())
 	c.worker.Add(1)
 	go c.loop()
@@ -265,8 +278,8 @@ func (o Op) Start() (*Request, error) {
 	return o.c.start(o.r, nil)
 }
 
-func (c *Comm) newReq(op string, run func(x *execCtx) error) (*Request, error) {
-	return &Request{op: op, peer: -1, run: run}, nil
+func (c *Comm) newReq(coll sched.Coll, run func(x *execCtx) error) (*Request, error) {
+	return &Request{op: coll.String(), peer: -1, run: run}, nil
 }
 
 // usable says why no operation may be issued now, if so. Called with mu held.

@@ -118,22 +118,20 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	sum := sha256.Sum256(append(append([]byte("gocoll-comm\x00"), secret...), rootAddr...))
 	var tag [8]byte
 	copy(tag[:], sum[:])
-	tr, arena, err := connect(ctx, rank, nranks, tag, secret, host, exchange, opts)
+	l, err := connect(ctx, rank, nranks, tag, secret, host, exchange, opts)
 	if client != nil {
 		client.Close()
 	}
 	if err != nil {
 		return nil, err
 	}
-	c, err = newComm(rank, nranks, tr, opts)
+	c, err = newComm(rank, nranks, l.tr, opts)
 	if err != nil {
-		tr.Close()
-		if arena != nil {
-			arena.Close()
-		}
+		l.close()
 		return nil, err
 	}
-	c.arena = arena
+	c.arena = l.arena
+	c.place(l.hosts)
 	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
 }
@@ -150,14 +148,30 @@ type setupInfo struct {
 	ArenaPath string `json:"arena,omitempty"` // when every rank is on this host
 }
 
+// links is what connecting a rank made: its transport, the shared-memory
+// collectives when every rank is on this host, and the placement of the
+// ranks on hosts (see Comm.hosts).
+type links struct {
+	tr    transport.Transport
+	arena *shmcoll.Arena
+	hosts [][]int
+}
+
+func (l links) close() {
+	l.tr.Close()
+	if l.arena != nil {
+		l.arena.Close()
+	}
+}
+
 // connect links rank to the others: shared memory to the ranks that see the
 // same /dev/shm (both ways), TCP to the rest. It takes three exchange rounds:
 // who is where, who sees whom, and "everyone connected".
-func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, host string, exchange exchangeFunc, opts Options) (_ transport.Transport, _ *shmcoll.Arena, err error) {
+func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, host string, exchange exchangeFunc, opts Options) (_ links, err error) {
 	log := opts.Logger.With("rank", rank, "nranks", size)
 	ln, err := tcp.Listen(host)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
+		return links{}, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
 	}
 	defer func() {
 		if err != nil {
@@ -166,7 +180,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	}()
 	addr, err := tcp.AdvertiseAddr(ln, host)
 	if err != nil {
-		return nil, nil, err
+		return links{}, err
 	}
 	hostname, _ := os.Hostname()
 	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid()}
@@ -179,7 +193,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	}
 	infos, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+		return links{}, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
 	// Shared memory with the ranks of the same host name and /dev/shm.
 	var sees []int
@@ -192,7 +206,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	if len(sees) > 0 {
 		seg, err = shm.Create(shm.Config{Rank: rank, Size: size, Peers: sees, Tag: tag, Logger: log})
 		if err != nil {
-			return nil, nil, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
+			return links{}, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
 		}
 		defer func() {
 			if err != nil {
@@ -221,7 +235,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	me.Sees = sees
 	infos2, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+		return links{}, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
 	// Shared memory only where both sides see each other, so both pick it.
 	local := map[int]shm.PeerInfo{}
@@ -240,7 +254,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	var parts []transport.Transport
 	if len(local) > 0 {
 		if err = seg.Connect(ctx, local); err != nil {
-			return nil, nil, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
+			return links{}, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
 		}
 		for q := range local {
 			byPeer[q] = seg
@@ -258,7 +272,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 		tt, terr := tcp.New(ctx, tcp.Config{Rank: rank, Size: size, Listener: ln, Addrs: addrs, Peers: remote, Secret: secret, Tag: tag, Logger: log})
 		if terr != nil {
 			err = fmt.Errorf("gocoll: rank %d: tcp: %w", rank, terr)
-			return nil, nil, err
+			return links{}, err
 		}
 		for _, q := range remote {
 			byPeer[q] = tt
@@ -283,7 +297,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 			for _, p := range parts {
 				p.Close()
 			}
-			return nil, nil, err
+			return links{}, err
 		}
 	}
 	tr := transport.NewRouted(rank, byPeer)
@@ -291,7 +305,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	// that a crash later cannot leak shared memory.
 	if _, err = exchange(ctx, nil); err != nil {
 		tr.Close()
-		return nil, nil, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
+		return links{}, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
 	if seg != nil {
 		seg.Unlink()
@@ -300,7 +314,30 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 		arena.Unlink()
 	}
 	log.Debug("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
-	return tr, arena, nil
+	return links{tr, arena, hostsOf(infos)}, nil
+}
+
+// hostsOf groups the ranks by host: the ranks that share memory with each
+// other (same host name and /dev/shm, as connect decided), hosts ordered by
+// their lowest rank. Every rank computes it from the same setup data.
+// Ranks without shared memory are hosts of their own.
+func hostsOf(infos []setupInfo) [][]int {
+	var hosts [][]int
+	index := map[string]int{}
+	for q, in := range infos {
+		key := in.Host + "\x00" + in.Shm
+		if in.Shm == "" {
+			key = fmt.Sprintf("rank %d", q)
+		}
+		h, ok := index[key]
+		if !ok {
+			h = len(hosts)
+			index[key] = h
+			hosts = append(hosts, nil)
+		}
+		hosts[h] = append(hosts[h], q)
+	}
+	return hosts
 }
 
 func exchangeInfo(ctx context.Context, exchange exchangeFunc, me setupInfo, size int) ([]setupInfo, error) {
@@ -389,7 +426,7 @@ type netSplitter struct {
 	host   string
 }
 
-func (s *netSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (transport.Transport, *shmcoll.Arena, splitter, error) {
+func (s *netSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (links, splitter, error) {
 	exchange := func(ctx context.Context, blob []byte) ([][]byte, error) {
 		all, err := allgatherBlobs(c, blob)
 		if err != nil || members == nil {
@@ -405,10 +442,10 @@ func (s *netSplitter) child(c *Comm, seq uint64, color int, members []int, child
 		// Not in any child: still take part in the setup rounds.
 		for i := 0; i < 3; i++ {
 			if _, err := exchange(context.Background(), nil); err != nil {
-				return nil, nil, nil, err
+				return links{}, nil, err
 			}
 		}
-		return nil, nil, nil, nil
+		return links{}, nil, nil
 	}
 	var buf [24]byte
 	copy(buf[:], s.tag[:])
@@ -419,11 +456,11 @@ func (s *netSplitter) child(c *Comm, seq uint64, color int, members []int, child
 	copy(tag[:], sum[:])
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
-	tr, arena, err := connect(ctx, childRank, len(members), tag, s.secret, s.host, exchange, c.opts)
+	l, err := connect(ctx, childRank, len(members), tag, s.secret, s.host, exchange, c.opts)
 	if err != nil {
-		return nil, nil, nil, err
+		return links{}, nil, err
 	}
-	return tr, arena, &netSplitter{secret: s.secret, tag: tag, host: s.host}, nil
+	return l, &netSplitter{secret: s.secret, tag: tag, host: s.host}, nil
 }
 
 // allgatherBlobs gathers one variable-length blob per rank over c.

@@ -14,10 +14,12 @@ func NewLocalComms(n int, opts Options) ([]*Comm, error) {
 	if n < 1 {
 		return nil, invalidArg("rank count %d < 1", n)
 	}
-	return newLocalWorld(mem.NewWorld(n), opts)
+	return newLocalWorld(mem.NewWorld(n), nil, opts)
 }
 
-func newLocalWorld(w *mem.World, opts Options) ([]*Comm, error) {
+// newLocalWorld makes in-process ranks over w; hosts, when set, is the
+// placement they pretend to have (tests of the hierarchical algorithms).
+func newLocalWorld(w *mem.World, hosts [][]int, opts Options) ([]*Comm, error) {
 	n := w.Size()
 	comms := make([]*Comm, n)
 	hub := newLocalHub()
@@ -31,6 +33,7 @@ func newLocalWorld(w *mem.World, opts Options) ([]*Comm, error) {
 			return nil, fmt.Errorf("local communicator rank %d: %w", r, errors.Unwrap(err))
 		}
 		c.split = &localSplitter{world: w, hub: hub}
+		c.place(hosts)
 		comms[r] = c
 	}
 	return comms, nil

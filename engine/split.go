@@ -18,7 +18,7 @@ const SplitNoColor = -1
 // splitter builds the transport of a sub-communicator. members lists the
 // parent ranks of the new communicator in its rank order.
 type splitter interface {
-	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (transport.Transport, *shmcoll.Arena, splitter, error)
+	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (links, splitter, error)
 }
 
 // Split is a collective over c: ranks passing the same colour form a new
@@ -50,7 +50,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	}
 	if color == SplitNoColor {
 		// Still take part in the collective steps of the children's setup.
-		_, _, _, err := c.split.child(c, seq, color, nil, -1)
+		_, _, err := c.split.child(c, seq, color, nil, -1)
 		return nil, err
 	}
 	sort.SliceStable(ms, func(i, j int) bool { return ms[i].key < ms[j].key })
@@ -62,19 +62,17 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 			childRank = i
 		}
 	}
-	tr, arena, sp, err := c.split.child(c, seq, color, members, childRank)
+	l, sp, err := c.split.child(c, seq, color, members, childRank)
 	if err != nil {
 		return nil, fmt.Errorf("gocoll: split on rank %d: %w", c.rank, err)
 	}
-	child, err := newComm(childRank, len(members), tr, c.opts)
+	child, err := newComm(childRank, len(members), l.tr, c.opts)
 	if err != nil {
-		tr.Close()
-		if arena != nil {
-			arena.Close()
-		}
+		l.close()
 		return nil, err
 	}
-	child.split, child.arena = sp, arena
+	child.split, child.arena = sp, l.arena
+	child.place(l.hosts)
 	return child, nil
 }
 
@@ -94,9 +92,9 @@ type localHub struct {
 
 func newLocalHub() *localHub { return &localHub{children: map[string]*localSplitter{}} }
 
-func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (transport.Transport, *shmcoll.Arena, splitter, error) {
+func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (links, splitter, error) {
 	if members == nil {
-		return nil, nil, nil, nil
+		return links{}, nil, nil
 	}
 	key := fmt.Sprintf("%d/%d", seq, color)
 	s.hub.mu.Lock()
@@ -106,5 +104,30 @@ func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, chi
 		s.hub.children[key] = ch
 	}
 	s.hub.mu.Unlock()
-	return ch.world.Endpoint(childRank), nil, ch, nil
+	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members)}, ch, nil
+}
+
+// restrictHosts is the placement of a child whose ranks are members (parent
+// ranks, in child order): each parent host keeps the members it held,
+// renumbered, hosts without members dropped.
+func restrictHosts(hosts [][]int, members []int) [][]int {
+	child := map[int]int{}
+	for i, m := range members {
+		child[m] = i
+	}
+	var out [][]int
+	for _, h := range hosts {
+		var kept []int
+		for _, r := range h {
+			if i, ok := child[r]; ok {
+				kept = append(kept, i)
+			}
+		}
+		if kept != nil {
+			slices.Sort(kept)
+			out = append(out, kept)
+		}
+	}
+	slices.SortFunc(out, func(a, b []int) int { return a[0] - b[0] })
+	return out
 }
