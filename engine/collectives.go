@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"unsafe"
 
+	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
 )
 
@@ -38,6 +39,10 @@ func signature(coll sched.Coll, dt DataType, count int, op RedOp, root int, algo
 	mix(uint64(int64(root)))
 	return h
 }
+
+// pointToPoint stands for sends and receives in signatures: they are no
+// collective, but their messages are fingerprinted the same way.
+const pointToPoint = sched.Coll(0xff)
 
 func checkType(dt DataType) error {
 	if !dt.Valid() {
@@ -494,7 +499,7 @@ func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer int) (*Request, 
 		return nil, fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
 	}
 	buf = buf[:count*dt.Size()]
-	sig := signature("sendrecv", dt, count, 0, -1, "")
+	sig := signature(pointToPoint, dt, count, 0, -1, "")
 	return &Request{op: "send", peer: peer, isSend: true, run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return x.send(peer, 0, buf)
@@ -524,7 +529,7 @@ func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer int) (*Request, 
 		return nil, fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
 	}
 	buf = buf[:count*dt.Size()]
-	sig := signature("sendrecv", dt, count, 0, -1, "")
+	sig := signature(pointToPoint, dt, count, 0, -1, "")
 	return &Request{op: "recv", peer: peer, run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return x.recv(peer, 0, buf)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/mem"
 )
@@ -323,7 +324,7 @@ func TestAbortUnblocks(t *testing.T) {
 // do) fails the survivors promptly.
 func TestPeerLost(t *testing.T) {
 	w := mem.NewWorld(3)
-	comms, err := newLocalWorld(w, Options{Timeout: time.Minute})
+	comms, err := newLocalWorld(w, nil, Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +365,7 @@ func TestDestroy(t *testing.T) {
 }
 
 func TestAlgoSpec(t *testing.T) {
-	for _, bad := range []string{"nope", "allreduce=bruck", "alltoall=ring"} {
+	for _, bad := range []string{"nope", "allreduce=bruck", "alltoall=ring", "nocoll=ring"} {
 		if _, err := parseAlgoSpec(bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%q: %v", bad, err)
 		}
@@ -373,33 +374,39 @@ func TestAlgoSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := chooseAlgo(spec, "allreduce", 4, 4, false); got != "ring" {
-		t.Errorf("override: %s", got)
+	if got := choose(spec, shape{coll: sched.AllReduce, bytes: 4, n: 4}); got.name != "ring" {
+		t.Errorf("override: %s", got.name)
 	}
-	if got := chooseAlgo(spec, "alltoall", 4, 4, false); got == "ring" {
+	if got := choose(spec, shape{coll: sched.AllToAll, bytes: 4, n: 4}); got.name == "ring" {
 		t.Errorf("bare name applied to a collective without it")
 	}
-	if got := chooseAlgo(algoSpec{}, "allreduce", 64<<20, 3, true); got != "shm" {
-		t.Errorf("all ranks on one host: %s, want shm", got)
+	if got := choose(algoSpec{}, shape{coll: sched.AllReduce, bytes: 64 << 20, n: 3, shm: true}); got.name != "shm" {
+		t.Errorf("all ranks on one host: %s, want shm", got.name)
 	}
 	shmSpec, _ := parseAlgoSpec("shm")
-	if got := chooseAlgo(shmSpec, "allreduce", 4, 4, false); got != "rd" {
-		t.Errorf("shm forced without shared memory: %s, want the automatic choice", got)
+	if got := choose(shmSpec, shape{coll: sched.AllReduce, bytes: 4, n: 4}); got.name != "rd" {
+		t.Errorf("shm forced without shared memory: %s, want the automatic choice", got.name)
 	}
-	auto := algoSpec{}
+	hierSpec, _ := parseAlgoSpec("allreduce=hier")
+	if got := choose(hierSpec, shape{coll: sched.AllReduce, bytes: 4, n: 6, hosts: 2, even: false}); got.name == "hier" {
+		t.Errorf("hier forced on uneven hosts: %s, want the automatic choice", got.name)
+	}
 	for _, tc := range []struct {
-		coll     string
-		bytes, n int
-		want     string
+		s    shape
+		want string
 	}{
-		{"allreduce", 4 << 10, 4, "rd"},
-		{"allreduce", 1 << 20, 4, "hd"},
-		{"allreduce", 64 << 20, 3, "ring"},
-		{"alltoall", 64, 8, "bruck"},
-		{"alltoall", 1 << 20, 8, "pairwise"},
+		{shape{coll: sched.AllReduce, bytes: 4 << 10, n: 4}, "rd"},
+		{shape{coll: sched.AllReduce, bytes: 1 << 20, n: 4}, "hd"},
+		{shape{coll: sched.AllReduce, bytes: 64 << 20, n: 3}, "ring"},
+		{shape{coll: sched.AllReduce, bytes: 1 << 20, n: 4, hosts: 2, even: true}, "hier"},
+		{shape{coll: sched.AllReduce, bytes: 4 << 10, n: 4, hosts: 2, even: true}, "rd"},
+		{shape{coll: sched.AllToAll, bytes: 64 * 8, n: 8}, "bruck"},
+		{shape{coll: sched.AllToAll, bytes: 1 << 20, n: 8}, "pairwise"},
+		{shape{coll: sched.Broadcast, bytes: 1 << 20, n: 4}, "pipeline"},
+		{shape{coll: sched.Barrier, n: 4, shm: true}, "shm"},
 	} {
-		if got := chooseAlgo(auto, tc.coll, tc.bytes, tc.n, false); got != tc.want {
-			t.Errorf("%s %d B n=%d: %s, want %s", tc.coll, tc.bytes, tc.n, got, tc.want)
+		if got := choose(algoSpec{}, tc.s); got.name != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.s, got.name, tc.want)
 		}
 	}
 }

@@ -240,6 +240,17 @@ func (r *runner) recvReduce(o *sched.Op, conf []*task) error {
 	}
 }
 
+// combine sets mine = lower op higher, where lower is the buffer of the
+// lower-numbered side, so both partners of an exchange compute the same
+// expression and end with the same bytes.
+func combine(mine, theirs []byte, theirsLower bool, dt DataType, op RedOp) {
+	if theirsLower {
+		kernel.Reduce3(mine, theirs, mine, dt, op)
+	} else {
+		kernel.Reduce(mine, theirs, dt, op)
+	}
+}
+
 // getScratch returns a buffer of at least n bytes from the communicator's
 // pool; concurrent receives of one schedule each take their own.
 func (c *Comm) getScratch(n int) []byte {

@@ -3,11 +3,10 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
-	"github.com/gocoll/gocoll/engine/shmcoll"
-	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/mem"
 )
 

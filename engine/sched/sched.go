@@ -251,7 +251,14 @@ func New(coll Coll, algo string, n, elemSize int, prog func(rank int, yield func
 // 4,096-rank ring is 67 million operations in all; the cost model walks the
 // ranks side by side without holding them).
 func (s *Schedule) Program(rank int) iter.Seq[Op] {
-	return func(yield func(Op) bool) { s.prog(rank, yield) }
+	return func(yield func(Op) bool) {
+		// A program may ignore yield's answer; stop passing ops on anyway.
+		stopped := false
+		s.prog(rank, func(o Op) bool {
+			stopped = stopped || !yield(o)
+			return !stopped
+		})
+	}
 }
 
 // Ops is rank's program as a slice.

@@ -1,0 +1,179 @@
+package sched
+
+// Ring collectives (document 004). Ranks form a ring: the position after
+// rank r's is its successor. A reduce-scatter takes N-1 steps in which
+// every rank passes one block to its successor and folds the block it
+// receives into its own copy (document 004's first N-1 iterations, "the
+// received values are added"); an allgather takes N-1 more steps that pass
+// the finished blocks on unchanged (the second N-1 iterations, "the
+// received values replace"). Each block is reduced in the same order on
+// every run, so results are reproducible, and the allgather only copies,
+// so every rank ends bitwise identical.
+//
+// Params.Rings may give several ring orders (the link-disjoint rings of a
+// topology): the vector is split into one part per ring and the rings run
+// side by side. Their operations are interleaved step by step, ring by
+// ring, the same way on every rank, so two rings that share a directed
+// pair keep its messages in the same order on both sides.
+
+// ringTag keeps the rings' tags apart (for readers of a trace; FIFO order
+// already matches them).
+const ringTag = 1 << 20
+
+// blockFn yields the byte ranges of block i of a ring (in position space).
+// Most blocks are one range; hierarchical forms gather several.
+type blockFn func(i int, add func(Range))
+
+// one is a blockFn of single ranges.
+func one(f func(i int) Range) blockFn {
+	return func(i int, add func(Range)) { add(f(i)) }
+}
+
+// ring is one rank's view of a ring group: the ranks in ring order and its
+// own position.
+type ring struct {
+	order      []int
+	me         int
+	next, prev int
+}
+
+func newRing(order []int, me int) ring {
+	n := len(order)
+	return ring{order: order, me: me, next: order[mod(me+1, n)], prev: order[mod(me-1, n)]}
+}
+
+func (g ring) n() int { return len(g.order) }
+
+// rsStep is step s of a ring reduce-scatter. With shift 0 position p ends
+// owning block p+1 (where an allreduce's allgather starts); with shift -1
+// it ends owning block p.
+func (g ring) rsStep(e *emitter, s int, blk blockFn, shift int, tag uint32, round int) {
+	n := g.n()
+	blk(mod(g.me-s+shift, n), func(r Range) { e.send(g.next, tag, round, r, 1) })
+	blk(mod(g.me-s-1+shift, n), func(r Range) { e.recvReduce(g.prev, tag, round, r, 1, false) })
+}
+
+// agStep is step s of a ring allgather in which position p starts owning
+// block p+1+shift.
+func (g ring) agStep(e *emitter, s int, blk blockFn, shift int, tag uint32, round int) {
+	n := g.n()
+	blk(mod(g.me+1+shift-s, n), func(r Range) { e.send(g.next, tag, round, r, 1) })
+	blk(mod(g.me+shift-s, n), func(r Range) { e.recv(g.prev, tag, round, r) })
+}
+
+// ringSetup is what the flat ring builders share: ring orders and this
+// rank's place on each.
+type ringSetup struct {
+	p     Params
+	rings [][]int
+	pos   [][]int
+}
+
+func newRingSetup(p Params) ringSetup {
+	rings := p.rings()
+	return ringSetup{p: p, rings: rings, pos: positions(rings)}
+}
+
+func (rs ringSetup) ring(k, rank int) ring { return newRing(rs.rings[k], rs.pos[k][rank]) }
+
+// RingAllReduce is the ring allreduce: reduce-scatter then allgather, 2(N-1)
+// steps, each rank sending 2·L·(N-1)/N bytes.
+func RingAllReduce(p Params) (*Schedule, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	n, es := p.N, p.ElemSize
+	rs := newRingSetup(p)
+	parts := ChunkBlocks(p.Count, len(rs.rings), es)
+	// chunks[k][i]: block i of ring k's part, in position space.
+	chunks := make([][]Block, len(parts))
+	for k, part := range parts {
+		chunks[k] = ChunkBlocks(part.Len/es, n, es)
+		for i := range chunks[k] {
+			chunks[k][i].Off += part.Off
+		}
+	}
+	s := New(AllReduce, "ring", n, es, func(rank int, yield func(Op) bool) {
+		e := &emitter{yield: yield}
+		if n == 1 {
+			e.scale(0, work(0, p.Count*es), 1)
+			return
+		}
+		for s := 0; s < n-1; s++ {
+			for k := range rs.rings {
+				blk := one(func(i int) Range { return work(chunks[k][i].Off, chunks[k][i].Len) })
+				rs.ring(k, rank).rsStep(e, s, blk, 0, uint32(s+k*ringTag), s)
+			}
+		}
+		if p.Avg {
+			for k := range rs.rings {
+				own := chunks[k][mod(rs.pos[k][rank]+1, n)]
+				e.scale(n-2, work(own.Off, own.Len), n)
+			}
+		}
+		for s := 0; s < n-1; s++ {
+			for k := range rs.rings {
+				blk := one(func(i int) Range { return work(chunks[k][i].Off, chunks[k][i].Len) })
+				rs.ring(k, rank).agStep(e, s, blk, 0, uint32(n+s+k*ringTag), n-1+s)
+			}
+		}
+	})
+	s.WorkLen = p.Count * es
+	s.Rounds = 2 * (n - 1)
+	return s, nil
+}
+
+// subBlocks cuts every rank's block of bytes into one sub-block per ring:
+// ring k moves sub-block k of every block.
+func subBlocks(count, es, rings int) []Block { return ChunkBlocks(count, rings, es) }
+
+// RingReduceScatter leaves block r (Count elements) of the reduction on
+// rank r, in N-1 steps.
+func RingReduceScatter(p Params) (*Schedule, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	n, es, bs := p.N, p.ElemSize, p.Count*p.ElemSize
+	rs := newRingSetup(p)
+	sub := subBlocks(p.Count, es, len(rs.rings))
+	s := New(ReduceScatter, "ring", n, es, func(rank int, yield func(Op) bool) {
+		e := &emitter{yield: yield}
+		for s := 0; s < n-1; s++ {
+			for k := range rs.rings {
+				order := rs.rings[k]
+				blk := one(func(i int) Range { return work(order[i]*bs+sub[k].Off, sub[k].Len) })
+				rs.ring(k, rank).rsStep(e, s, blk, -1, uint32(s+k*ringTag), s)
+			}
+		}
+		if p.Avg {
+			e.scale(max(n-2, 0), work(rank*bs, bs), n)
+		}
+	})
+	s.WorkLen = n * bs
+	s.Rounds = max(n-1, 1)
+	return s, nil
+}
+
+// RingAllGather passes every rank's block (Count elements, already in
+// place at rank·block) around the ring in N-1 steps.
+func RingAllGather(p Params) (*Schedule, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	n, es, bs := p.N, p.ElemSize, p.Count*p.ElemSize
+	rs := newRingSetup(p)
+	sub := subBlocks(p.Count, es, len(rs.rings))
+	s := New(AllGather, "ring", n, es, func(rank int, yield func(Op) bool) {
+		e := &emitter{yield: yield}
+		for s := 0; s < n-1; s++ {
+			for k := range rs.rings {
+				order := rs.rings[k]
+				blk := one(func(i int) Range { return work(order[i]*bs+sub[k].Off, sub[k].Len) })
+				rs.ring(k, rank).agStep(e, s, blk, -1, uint32(s+k*ringTag), s)
+			}
+		}
+	})
+	s.WorkLen = n * bs
+	s.Rounds = n - 1
+	return s, nil
+}

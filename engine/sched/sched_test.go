@@ -1,0 +1,376 @@
+package sched
+
+import (
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+type builderCase struct {
+	name  string
+	coll  Coll
+	build Builder
+}
+
+var flat = []builderCase{
+	{"ring", AllReduce, RingAllReduce},
+	{"hd", AllReduce, HDAllReduce},
+	{"rd", AllReduce, RDAllReduce},
+	{"tree", Reduce, TreeReduce},
+	{"hd", Reduce, HDReduce},
+	{"tree", Broadcast, TreeBroadcast},
+	{"pipeline", Broadcast, ChainBroadcast},
+	{"ring", AllGather, RingAllGather},
+	{"ring", ReduceScatter, RingReduceScatter},
+	{"hd", ReduceScatter, HDReduceScatter},
+	{"pairwise", AllToAll, PairwiseAllToAll},
+	{"bruck", AllToAll, BruckAllToAll},
+	{"dissemination", Barrier, DisseminationBarrier},
+}
+
+func rankCounts() []int {
+	ns := []int{}
+	for n := 1; n <= 17; n++ {
+		ns = append(ns, n)
+	}
+	if !testing.Short() {
+		ns = append(ns, 32)
+	}
+	return ns
+}
+
+func simulate(t *testing.T, b Builder, p Params) *Report {
+	t.Helper()
+	s, err := b(p)
+	if err != nil {
+		t.Fatalf("%s n=%d count=%d: build: %v", p.Coll, p.N, p.Count, err)
+	}
+	rep, err := Simulate(s, p)
+	if err != nil {
+		t.Fatalf("n=%d count=%d root=%d avg=%v: %v", p.N, p.Count, p.Root, p.Avg, err)
+	}
+	return rep
+}
+
+// Every flat builder, every rank count, awkward counts, both ends of Avg
+// and several roots: the simulated result is the collective's definition,
+// bitwise identical where it must be, without a deadlock.
+func TestFlatBuilders(t *testing.T) {
+	for _, bc := range flat {
+		t.Run(bc.coll.String()+"/"+bc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, n := range rankCounts() {
+				for _, count := range []int{0, 1, n - 1, 7, 37} {
+					for _, avg := range []bool{false, true} {
+						roots := []int{0}
+						if bc.coll == Reduce || bc.coll == Broadcast {
+							roots = []int{0, n - 1, n / 2}
+						}
+						for _, root := range roots {
+							p := Params{Coll: bc.coll, N: n, ElemSize: 4, Count: max(count, 0), Root: root, Avg: avg, SegBytes: 12, Segments: 3}
+							simulate(t, bc.build, p)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// Segment counts chosen by size, and Bruck's other radixes.
+func TestBuilderTuning(t *testing.T) {
+	for _, n := range []int{3, 4, 6, 8} {
+		for _, q := range []int{0, 1, 5} {
+			for _, bc := range []builderCase{{"", AllReduce, HDAllReduce}, {"", Reduce, HDReduce}, {"", ReduceScatter, HDReduceScatter}} {
+				simulate(t, bc.build, Params{Coll: bc.coll, N: n, ElemSize: 2, Count: 301, Segments: q, Root: n - 1, Avg: q == 5})
+			}
+		}
+		for _, radix := range []int{2, 3, 4, 7} {
+			simulate(t, BruckAllToAll, Params{Coll: AllToAll, N: n, ElemSize: 1, Count: 3, Radix: radix})
+		}
+	}
+}
+
+func fixColl(b Builder, c Coll) Builder {
+	return func(p Params) (*Schedule, error) { p.Coll = c; return b(p) }
+}
+
+func TestMultiRing(t *testing.T) {
+	rings := [][]int{{0, 1, 2, 3, 4, 5}, {0, 2, 4, 1, 5, 3}}
+	for _, bc := range []builderCase{{"ring", AllReduce, RingAllReduce}, {"ring", AllGather, RingAllGather}, {"ring", ReduceScatter, RingReduceScatter}} {
+		for _, count := range []int{0, 1, 5, 61} {
+			simulate(t, bc.build, Params{Coll: bc.coll, N: 6, ElemSize: 4, Count: count, Rings: rings, Avg: true})
+		}
+	}
+	// A permuted single ring still leaves rank r with block r.
+	simulate(t, RingReduceScatter, Params{Coll: ReduceScatter, N: 5, ElemSize: 1, Count: 3, Rings: [][]int{{3, 1, 4, 0, 2}}})
+	if _, err := RingAllReduce(Params{Coll: AllReduce, N: 3, ElemSize: 1, Count: 3, Rings: [][]int{{0, 1, 1}}}); err == nil {
+		t.Fatal("a ring that is not a permutation was accepted")
+	}
+}
+
+func hostsOf(h, r int, strided bool) [][]int {
+	out := make([][]int, h)
+	for i := range out {
+		for l := 0; l < r; l++ {
+			if strided {
+				out[i] = append(out[i], l*h+i)
+			} else {
+				out[i] = append(out[i], i*r+l)
+			}
+		}
+	}
+	return out
+}
+
+var hierarchical = []builderCase{
+	{"hier", AllReduce, HierAllReduce},
+	{"hier", AllGather, HierAllGather},
+	{"hier", ReduceScatter, HierReduceScatter},
+	{"hier", Broadcast, HierBroadcast},
+}
+
+func TestHierarchicalBuilders(t *testing.T) {
+	shapes := [][2]int{{1, 1}, {1, 4}, {2, 2}, {3, 2}, {4, 3}, {2, 1}, {4, 1}}
+	for _, bc := range hierarchical {
+		t.Run(bc.coll.String(), func(t *testing.T) {
+			for _, sh := range shapes {
+				for _, strided := range []bool{false, true} {
+					hosts := hostsOf(sh[0], sh[1], strided)
+					n := sh[0] * sh[1]
+					for _, count := range []int{0, 1, 5, 29} {
+						for _, root := range []int{0, n - 1} {
+							simulate(t, bc.build, Params{Coll: bc.coll, N: n, ElemSize: 2, Count: count, Hosts: hosts, Root: root, Avg: count%2 == 1, SegBytes: 6})
+						}
+					}
+				}
+			}
+		})
+	}
+	if _, err := HierAllReduce(Params{Coll: AllReduce, N: 3, ElemSize: 1, Count: 3, Hosts: [][]int{{0, 1}, {2}}}); err == nil {
+		t.Fatal("uneven hosts were accepted")
+	}
+}
+
+// Bytes per rank against the theory.
+func TestBytesMatchTheory(t *testing.T) {
+	for _, n := range []int{2, 4, 8, 16} {
+		count := 64 * n // divides evenly
+		l := count * 4
+		for _, b := range []Builder{RingAllReduce, HDAllReduce} {
+			rep := simulate(t, b, Params{Coll: AllReduce, N: n, ElemSize: 4, Count: count})
+			for r, got := range rep.BytesSent {
+				if want := 2 * l * (n - 1) / n; got != want {
+					t.Fatalf("n=%d rank %d sends %d bytes, want 2·L·(N-1)/N = %d", n, r, got, want)
+				}
+			}
+		}
+		for _, b := range []builderCase{{"", AllGather, RingAllGather}, {"", ReduceScatter, RingReduceScatter}} {
+			rep := simulate(t, b.build, Params{Coll: b.coll, N: n, ElemSize: 4, Count: 64})
+			for r, got := range rep.BytesSent {
+				if want := 64 * 4 * (n - 1); got != want {
+					t.Fatalf("%s n=%d rank %d sends %d bytes, want (N-1)·L/N = %d", b.coll, n, r, got, want)
+				}
+			}
+		}
+	}
+}
+
+// What crosses hosts is the optimum: for allreduce each host sends
+// 2·(H-1)/H of the vector, where a flat ring sends 2·(N-1)/N of it through
+// the host boundary it crosses.
+func TestHierarchicalCrossHostBytes(t *testing.T) {
+	for _, sh := range [][2]int{{2, 2}, {4, 2}, {3, 4}} {
+		h, r := sh[0], sh[1]
+		n := h * r
+		count := 12 * n * h // everything divides
+		l := count * 4
+		hosts := hostsOf(h, r, false)
+		rep := simulate(t, HierAllReduce, Params{Coll: AllReduce, N: n, ElemSize: 4, Count: count, Hosts: hosts})
+		for host, got := range rep.CrossHostBytes {
+			if want := 2 * l * (h - 1) / h; got != want {
+				t.Errorf("allreduce %dx%d: host %d sends %d bytes across, want %d", h, r, host, got, want)
+			}
+		}
+		flatRep := simulate(t, RingAllReduce, Params{Coll: AllReduce, N: n, ElemSize: 4, Count: count, Hosts: hosts})
+		if flatRep.CrossHostBytes[0] <= rep.CrossHostBytes[0] {
+			t.Errorf("allreduce %dx%d: the flat ring sends %d bytes across, no more than the hierarchy's %d", h, r, flatRep.CrossHostBytes[0], rep.CrossHostBytes[0])
+		}
+		block := 8 * 4
+		for _, bc := range []builderCase{{"", AllGather, HierAllGather}, {"", ReduceScatter, HierReduceScatter}} {
+			rep := simulate(t, bc.build, Params{Coll: bc.coll, N: n, ElemSize: 4, Count: 8, Hosts: hosts})
+			for host, got := range rep.CrossHostBytes {
+				if want := (h - 1) * r * block; got != want {
+					t.Errorf("%s %dx%d: host %d sends %d bytes across, want (H-1)·R blocks = %d", bc.coll, h, r, host, got, want)
+				}
+			}
+		}
+		rep = simulate(t, HierBroadcast, Params{Coll: Broadcast, N: n, ElemSize: 4, Count: count, Hosts: hosts, Root: 1})
+		for host, got := range rep.CrossHostBytes {
+			if want := l; host != h-1 && got != want {
+				t.Errorf("broadcast %dx%d: host %d sends %d bytes across, want the vector once (%d)", h, r, host, got, want)
+			}
+		}
+	}
+}
+
+func randomLayout(rng *rand.Rand, n int) ([]Block, int) {
+	blocks := make([]Block, n)
+	off := 0
+	order := rng.Perm(n) // displacements in any order
+	for _, i := range order {
+		ln := rng.Intn(4)
+		if rng.Intn(3) == 0 {
+			ln = 0
+		}
+		off += rng.Intn(3)
+		blocks[i] = Block{off, ln}
+		off += ln
+	}
+	return blocks, off
+}
+
+func TestAllToAllv(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for trial := 0; trial < 40; trial++ {
+		n := 1 + rng.Intn(9)
+		// counts[i][j]: elements i sends j.
+		counts := make([][]int, n)
+		for i := range counts {
+			counts[i] = make([]int, n)
+			for j := range counts[i] {
+				if rng.Intn(3) > 0 {
+					counts[i][j] = rng.Intn(5)
+				}
+			}
+		}
+		ps := make([]Params, n)
+		parts := make([]*Schedule, n)
+		for r := 0; r < n; r++ {
+			send, recv := make([]Block, n), make([]Block, n)
+			so, ro := 0, 0
+			for _, j := range rng.Perm(n) {
+				so += rng.Intn(2)
+				send[j] = Block{so * 2, counts[r][j] * 2}
+				so += counts[r][j]
+			}
+			for _, i := range rng.Perm(n) {
+				recv[i] = Block{ro * 2, counts[i][r] * 2}
+				ro += counts[i][r] + rng.Intn(2)
+			}
+			ps[r] = Params{Coll: AllToAllv, N: n, ElemSize: 2, SendBlocks: send, RecvBlocks: recv, Mine: r}
+			s, err := PairwiseAllToAllv(ps[r])
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts[r] = s
+		}
+		if _, err := Simulate(PerRank(parts), ps[0], ps...); err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+	}
+}
+
+// The validator and the simulator catch broken schedules.
+func TestBrokenSchedules(t *testing.T) {
+	mk := func(prog func(r int, e *emitter)) *Schedule {
+		s := New(AllReduce, "broken", 2, 1, func(r int, yield func(Op) bool) { prog(r, &emitter{yield: yield}) })
+		s.WorkLen, s.Rounds = 4, 4
+		return s
+	}
+	whole := work(0, 4)
+	cases := []struct {
+		name string
+		s    *Schedule
+		want string
+	}{
+		{"missing receive", mk(func(r int, e *emitter) {
+			if r == 0 {
+				e.send(1, 0, 0, whole, 1)
+			}
+		}), "receives only 0"},
+		{"wrong tag", mk(func(r int, e *emitter) {
+			e.send(1-r, uint32(r), 0, whole, 1)
+			e.recvReduce(1-r, 0, 0, whole, 1, r == 1)
+		}), "received as tag"},
+		{"out of range", mk(func(r int, e *emitter) { e.scale(0, work(2, 4), 2) }), "outside the buffer"},
+		{"rounds go back", mk(func(r int, e *emitter) { e.sync(2); e.sync(1) }), "round 1 after round 2"},
+		{"needs buffering", mk(func(r int, e *emitter) {
+			e.recv(1-r, 0, 0, work(0, 2))
+			e.sync(0)
+			e.send(1-r, 0, 1, work(2, 2), 1)
+		}), "deadlocks"},
+		{"order differs between ranks", mk(func(r int, e *emitter) {
+			e.send(1-r, 0, 0, whole, 1)
+			e.recvReduce(1-r, 0, 0, whole, 1, false) // each rank puts its own partial first
+		}), "not bitwise identical"},
+		{"a contribution missing", mk(func(r int, e *emitter) {
+			if r == 0 {
+				e.send(1, 0, 0, whole, 1)
+				e.recv(1, 1, 0, whole)
+			} else {
+				e.recv(0, 0, 0, whole) // overwrites instead of reducing
+				e.send(0, 1, 0, whole, 1)
+			}
+		}), "not one contribution of every rank"},
+	}
+	for _, tc := range cases {
+		_, err := Simulate(tc.s, Params{Coll: AllReduce, N: 2, ElemSize: 1, Count: 4})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+	deaf := New(Barrier, "deaf", 3, 1, func(r int, yield func(Op) bool) {
+		e := &emitter{yield: yield}
+		if r < 2 { // ranks 0 and 1 signal each other; rank 2 is left out
+			e.send(1-r, 0, 0, Range{}, 1)
+			e.recv(1-r, 0, 0, Range{})
+		}
+	})
+	deaf.Rounds = 1
+	if _, err := Simulate(deaf, Params{Coll: Barrier, N: 3}); err == nil || !strings.Contains(err.Error(), "without hearing") {
+		t.Errorf("a barrier in which nobody hears from rank 2: %v", err)
+	}
+}
+
+// A 3-rank ring allreduce, as a person reads it.
+func TestRingProgramGolden(t *testing.T) {
+	s, err := RingAllReduce(Params{Coll: AllReduce, N: 3, ElemSize: 4, Count: 6, Avg: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for o := range s.Program(1) {
+		fmt.Fprintln(&b, o)
+	}
+	want := `r0 send work[8:16] -> 2 tag 0 segs 1
+r0 recvreduce work[0:8] <- 0 tag 0 segs 1 (mine op theirs)
+r1 send work[0:8] -> 2 tag 1 segs 1
+r1 recvreduce work[16:24] <- 0 tag 1 segs 1 (mine op theirs)
+r1 scale work[16:24] / 3
+r2 send work[16:24] -> 2 tag 3 segs 1
+r2 recv work[8:16] <- 0 tag 3
+r3 send work[8:16] -> 2 tag 4 segs 1
+r3 recv work[0:8] <- 0 tag 4
+`
+	if got := b.String(); got != want {
+		t.Fatalf("rank 1's program:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// The cost model walks 4,096-rank schedules rank by rank: building one and
+// generating a program must not be quadratic.
+func TestLargeScheduleIsCheap(t *testing.T) {
+	s, err := RingAllReduce(Params{Coll: AllReduce, N: 4096, ElemSize: 4, Count: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := 0
+	for range s.Program(4095) {
+		ops++
+	}
+	if ops != 4*4095 {
+		t.Fatalf("%d ops, want %d", ops, 4*4095)
+	}
+}

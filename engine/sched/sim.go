@@ -1,0 +1,505 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The simulator runs every rank's program with the executor's semantics
+// over symbolic data, so a schedule can be proved correct without a socket.
+//
+// Execution: a rank issues its operations in order. Sends, receives and
+// receive-reduces become tasks that wait for the earlier tasks they
+// conflict with (and for the previous task of their per-peer stream);
+// copies, divisions and syncs block the issuing until their conflicts are
+// done. A send completes only when the matching receive is posted
+// (rendezvous), so a schedule that would need a transport to buffer to make
+// progress is reported as a deadlock.
+//
+// Data: every input element is a leaf (rank, index); a reduction makes the
+// node (left op right) in operand order, hash-consed so that equal
+// expressions are equal ids; a division wraps a node. Two ranks holding the
+// same id hold bitwise the same result.
+
+// Report is what a simulation measured.
+type Report struct {
+	BytesSent []int // per rank
+	Messages  []int // per rank, segments counted
+	// CrossHostBytes is, per host of Params.Hosts, the bytes its ranks sent
+	// to other hosts (nil without Hosts).
+	CrossHostBytes []int
+	Rounds         int
+}
+
+type node struct {
+	kind int8 // 0 leaf, 1 reduce, 2 scale, 3 garbage
+	a, b int32
+}
+
+type sim struct {
+	s      *Schedule
+	p      Params
+	es     int
+	nodes  []node
+	index  map[node]int32
+	bufs   [][NumBufs][]int32 // per rank, per buffer, per element
+	know   [][]bool           // barrier: whom each rank has heard from
+	report Report
+	err    error // a send and a receive that do not pair one to one
+}
+
+func (m *sim) id(n node) int32 {
+	if i, ok := m.index[n]; ok {
+		return i
+	}
+	m.nodes = append(m.nodes, n)
+	m.index[n] = int32(len(m.nodes) - 1)
+	return int32(len(m.nodes) - 1)
+}
+
+func (m *sim) leaf(rank, i int) int32    { return m.id(node{0, int32(rank), int32(i)}) }
+func (m *sim) garbage(rank, i int) int32 { return m.id(node{3, int32(rank), int32(i)}) }
+
+type simTask struct {
+	op      Op
+	rank    int
+	deps    []*simTask
+	conf    []*simTask // RecvReduce: conflicts before its reduction
+	done    bool
+	matched bool
+	payload []int32 // RecvReduce: what arrived
+	know    []bool  // Send: the sender's knowledge when issued
+}
+
+func (t *simTask) ready() bool {
+	for _, d := range t.deps {
+		if !d.done {
+			return false
+		}
+	}
+	return true
+}
+
+func conflicts(t *simTask, rd, wr Range) bool {
+	var trd, twr Range
+	switch t.op.Kind {
+	case Send:
+		trd = t.op.Src
+	default:
+		twr = t.op.Dst
+	}
+	return twr.Overlaps(rd) || twr.Overlaps(wr) || trd.Overlaps(wr)
+}
+
+type rankState struct {
+	ops      []Op
+	pc       int
+	tasks    []*simTask
+	lastSend map[int]*simTask
+	lastRecv map[int]*simTask
+	sends    map[int][]*simTask // per peer, unmatched, in order
+	recvs    map[int][]*simTask
+}
+
+func (st *rankState) deps(rd, wr Range) []*simTask {
+	var out []*simTask
+	for _, t := range st.tasks {
+		if !t.done && conflicts(t, rd, wr) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func allDone(ts []*simTask) bool {
+	for _, t := range ts {
+		if !t.done {
+			return false
+		}
+	}
+	return true
+}
+
+// Simulate runs s (built from p) and checks the result against the
+// definition of p.Coll. For all-to-allv, s must be assembled with PerRank
+// and layouts[r] gives rank r's Params (its SendBlocks and RecvBlocks).
+func Simulate(s *Schedule, p Params, layouts ...Params) (*Report, error) {
+	if err := Validate(s); err != nil {
+		return nil, err
+	}
+	m := &sim{s: s, p: p, es: s.ElemSize, index: map[node]int32{}}
+	n := s.N
+	m.report = Report{BytesSent: make([]int, n), Messages: make([]int, n), Rounds: s.Rounds}
+	m.bufs = make([][NumBufs][]int32, n)
+	m.know = make([][]bool, n)
+	for r := 0; r < n; r++ {
+		for b := Buf(0); b < NumBufs; b++ {
+			m.bufs[r][b] = make([]int32, s.Len(b)/m.es)
+			for i := range m.bufs[r][b] {
+				m.bufs[r][b][i] = m.garbage(r, int(b)<<28|i)
+			}
+		}
+		m.know[r] = make([]bool, n)
+		m.know[r][r] = true
+	}
+	if err := m.input(layouts); err != nil {
+		return nil, err
+	}
+	states := make([]*rankState, n)
+	for r := range states {
+		states[r] = &rankState{ops: s.Ops(r), lastSend: map[int]*simTask{}, lastRecv: map[int]*simTask{},
+			sends: map[int][]*simTask{}, recvs: map[int][]*simTask{}}
+	}
+	for {
+		progress := false
+		for r, st := range states {
+			if m.issue(r, st) {
+				progress = true
+			}
+		}
+		for r, st := range states {
+			if m.advance(r, st, states) {
+				progress = true
+			}
+		}
+		if !progress || m.err != nil {
+			break
+		}
+	}
+	if m.err != nil {
+		return nil, m.err
+	}
+	var stuck []string
+	for r, st := range states {
+		if st.pc < len(st.ops) || !allDone(st.tasks) {
+			for _, t := range st.tasks {
+				if !t.done {
+					stuck = append(stuck, fmt.Sprintf("rank %d: %v", r, t.op))
+				}
+			}
+			if st.pc < len(st.ops) {
+				stuck = append(stuck, fmt.Sprintf("rank %d blocked before op %d (%v)", r, st.pc, st.ops[st.pc]))
+			}
+		}
+	}
+	if len(stuck) > 0 {
+		if len(stuck) > 8 {
+			stuck = append(stuck[:8], "…")
+		}
+		return nil, fmt.Errorf("sched: %s %s deadlocks: %s", s.Coll, s.Algo, strings.Join(stuck, "; "))
+	}
+	if p.Hosts != nil {
+		host := make([]int, n)
+		for h, g := range p.Hosts {
+			for _, r := range g {
+				host[r] = h
+			}
+		}
+		m.report.CrossHostBytes = make([]int, len(p.Hosts))
+		for r, st := range states {
+			for _, o := range st.ops {
+				if o.Kind == Send && host[o.Peer] != host[r] {
+					m.report.CrossHostBytes[host[r]] += o.Src.Len
+				}
+			}
+		}
+	}
+	return &m.report, m.verify(layouts)
+}
+
+// issue moves rank r's program counter over what can be issued now.
+func (m *sim) issue(r int, st *rankState) bool {
+	progress := false
+	for st.pc < len(st.ops) {
+		o := st.ops[st.pc]
+		switch o.Kind {
+		case Send:
+			t := &simTask{op: o, rank: r, deps: st.deps(o.Src, Range{})}
+			if prev := st.lastSend[o.Peer]; prev != nil {
+				t.deps = append(t.deps, prev)
+			}
+			t.know = slices.Clone(m.know[r])
+			st.lastSend[o.Peer] = t
+			st.sends[o.Peer] = append(st.sends[o.Peer], t)
+			st.tasks = append(st.tasks, t)
+			m.report.BytesSent[r] += o.Src.Len
+			m.report.Messages[r] += o.NSegs()
+		case Recv, RecvReduce:
+			t := &simTask{op: o, rank: r}
+			conf := st.deps(Range{}, o.Dst)
+			if o.Kind == Recv {
+				t.deps = conf
+			} else {
+				t.conf = conf
+			}
+			if prev := st.lastRecv[o.Peer]; prev != nil {
+				t.deps = append(t.deps, prev)
+			}
+			st.lastRecv[o.Peer] = t
+			st.recvs[o.Peer] = append(st.recvs[o.Peer], t)
+			st.tasks = append(st.tasks, t)
+		case Copy:
+			if !allDone(st.deps(o.Src, o.Dst)) {
+				return progress
+			}
+			copy(m.slice(r, o.Dst), m.slice(r, o.Src))
+		case Scale:
+			if !allDone(st.deps(Range{}, o.Dst)) {
+				return progress
+			}
+			d := m.slice(r, o.Dst)
+			for i := range d {
+				d[i] = m.id(node{2, d[i], int32(o.Div)})
+			}
+		case Sync:
+			if !allDone(st.tasks) {
+				return progress
+			}
+		}
+		st.pc++
+		progress = true
+	}
+	return progress
+}
+
+func (m *sim) slice(r int, g Range) []int32 {
+	return m.bufs[r][g.Buf][g.Off/m.es : g.End()/m.es]
+}
+
+// advance matches ready sends with ready receives and finishes reductions.
+func (m *sim) advance(r int, st *rankState, states []*rankState) bool {
+	progress := false
+	for peer, q := range st.recvs {
+		for len(q) > 0 {
+			t := q[0]
+			sq := states[peer].sends[r]
+			if len(sq) == 0 || !t.ready() || !sq[0].ready() {
+				break
+			}
+			snd := sq[0]
+			if snd.op.Src.Len != t.op.Dst.Len {
+				// Validate matched the segments; the simulator needs the
+				// operations to pair one to one too.
+				m.err = fmt.Errorf("sched: %s %s: rank %d's %v pairs with rank %d's %v: the simulator needs operations that match one to one", m.s.Coll, m.s.Algo, peer, snd.op, r, t.op)
+				return false
+			}
+			data := slices.Clone(m.slice(peer, snd.op.Src))
+			states[peer].sends[r] = sq[1:]
+			snd.done = true
+			for i, k := range snd.know {
+				m.know[r][i] = m.know[r][i] || k
+			}
+			if t.op.Kind == Recv {
+				copy(m.slice(r, t.op.Dst), data)
+				t.done = true
+			} else {
+				t.payload, t.matched = data, true
+			}
+			q = q[1:]
+			progress = true
+		}
+		st.recvs[peer] = q
+	}
+	for _, t := range st.tasks {
+		if t.op.Kind == RecvReduce && t.matched && !t.done && allDone(t.conf) {
+			d := m.slice(r, t.op.Dst)
+			for i := range d {
+				if t.op.TheirsFirst {
+					d[i] = m.id(node{1, t.payload[i], d[i]})
+				} else {
+					d[i] = m.id(node{1, d[i], t.payload[i]})
+				}
+			}
+			t.done = true
+			progress = true
+		}
+	}
+	return progress
+}
+
+// input fills the buffers with what the collective starts from.
+func (m *sim) input(layouts []Params) error {
+	p, n := m.p, m.s.N
+	for r := 0; r < n; r++ {
+		w, in := m.bufs[r][Work], m.bufs[r][In]
+		switch p.Coll {
+		case AllReduce, Reduce, ReduceScatter:
+			for i := range w {
+				w[i] = m.leaf(r, i)
+			}
+		case Broadcast:
+			if r == p.Root {
+				for i := range w {
+					w[i] = m.leaf(r, i)
+				}
+			}
+		case AllGather:
+			for i := r * p.Count; i < (r+1)*p.Count; i++ {
+				w[i] = m.leaf(r, i)
+			}
+		case AllToAll, AllToAllv:
+			for i := range in {
+				in[i] = m.leaf(r, i)
+			}
+		}
+	}
+	if p.Coll == AllToAllv && len(layouts) != n {
+		return fmt.Errorf("sched: simulating alltoallv needs every rank's layouts")
+	}
+	return nil
+}
+
+// leaves checks that expression x holds exactly one leaf (q, i) for every
+// rank q, and whether it is divided, once, at the top.
+func (m *sim) leaves(x int32, i int) (ok, scaled bool) {
+	if nd := m.nodes[x]; nd.kind == 2 {
+		x, scaled = nd.a, true
+	}
+	seen := make([]bool, m.s.N)
+	var walk func(x int32) bool
+	walk = func(x int32) bool {
+		nd := m.nodes[x]
+		switch nd.kind {
+		case 0:
+			if int(nd.b) != i || seen[nd.a] {
+				return false
+			}
+			seen[nd.a] = true
+			return true
+		case 1:
+			return walk(nd.a) && walk(nd.b)
+		}
+		return false
+	}
+	if !walk(x) {
+		return false, scaled
+	}
+	for _, s := range seen {
+		if !s {
+			return false, scaled
+		}
+	}
+	return true, scaled
+}
+
+func (m *sim) verify(layouts []Params) error {
+	p, n, s := m.p, m.s.N, m.s
+	fail := func(r int, format string, args ...any) error {
+		return fmt.Errorf("sched: %s %s on %d ranks: rank %d: %s", s.Coll, s.Algo, n, r, fmt.Sprintf(format, args...))
+	}
+	reduced := func(r, i int, x int32) error {
+		ok, scaled := m.leaves(x, i)
+		if !ok {
+			return fail(r, "element %d is %s, not one contribution of every rank", i, m.show(x))
+		}
+		// Dividing by one rank is no division: builders may leave it out.
+		if scaled != (p.Avg && n > 1) {
+			return fail(r, "element %d divided %v, want %v", i, scaled, p.Avg && n > 1)
+		}
+		return nil
+	}
+	switch p.Coll {
+	case AllReduce:
+		for i := 0; i < p.Count; i++ {
+			x := m.bufs[0][Work][i]
+			if err := reduced(0, i, x); err != nil {
+				return err
+			}
+			for r := 1; r < n; r++ {
+				if y := m.bufs[r][Work][i]; y != x {
+					return fail(r, "element %d is %s, rank 0 has %s: not bitwise identical", i, m.show(y), m.show(x))
+				}
+			}
+		}
+	case Reduce:
+		for i := 0; i < p.Count; i++ {
+			if err := reduced(p.Root, i, m.bufs[p.Root][Work][i]); err != nil {
+				return err
+			}
+		}
+	case ReduceScatter:
+		for r := 0; r < n; r++ {
+			for i := r * p.Count; i < (r+1)*p.Count; i++ {
+				if err := reduced(r, i, m.bufs[r][Work][i]); err != nil {
+					return err
+				}
+			}
+		}
+	case Broadcast:
+		for r := 0; r < n; r++ {
+			for i, x := range m.bufs[r][Work] {
+				if x != m.leaf(p.Root, i) {
+					return fail(r, "element %d is %s, want the root's", i, m.show(x))
+				}
+			}
+		}
+	case AllGather:
+		for r := 0; r < n; r++ {
+			for i, x := range m.bufs[r][Work][:n*p.Count] {
+				if x != m.leaf(i/max(p.Count, 1), i) {
+					return fail(r, "element %d is %s, want rank %d's", i, m.show(x), i/max(p.Count, 1))
+				}
+			}
+		}
+	case AllToAll:
+		for r := 0; r < n; r++ {
+			for i, x := range m.bufs[r][Work][:n*p.Count] {
+				q, e := i/max(p.Count, 1), i%max(p.Count, 1)
+				if want := m.leaf(q, r*p.Count+e); x != want {
+					return fail(r, "element %d is %s, want %s", i, m.show(x), m.show(want))
+				}
+			}
+		}
+	case AllToAllv:
+		for r := 0; r < n; r++ {
+			for q := 0; q < n; q++ {
+				rb, sb := layouts[r].RecvBlocks[q], layouts[q].SendBlocks[r]
+				for e := 0; e < rb.Len/m.es; e++ {
+					if x, want := m.bufs[r][Work][rb.Off/m.es+e], m.leaf(q, sb.Off/m.es+e); x != want {
+						return fail(r, "element %d of the block from rank %d is %s, want %s", e, q, m.show(x), m.show(want))
+					}
+				}
+			}
+		}
+	case Barrier:
+		for r := 0; r < n; r++ {
+			for q, k := range m.know[r] {
+				if !k {
+					return fail(r, "finished without hearing, even indirectly, from rank %d", q)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// show prints an expression (shortened).
+func (m *sim) show(x int32) string {
+	var b strings.Builder
+	var walk func(x int32)
+	walk = func(x int32) {
+		if b.Len() > 200 {
+			return
+		}
+		nd := m.nodes[x]
+		switch nd.kind {
+		case 0:
+			fmt.Fprintf(&b, "r%d[%d]", nd.a, nd.b)
+		case 1:
+			b.WriteString("(")
+			walk(nd.a)
+			b.WriteString("+")
+			walk(nd.b)
+			b.WriteString(")")
+		case 2:
+			b.WriteString("(")
+			walk(nd.a)
+			fmt.Fprintf(&b, ")/%d", nd.b)
+		case 3:
+			fmt.Fprintf(&b, "garbage(r%d)", nd.a)
+		}
+	}
+	walk(x)
+	return b.String()
+}

@@ -1,0 +1,136 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Validate checks a schedule as data: every range inside its buffer, sane
+// segment counts and divisors, rounds that never decrease and stay below
+// Rounds, and, for every directed pair, the sender's messages (segment by
+// segment, in program order) equal the receiver's in tag and length.
+func Validate(s *Schedule) error {
+	type msg struct {
+		tag uint32
+		n   int
+	}
+	sent := make(map[[2]int][]msg)
+	got := make(map[[2]int][]msg)
+	for r := 0; r < s.N; r++ {
+		last, i := 0, 0
+		for o := range s.Program(r) {
+			where := func(format string, args ...any) error {
+				return fmt.Errorf("sched: %s %s rank %d op %d (%v): %s", s.Coll, s.Algo, r, i, o, fmt.Sprintf(format, args...))
+			}
+			if o.Round < last {
+				return where("round %d after round %d", o.Round, last)
+			}
+			last = o.Round
+			if o.Round < 0 || o.Round+o.NSegs() > max(s.Rounds, 1) {
+				return where("round %d (+%d segments) outside [0,%d)", o.Round, o.NSegs(), s.Rounds)
+			}
+			if o.Segs < 0 {
+				return where("negative segment count")
+			}
+			check := func(name string, g Range) error {
+				if g.Buf >= NumBufs || g.Off < 0 || g.Len < 0 || g.End() > s.Len(g.Buf) {
+					return where("%s %s[%d:%d] outside the buffer (%d bytes)", name, g.Buf, g.Off, g.End(), s.Len(g.Buf))
+				}
+				return nil
+			}
+			switch o.Kind {
+			case Send, Recv, RecvReduce:
+				if o.Peer < 0 || o.Peer >= s.N || o.Peer == r {
+					return where("peer %d", o.Peer)
+				}
+			}
+			switch o.Kind {
+			case Send:
+				if err := check("source", o.Src); err != nil {
+					return err
+				}
+				if err := segsOK(o, o.Src, s.ElemSize); err != nil {
+					return where("%v", err)
+				}
+				for k := 0; k < o.NSegs(); k++ {
+					lo, hi := Segment(k, o.Src.Len, s.ElemSize, o.NSegs())
+					sent[[2]int{r, o.Peer}] = append(sent[[2]int{r, o.Peer}], msg{o.Tag + uint32(k), hi - lo})
+				}
+			case Recv, RecvReduce:
+				if err := check("destination", o.Dst); err != nil {
+					return err
+				}
+				if o.Kind == Recv && o.Segs > 1 {
+					return where("a plain receive is never segmented")
+				}
+				if err := segsOK(o, o.Dst, s.ElemSize); err != nil {
+					return where("%v", err)
+				}
+				for k := 0; k < o.NSegs(); k++ {
+					lo, hi := Segment(k, o.Dst.Len, s.ElemSize, o.NSegs())
+					got[[2]int{o.Peer, r}] = append(got[[2]int{o.Peer, r}], msg{o.Tag + uint32(k), hi - lo})
+				}
+			case Copy:
+				if err := check("source", o.Src); err != nil {
+					return err
+				}
+				if err := check("destination", o.Dst); err != nil {
+					return err
+				}
+				if o.Src.Len != o.Dst.Len || o.Src.Overlaps(o.Dst) {
+					return where("copy between unequal or overlapping ranges")
+				}
+			case Scale:
+				if err := check("destination", o.Dst); err != nil {
+					return err
+				}
+				if o.Div < 1 || o.Dst.Len%s.ElemSize != 0 {
+					return where("divisor %d on %d bytes", o.Div, o.Dst.Len)
+				}
+			case Sync:
+			default:
+				return where("unknown kind")
+			}
+			i++
+		}
+	}
+	pairs := make([][2]int, 0, len(sent)+len(got))
+	for k := range sent {
+		pairs = append(pairs, k)
+	}
+	for k := range got {
+		if _, ok := sent[k]; !ok {
+			pairs = append(pairs, k)
+		}
+	}
+	slices.SortFunc(pairs, func(a, b [2]int) int {
+		if a[0] != b[0] {
+			return a[0] - b[0]
+		}
+		return a[1] - b[1]
+	})
+	for _, k := range pairs {
+		a, b := sent[k], got[k]
+		for i := 0; i < max(len(a), len(b)); i++ {
+			switch {
+			case i >= len(a):
+				return fmt.Errorf("sched: %s %s: rank %d receives message %d (tag %d, %d bytes) from rank %d, which sends only %d", s.Coll, s.Algo, k[1], i, b[i].tag, b[i].n, k[0], len(a))
+			case i >= len(b):
+				return fmt.Errorf("sched: %s %s: rank %d sends message %d (tag %d, %d bytes) to rank %d, which receives only %d", s.Coll, s.Algo, k[0], i, a[i].tag, a[i].n, k[1], len(b))
+			case a[i] != b[i]:
+				return fmt.Errorf("sched: %s %s: message %d from rank %d to rank %d: sent tag %d with %d bytes, received as tag %d with %d bytes", s.Coll, s.Algo, i, k[0], k[1], a[i].tag, a[i].n, b[i].tag, b[i].n)
+			}
+		}
+	}
+	return nil
+}
+
+func segsOK(o Op, g Range, es int) error {
+	if g.Len%es != 0 {
+		return fmt.Errorf("%d bytes are not whole %d-byte elements", g.Len, es)
+	}
+	if g.Len > 0 && o.NSegs() > g.Len/es {
+		return fmt.Errorf("%d segments of %d elements", o.NSegs(), g.Len/es)
+	}
+	return nil
+}
