@@ -53,7 +53,7 @@ const (
 	hierMin        = 64 << 10 // across hosts, from here the hierarchical forms
 )
 
-func always(shape) bool   { return true }
+func always(shape) bool    { return true }
 func onlyShm(s shape) bool { return s.shm }
 func hier(s shape) bool    { return s.multiHost() }
 func hierAuto(s shape) bool {

@@ -61,7 +61,7 @@ type Comm struct {
 	hosts     [][]int
 	evenHosts bool
 	rings     [][]int
-	split    splitter              // how to build sub-communicators
+	split     splitter // how to build sub-communicators
 }
 
 // Request is a non-blocking operation in flight.

@@ -54,4 +54,3 @@ func TestHDLayout(t *testing.T) {
 		}
 	}
 }
-
