@@ -72,9 +72,12 @@ var registry = []algorithm{
 	{sched.Reduce, "hd", sched.HDReduce, always, always},
 
 	{sched.Broadcast, "shm", nil, onlyShm, always},
-	{sched.Broadcast, "hier", sched.HierBroadcast, hier, hierAuto},
-	{sched.Broadcast, "tree", sched.TreeBroadcast, always, func(s shape) bool { return s.bytes <= smallBroadcast || s.n <= 2 }},
-	{sched.Broadcast, "pipeline", sched.ChainBroadcast, always, always},
+	// Message broadcasts end with an agreement round (sched.Agreed): only
+	// the tree each rank believes in carries data, so without it ranks that
+	// pass different roots could return different data and no error.
+	{sched.Broadcast, "hier", sched.Agreed(sched.HierBroadcast), hier, hierAuto},
+	{sched.Broadcast, "tree", sched.Agreed(sched.TreeBroadcast), always, func(s shape) bool { return s.bytes <= smallBroadcast || s.n <= 2 }},
+	{sched.Broadcast, "pipeline", sched.Agreed(sched.ChainBroadcast), always, always},
 
 	{sched.AllGather, "shm", nil, onlyShm, always},
 	{sched.AllGather, "hier", sched.HierAllGather, hier, hierAuto},

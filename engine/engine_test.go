@@ -479,3 +479,51 @@ func TestMemAlloc(t *testing.T) {
 		})
 	}
 }
+
+// TestBroadcastDisagreeingRoots: rank 0 passes root 0, the others root 1.
+// No rank may keep data that differs from the others' without an error:
+// the ranks that are not a root in their own view fail in the call, the
+// self-declared roots in the call or their next one. In process (message
+// path), over TCP, and over shared memory.
+func TestBroadcastDisagreeingRoots(t *testing.T) {
+	const n = 4
+	for _, tr := range []string{"local", "tcp", "auto"} {
+		for _, size := range []int{1 << 10, 1 << 20} {
+			t.Run(fmt.Sprintf("%s/%d", tr, size), func(t *testing.T) {
+				var comms []*Comm
+				if tr == "local" {
+					comms = newLocal(t, n, Options{Timeout: time.Minute})
+				} else {
+					comms = benchComms(t, n, tr)
+				}
+				inCall := make([]error, n)
+				errs := runRanks(comms, func(c *Comm) error {
+					root := 1
+					if c.Rank() == 0 {
+						root = 0
+					}
+					buf := make([]byte, size)
+					// Not the first call: shared memory's first barrier
+					// waits for everyone anyway.
+					if err := c.Barrier(); err != nil {
+						return err
+					}
+					if inCall[c.Rank()] = c.Broadcast(buf, buf, size/4, Float32, root); inCall[c.Rank()] != nil {
+						return inCall[c.Rank()]
+					}
+					return c.Barrier()
+				})
+				for r, err := range errs {
+					if err == nil {
+						t.Errorf("rank %d saw no error", r)
+					} else if r >= 2 && inCall[r] == nil {
+						t.Errorf("rank %d returned from the broadcast without an error (then: %v)", r, err)
+					}
+				}
+				for _, c := range comms {
+					c.Abort()
+				}
+			})
+		}
+	}
+}

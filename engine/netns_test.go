@@ -22,13 +22,19 @@ func TestTwoHosts(t *testing.T) {
 	runHosts(t, 2, "shm_peers=1 tcp_peers=2 arena=false")
 }
 
+// TestTwoHostsHierarchical forces the hierarchical algorithms at every
+// size: shared-memory rings inside each host, TCP between them.
+func TestTwoHostsHierarchical(t *testing.T) {
+	runHosts(t, 2, "algo=hier", "GOCOLL_ALGO=hier")
+}
+
 // TestOneHostPrivateShm runs 3 ranks on one such host: shared-memory rings
 // and collectives (the arena), and no file left in its private /dev/shm.
 func TestOneHostPrivateShm(t *testing.T) {
 	runHosts(t, 1, "shm_peers=2 tcp_peers=0 arena=true")
 }
 
-func runHosts(t *testing.T, nhosts int, wantLog string) {
+func runHosts(t *testing.T, nhosts int, wantLog string, env ...string) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
@@ -85,6 +91,7 @@ func runHosts(t *testing.T, nhosts int, wantLog string) {
 		cmd.Env = append(os.Environ(), "GOCOLL_TEST_ROLE=conformance",
 			fmt.Sprintf("GOCOLL_RANK=%d", r), fmt.Sprintf("GOCOLL_SIZE=%d", len(kids)), fmt.Sprintf("GOCOLL_ROOT_ADDR=%s:%d", hosts[0].addr, port),
 			"GOCOLL_SECRET=two-hosts", "GOCOLL_SOCKET_IFNAME="+h.veth, "GOCOLL_DEBUG=DEBUG", "GOCOLL_TIMEOUT=60s")
+		cmd.Env = append(cmd.Env, env...)
 		k := &child{cmd: cmd}
 		cmd.Stdout, cmd.Stderr = &k.out, &k.out
 		if err := cmd.Start(); err != nil {

@@ -86,27 +86,25 @@ func TestBroadcastRootDoesNotWait(t *testing.T) {
 			t.Fatal(errorsText(errs))
 		}
 	}
-	// Root returns and closes, then a non-root gets the data and closes;
-	// the others come later and still succeed (also after a wait: ranks
-	// 0 and 2 settle #3 first, rank 2 late).
+	// Root returns and closes; the others come later and still get the
+	// data (also after a wait: rank 2 is late). A non-root returns only
+	// once every rank arrived (TestBroadcastDisagreeingRoots), then one
+	// of them closes too.
 	const gone = 3
 	if err := bcast(short, w.arenas[root], 4, 1000, root); err != nil {
 		t.Fatal(err)
 	}
 	w.arenas[root].Close()
-	if err := bcast(short, w.arenas[gone], 4, 1000, root); err != nil {
-		t.Fatal(err)
-	}
-	w.arenas[gone].Close()
 	errs = w.run(func(r int, a *Arena) error {
 		switch r {
-		case root, gone:
+		case root:
 			return nil
 		case 2:
 			time.Sleep(50 * time.Millisecond)
 		}
 		return bcast(ctx, a, 4, 1000, root)
 	})
+	w.arenas[gone].Close()
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(errorsText(errs))
@@ -194,6 +192,37 @@ func TestBroadcastLagStress(t *testing.T) {
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(errorsText(errs))
+		}
+	}
+}
+
+// TestBroadcastDisagreeingRoots: rank 0 broadcasts from itself while the
+// others broadcast from rank 1. Ranks 2 and 3 would read rank 1's data and
+// return with data rank 0 does not have; they must fail in the call, and
+// the two self-declared roots at the latest in their next call.
+func TestBroadcastDisagreeingRoots(t *testing.T) {
+	const n = 4
+	for round := 0; round < 20; round++ {
+		w, ctx := startedWorld(t, n)
+		inCall := make([]error, n)
+		errs := w.run(func(r int, a *Arena) error {
+			root := 1
+			if r == 0 {
+				root = 0
+			}
+			buf := make([]byte, 1024)
+			if inCall[r] = a.Broadcast(ctx, Call{Seq: 2, Sig: uint64(100 + root)}, buf, root); inCall[r] != nil {
+				return inCall[r]
+			}
+			return a.Barrier(ctx, Call{Seq: 3, Sig: 7})
+		})
+		for r, err := range errs {
+			if err == nil {
+				t.Fatalf("round %d: rank %d saw no error", round, r)
+			}
+			if r >= 2 && inCall[r] == nil {
+				t.Fatalf("round %d: non-root rank %d returned from the broadcast without an error", round, r)
+			}
 		}
 	}
 }

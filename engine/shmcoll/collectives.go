@@ -266,6 +266,14 @@ func (a *Arena) Broadcast(ctx context.Context, c Call, buf []byte, root int) err
 			copy(buf[off:off+m], a.segs[root].slots[set][:m])
 		}
 	}
+	if a.rank != root {
+		// A non-root returns only once every rank arrived at this call
+		// and its record agrees: a rank that passed another root would
+		// otherwise leave this one with data the others do not have, and
+		// no error. The root still returns at once; it learns of a
+		// disagreement in its next call (settle).
+		return a.settle(ctx)
+	}
 	return nil
 }
 
