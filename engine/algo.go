@@ -60,42 +60,49 @@ func hierAuto(s shape) bool {
 	return s.multiHost() && s.bytes >= hierMin
 }
 
+// builder is the catalogue's builder for coll and name (the registry and
+// gocoll-topo share the catalogue of package sched).
+func builder(coll sched.Coll, name string) sched.Builder {
+	e, err := sched.Find(coll, name)
+	if err != nil {
+		panic(err) // the table below names only catalogue entries
+	}
+	return e.Build
+}
+
 var registry = []algorithm{
 	{sched.AllReduce, "shm", nil, onlyShm, always},
-	{sched.AllReduce, "hier", sched.HierAllReduce, hier, hierAuto},
-	{sched.AllReduce, "rd", sched.RDAllReduce, always, func(s shape) bool { return s.bytes <= smallAllreduce }},
-	{sched.AllReduce, "ring", sched.RingAllReduce, always, func(s shape) bool { return s.bytes >= largeAllreduce && !s.pow2() }},
-	{sched.AllReduce, "hd", sched.HDAllReduce, always, always},
+	{sched.AllReduce, "hier", builder(sched.AllReduce, "hier"), hier, hierAuto},
+	{sched.AllReduce, "rd", builder(sched.AllReduce, "rd"), always, func(s shape) bool { return s.bytes <= smallAllreduce }},
+	{sched.AllReduce, "ring", builder(sched.AllReduce, "ring"), always, func(s shape) bool { return s.bytes >= largeAllreduce && !s.pow2() }},
+	{sched.AllReduce, "hd", builder(sched.AllReduce, "hd"), always, always},
 
 	{sched.Reduce, "shm", nil, onlyShm, always},
-	{sched.Reduce, "tree", sched.TreeReduce, always, func(s shape) bool { return s.bytes <= smallAllreduce }},
-	{sched.Reduce, "hd", sched.HDReduce, always, always},
+	{sched.Reduce, "tree", builder(sched.Reduce, "tree"), always, func(s shape) bool { return s.bytes <= smallAllreduce }},
+	{sched.Reduce, "hd", builder(sched.Reduce, "hd"), always, always},
 
 	{sched.Broadcast, "shm", nil, onlyShm, always},
-	// Message broadcasts end with an agreement round (sched.Agreed): only
-	// the tree each rank believes in carries data, so without it ranks that
-	// pass different roots could return different data and no error.
-	{sched.Broadcast, "hier", sched.Agreed(sched.HierBroadcast), hier, hierAuto},
-	{sched.Broadcast, "tree", sched.Agreed(sched.TreeBroadcast), always, func(s shape) bool { return s.bytes <= smallBroadcast || s.n <= 2 }},
-	{sched.Broadcast, "pipeline", sched.Agreed(sched.ChainBroadcast), always, always},
+	{sched.Broadcast, "hier", builder(sched.Broadcast, "hier"), hier, hierAuto},
+	{sched.Broadcast, "tree", builder(sched.Broadcast, "tree"), always, func(s shape) bool { return s.bytes <= smallBroadcast || s.n <= 2 }},
+	{sched.Broadcast, "pipeline", builder(sched.Broadcast, "pipeline"), always, always},
 
 	{sched.AllGather, "shm", nil, onlyShm, always},
-	{sched.AllGather, "hier", sched.HierAllGather, hier, hierAuto},
-	{sched.AllGather, "ring", sched.RingAllGather, always, always},
+	{sched.AllGather, "hier", builder(sched.AllGather, "hier"), hier, hierAuto},
+	{sched.AllGather, "ring", builder(sched.AllGather, "ring"), always, always},
 
 	{sched.ReduceScatter, "shm", nil, onlyShm, always},
-	{sched.ReduceScatter, "hier", sched.HierReduceScatter, hier, hierAuto},
-	{sched.ReduceScatter, "ring", sched.RingReduceScatter, always, always},
-	{sched.ReduceScatter, "hd", sched.HDReduceScatter, always, never},
+	{sched.ReduceScatter, "hier", builder(sched.ReduceScatter, "hier"), hier, hierAuto},
+	{sched.ReduceScatter, "ring", builder(sched.ReduceScatter, "ring"), always, always},
+	{sched.ReduceScatter, "hd", builder(sched.ReduceScatter, "hd"), always, never},
 
 	{sched.AllToAll, "shm", nil, onlyShm, always},
-	{sched.AllToAll, "bruck", sched.BruckAllToAll, always, func(s shape) bool { return s.bytes/max(s.n, 1) <= smallAlltoall && s.n > 2 }},
-	{sched.AllToAll, "pairwise", sched.PairwiseAllToAll, always, always},
+	{sched.AllToAll, "bruck", builder(sched.AllToAll, "bruck"), always, func(s shape) bool { return s.bytes/max(s.n, 1) <= smallAlltoall && s.n > 2 }},
+	{sched.AllToAll, "pairwise", builder(sched.AllToAll, "pairwise"), always, always},
 
-	{sched.AllToAllv, "pairwise", sched.PairwiseAllToAllv, always, always},
+	{sched.AllToAllv, "pairwise", builder(sched.AllToAllv, "pairwise"), always, always},
 
 	{sched.Barrier, "shm", nil, onlyShm, always},
-	{sched.Barrier, "dissemination", sched.DisseminationBarrier, always, always},
+	{sched.Barrier, "dissemination", builder(sched.Barrier, "dissemination"), always, always},
 }
 
 func never(shape) bool { return false }

@@ -150,11 +150,7 @@ func HierAllGather(p Params) (*Schedule, error) {
 		// Inside the host, local position l carries the blocks of every
 		// host's local rank l.
 		in := hs.intra(rank)
-		gathered := func(l int, add func(Range)) {
-			for _, g := range hs.groups {
-				add(work(g[l]*bs, bs))
-			}
-		}
+		gathered := blockFn{parts: func(int) int { return hs.h }, at: func(l, h int) Range { return work(hs.groups[h][l]*bs, bs) }}
 		for s := 0; s < hs.r-1; s++ {
 			in.agStep(e, s, gathered, -1, uint32(hierTag3+s), hs.h-1+s)
 		}
@@ -177,11 +173,7 @@ func HierReduceScatter(p Params) (*Schedule, error) {
 	s := New(ReduceScatter, "hier", p.N, p.ElemSize, func(rank int, yield func(Op) bool) {
 		e := &emitter{yield: yield}
 		in := hs.intra(rank)
-		partials := func(l int, add func(Range)) {
-			for _, g := range hs.groups {
-				add(work(g[l]*bs, bs))
-			}
-		}
+		partials := blockFn{parts: func(int) int { return hs.h }, at: func(l, h int) Range { return work(hs.groups[h][l]*bs, bs) }}
 		for s := 0; s < hs.r-1; s++ {
 			in.rsStep(e, s, partials, -1, uint32(hierTag1+s), s)
 		}

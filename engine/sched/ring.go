@@ -20,13 +20,19 @@ package sched
 // already matches them).
 const ringTag = 1 << 20
 
-// blockFn yields the byte ranges of block i of a ring (in position space).
-// Most blocks are one range; hierarchical forms gather several.
-type blockFn func(i int, add func(Range))
+// blockFn gives the byte ranges of block i of a ring (in position space):
+// parts(i) ranges, range(i, j) the j-th. Most blocks are one range;
+// hierarchical forms gather several. Not a callback per range: builders
+// run for every rank of 4,096-rank schedules, and closures per operation
+// would allocate.
+type blockFn struct {
+	parts func(i int) int
+	at    func(i, j int) Range
+}
 
 // one is a blockFn of single ranges.
 func one(f func(i int) Range) blockFn {
-	return func(i int, add func(Range)) { add(f(i)) }
+	return blockFn{parts: func(int) int { return 1 }, at: func(i, _ int) Range { return f(i) }}
 }
 
 // ring is one rank's view of a ring group: the ranks in ring order and its
@@ -49,16 +55,26 @@ func (g ring) n() int { return len(g.order) }
 // it ends owning block p.
 func (g ring) rsStep(e *emitter, s int, blk blockFn, shift int, tag uint32, round int) {
 	n := g.n()
-	blk(mod(g.me-s+shift, n), func(r Range) { e.send(g.next, tag, round, r, 1) })
-	blk(mod(g.me-s-1+shift, n), func(r Range) { e.recvReduce(g.prev, tag, round, r, 1, false) })
+	sb, rb := mod(g.me-s+shift, n), mod(g.me-s-1+shift, n)
+	for j := 0; j < blk.parts(sb); j++ {
+		e.send(g.next, tag, round, blk.at(sb, j), 1)
+	}
+	for j := 0; j < blk.parts(rb); j++ {
+		e.recvReduce(g.prev, tag, round, blk.at(rb, j), 1, false)
+	}
 }
 
 // agStep is step s of a ring allgather in which position p starts owning
 // block p+1+shift.
 func (g ring) agStep(e *emitter, s int, blk blockFn, shift int, tag uint32, round int) {
 	n := g.n()
-	blk(mod(g.me+1+shift-s, n), func(r Range) { e.send(g.next, tag, round, r, 1) })
-	blk(mod(g.me+shift-s, n), func(r Range) { e.recv(g.prev, tag, round, r) })
+	sb, rb := mod(g.me+1+shift-s, n), mod(g.me+shift-s, n)
+	for j := 0; j < blk.parts(sb); j++ {
+		e.send(g.next, tag, round, blk.at(sb, j), 1)
+	}
+	for j := 0; j < blk.parts(rb); j++ {
+		e.recv(g.prev, tag, round, blk.at(rb, j))
+	}
 }
 
 // ringSetup is what the flat ring builders share: ring orders and this
@@ -99,10 +115,15 @@ func RingAllReduce(p Params) (*Schedule, error) {
 			e.scale(0, work(0, p.Count*es), 1)
 			return
 		}
+		blks := make([]blockFn, len(rs.rings))
+		rings := make([]ring, len(rs.rings))
+		for k := range rs.rings {
+			blks[k] = one(func(i int) Range { return work(chunks[k][i].Off, chunks[k][i].Len) })
+			rings[k] = rs.ring(k, rank)
+		}
 		for s := 0; s < n-1; s++ {
-			for k := range rs.rings {
-				blk := one(func(i int) Range { return work(chunks[k][i].Off, chunks[k][i].Len) })
-				rs.ring(k, rank).rsStep(e, s, blk, 0, uint32(s+k*ringTag), s)
+			for k := range rings {
+				rings[k].rsStep(e, s, blks[k], 0, uint32(s+k*ringTag), s)
 			}
 		}
 		if p.Avg {
@@ -112,9 +133,8 @@ func RingAllReduce(p Params) (*Schedule, error) {
 			}
 		}
 		for s := 0; s < n-1; s++ {
-			for k := range rs.rings {
-				blk := one(func(i int) Range { return work(chunks[k][i].Off, chunks[k][i].Len) })
-				rs.ring(k, rank).agStep(e, s, blk, 0, uint32(n+s+k*ringTag), n-1+s)
+			for k := range rings {
+				rings[k].agStep(e, s, blks[k], 0, uint32(n+s+k*ringTag), n-1+s)
 			}
 		}
 	})
