@@ -214,6 +214,39 @@ func capi_CommUserRank(comm C.uintptr_t, rank *C.int) (rc C.int) {
 	return resSuccess
 }
 
+//export capi_CommGetTopology
+func capi_CommGetTopology(comm C.uintptr_t, buf *C.char, length C.size_t, needed *C.size_t) (rc C.int) {
+	const name = "gocollCommGetTopology"
+	defer guard(name, &rc)
+	cs, err := handles.comm(uintptr(comm))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if buf == nil && length != 0 {
+		return fail(name, cs, argErr("buf is NULL but len is %d", uint64(length)))
+	}
+	text, err := cs.c.Topology()
+	if err != nil {
+		return fail(name, cs, err)
+	}
+	if needed != nil {
+		*needed = C.size_t(len(text) + 1)
+	}
+	if buf == nil {
+		if needed == nil {
+			return fail(name, cs, argErr("buf and needed are both NULL"))
+		}
+		return resSuccess
+	}
+	if uint64(length) < uint64(len(text)+1) {
+		return fail(name, cs, argErr("buf holds %d bytes; the topology needs %d (with its NUL)", uint64(length), len(text)+1))
+	}
+	out := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(text)+1)
+	copy(out, text)
+	out[len(text)] = 0
+	return resSuccess
+}
+
 //export capi_CommGetAsyncError
 func capi_CommGetAsyncError(comm C.uintptr_t, outOK C.int, code *C.int) (rc C.int) {
 	const name = "gocollCommGetAsyncError"

@@ -99,6 +99,10 @@ gocollResult_t gocollCommUserRank(const gocollComm_t comm, int* rank) {
   return (gocollResult_t)capi_CommUserRank(h(comm), rank);
 }
 
+gocollResult_t gocollCommGetTopology(gocollComm_t comm, char* buf, size_t len, size_t* needed) {
+  return (gocollResult_t)capi_CommGetTopology(h(comm), buf, len, needed);
+}
+
 gocollResult_t gocollCommGetAsyncError(gocollComm_t comm, gocollResult_t* asyncError) {
   int code = 0;
   gocollResult_t rc = (gocollResult_t)capi_CommGetAsyncError(h(comm), asyncError != NULL, &code);

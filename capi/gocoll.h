@@ -257,6 +257,21 @@ gocollResult_t gocollCommCount(const gocollComm_t comm, int* count);
  * Errors: as gocollCommCount. */
 gocollResult_t gocollCommUserRank(const gocollComm_t comm, int* rank);
 
+/* Writes comm's topology as NUL-terminated JSON text into buf (len bytes)
+ * and the bytes it needs, NUL included, into *needed (when needed is not
+ * NULL). Call it with buf NULL and len 0 to learn the size first. The text
+ * is one object: "rank", "ranks", "hosts" (each {"name", "ranks": [...]}, the
+ * ranks that share memory), "ring" (the order the ring algorithms follow),
+ * "graph" (the machine as the cost model sees it: hosts, nodes, links with
+ * bandwidth in bytes/s and latency in s; schema in topology/README.md),
+ * "local_host" (this host's cores, NUMA nodes and caches, detected with
+ * hwloc when libhwloc is installed, /sys otherwise; "local_source" says
+ * which) or "detect_error".
+ * Errors: gocollInvalidArgument (comm not valid; buf NULL with len > 0;
+ * buf and needed both NULL; len too small — then *needed is still set),
+ * gocollInvalidUsage (comm destroyed). */
+gocollResult_t gocollCommGetTopology(gocollComm_t comm, char* buf, size_t len, size_t* needed);
+
 /* Stores in *asyncError the error that made comm unusable (the result code
  * its failing operation returned), or gocollSuccess if it is healthy.
  * Returns gocollSuccess itself whenever comm and asyncError are valid.

@@ -59,8 +59,10 @@ type Comm struct {
 	// order), whether every host holds as many, and the ring orders the
 	// ring algorithms follow (nil: 0, 1, …, size-1).
 	hosts     [][]int
+	hostNames []string
 	evenHosts bool
 	rings     [][]int
+	model     *modelChoice // picks algorithms across hosts (nil on one host)
 	split     splitter // how to build sub-communicators
 }
 
@@ -113,7 +115,7 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 		recvSeq:  make([]uint64, size),
 	}
 	c.log = opts.Logger.With("rank", rank, "nranks", size)
-	c.place(nil)
+	c.place(nil, nil)
 	c.abortCtx, c.abort = context.WithCancelCause(context.Background())
 	c.worker.Add(1)
 	go c.loop()

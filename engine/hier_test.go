@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -45,5 +46,89 @@ func TestHierarchicalInProcess(t *testing.T) {
 				colls: map[string]bool{"allreduce": true, "allgather": true, "reducescatter": true, "broadcast": true}}
 			mustRanks(t, comms, func(c *Comm) error { return conformance(c, s) })
 		})
+	}
+}
+
+// Across hosts the cost model picks, the same on every rank: the
+// hierarchical allreduce for large vectors, a latency-bound algorithm for
+// small ones; GOCOLL_ALGO still wins.
+func TestModelPicksAcrossHosts(t *testing.T) {
+	hosts := [][]int{{0, 1}, {2, 3}}
+	comms, err := newLocalWorld(mem.NewWorld(4), hosts, Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Abort()
+			c.Destroy()
+		}
+	})
+	for _, tc := range []struct {
+		coll  sched.Coll
+		bytes int
+		want  string
+	}{
+		{sched.AllReduce, 16 << 20, "hier"},
+		{sched.AllReduce, 256, "rd"},
+		{sched.AllGather, 16 << 20, "hier"},
+		{sched.Barrier, 0, "dissemination"},
+	} {
+		for _, c := range comms {
+			if got := c.choose(tc.coll, tc.bytes).name; got != tc.want {
+				t.Errorf("rank %d: %s of %d bytes on %v: %s, want %s", c.Rank(), tc.coll, tc.bytes, hosts, got, tc.want)
+			}
+		}
+	}
+	forced, err := newLocalWorld(mem.NewWorld(4), hosts, Options{Algo: "allreduce=ring", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range forced {
+			c.Abort()
+			c.Destroy()
+		}
+	}()
+	if got := forced[0].choose(sched.AllReduce, 16<<20).name; got != "ring" {
+		t.Errorf("GOCOLL_ALGO=allreduce=ring gives %s", got)
+	}
+	// The whole suite under the model's choices.
+	s := suite{dtypes: []DataType{Float32}, ops: []RedOp{Sum, Avg}, counts: []int{0, 7, 1 << 18}}
+	mustRanks(t, comms, func(c *Comm) error { return conformance(c, s) })
+}
+
+func TestTopologyJSON(t *testing.T) {
+	comms, err := newLocalWorld(mem.NewWorld(4), [][]int{{0, 2}, {1, 3}}, Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Abort()
+			c.Destroy()
+		}
+	}()
+	b, err := comms[1].Topology()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Rank  int `json:"rank"`
+		Hosts []struct {
+			Ranks []int `json:"ranks"`
+		} `json:"hosts"`
+		Ring  []int `json:"ring"`
+		Graph struct {
+			Links []struct {
+				ID string `json:"id"`
+			} `json:"links"`
+		} `json:"graph"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Rank != 1 || len(got.Hosts) != 2 || fmt.Sprint(got.Ring) != "[0 2 1 3]" || len(got.Graph.Links) != 6 {
+		t.Fatalf("topology: %s", b)
 	}
 }

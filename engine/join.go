@@ -131,7 +131,7 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 		return nil, err
 	}
 	c.arena = l.arena
-	c.place(l.hosts)
+	c.place(l.hosts, l.names)
 	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
 }
@@ -155,6 +155,7 @@ type links struct {
 	tr    transport.Transport
 	arena *shmcoll.Arena
 	hosts [][]int
+	names []string // host names, as the ranks reported them
 }
 
 func (l links) close() {
@@ -314,15 +315,17 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 		arena.Unlink()
 	}
 	log.Debug("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
-	return links{tr, arena, hostsOf(infos)}, nil
+	hosts, names := hostsOf(infos)
+	return links{tr, arena, hosts, names}, nil
 }
 
 // hostsOf groups the ranks by host: the ranks that share memory with each
 // other (same host name and /dev/shm, as connect decided), hosts ordered by
 // their lowest rank. Every rank computes it from the same setup data.
 // Ranks without shared memory are hosts of their own.
-func hostsOf(infos []setupInfo) [][]int {
+func hostsOf(infos []setupInfo) ([][]int, []string) {
 	var hosts [][]int
+	var names []string
 	index := map[string]int{}
 	for q, in := range infos {
 		key := in.Host + "\x00" + in.Shm
@@ -334,10 +337,11 @@ func hostsOf(infos []setupInfo) [][]int {
 			h = len(hosts)
 			index[key] = h
 			hosts = append(hosts, nil)
+			names = append(names, in.Host)
 		}
 		hosts[h] = append(hosts[h], q)
 	}
-	return hosts
+	return hosts, names
 }
 
 func exchangeInfo(ctx context.Context, exchange exchangeFunc, me setupInfo, size int) ([]setupInfo, error) {

@@ -33,7 +33,7 @@ func newLocalWorld(w *mem.World, hosts [][]int, opts Options) ([]*Comm, error) {
 			return nil, fmt.Errorf("local communicator rank %d: %w", r, errors.Unwrap(err))
 		}
 		c.split = &localSplitter{world: w, hub: hub}
-		c.place(hosts)
+		c.place(hosts, nil)
 		comms[r] = c
 	}
 	return comms, nil

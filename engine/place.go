@@ -1,10 +1,21 @@
 package engine
 
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/gocoll/gocoll/engine/sched"
+	"github.com/gocoll/gocoll/topology"
+	"github.com/gocoll/gocoll/topology/cost"
+)
+
 // place records where the ranks are: hosts lists the ranks of each host
-// (nil: all on one host). The ring algorithms follow the hosts in order,
-// each host's ranks adjacent, so that a ring crosses each host boundary
-// once; the hierarchical algorithms need every host to hold as many ranks.
-func (c *Comm) place(hosts [][]int) {
+// (nil: all on one host), names their host names when known. The ring
+// algorithms follow the hosts in order, each host's ranks adjacent, so that
+// a ring crosses each host boundary once; the hierarchical algorithms need
+// every host to hold as many ranks; across hosts the cost model chooses.
+func (c *Comm) place(hosts [][]int, names []string) {
 	if len(hosts) == 0 {
 		all := make([]int, c.size)
 		for i := range all {
@@ -12,7 +23,7 @@ func (c *Comm) place(hosts [][]int) {
 		}
 		hosts = [][]int{all}
 	}
-	c.hosts = hosts
+	c.hosts, c.hostNames = hosts, names
 	c.evenHosts = true
 	var ring []int
 	identity := true
@@ -27,4 +38,108 @@ func (c *Comm) place(hosts [][]int) {
 	if !identity {
 		c.rings = [][]int{ring}
 	}
+	c.model = nil
+	if len(hosts) > 1 && c.size <= modelMaxRanks {
+		if g, err := topology.ForPlacement(hosts, topology.DefaultParams()); err == nil {
+			c.model = &modelChoice{m: cost.New(g), picks: map[modelKey]*algorithm{}}
+		}
+	}
+}
+
+// modelMaxRanks bounds the communicators whose algorithm the cost model
+// picks: a prediction walks every rank's program, which is cheap below a
+// few hundred ranks; above, the size rules choose.
+const modelMaxRanks = 256
+
+// modelChoice caches the model's pick per collective and size: every rank
+// computes the same prediction from the same placement, so they agree.
+type modelChoice struct {
+	m     *cost.Model
+	mu    sync.Mutex
+	picks map[modelKey]*algorithm
+}
+
+type modelKey struct {
+	coll  sched.Coll
+	bytes int
+}
+
+// pick returns the candidate the model predicts fastest for a call of
+// coll over bytes, or nil if none could be predicted.
+func (mc *modelChoice) pick(c *Comm, s shape, candidates []*algorithm) *algorithm {
+	key := modelKey{s.coll, s.bytes}
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if a, ok := mc.picks[key]; ok {
+		return a
+	}
+	count := s.bytes / 4
+	switch s.coll {
+	case sched.AllGather, sched.ReduceScatter, sched.AllToAll:
+		count /= c.size
+	}
+	var best *algorithm
+	bestT := 0.0
+	for _, a := range candidates {
+		sch, err := a.build(sched.Params{Coll: s.coll, N: c.size, ElemSize: 4, Count: max(count, 0),
+			Segments: c.opts.Segments, Radix: c.opts.BruckRadix, Rings: c.rings, Hosts: c.hosts})
+		if err != nil {
+			continue
+		}
+		p, err := mc.m.Predict(sch)
+		if err != nil {
+			continue
+		}
+		if best == nil || p.Seconds < bestT {
+			best, bestT = a, p.Seconds
+		}
+	}
+	if len(mc.picks) > 256 {
+		clear(mc.picks)
+	}
+	mc.picks[key] = best
+	return best
+}
+
+// Topology describes the communicator as JSON: its ranks and hosts, the
+// graph the cost model uses (topology.ForPlacement's schema), the ring
+// order, and what this rank's host is made of (detected with hwloc or
+// /sys; "detect_error" if that failed).
+func (c *Comm) Topology() ([]byte, error) {
+	g, err := topology.ForPlacement(c.hosts, topology.DefaultParams())
+	if err != nil {
+		return nil, err
+	}
+	type hostJSON struct {
+		Name  string `json:"name,omitempty"`
+		Ranks []int  `json:"ranks"`
+	}
+	out := struct {
+		Rank        int             `json:"rank"`
+		Ranks       int             `json:"ranks"`
+		Hosts       []hostJSON      `json:"hosts"`
+		Ring        []int           `json:"ring"`
+		Graph       *topology.Graph `json:"graph"`
+		Local       *topology.Host  `json:"local_host,omitempty"`
+		Source      string          `json:"local_source,omitempty"`
+		DetectError string          `json:"detect_error,omitempty"`
+	}{Rank: c.rank, Ranks: c.size, Graph: g}
+	for h, ranks := range c.hosts {
+		hj := hostJSON{Ranks: ranks}
+		if h < len(c.hostNames) {
+			hj.Name = c.hostNames[h]
+		}
+		out.Hosts = append(out.Hosts, hj)
+		out.Ring = append(out.Ring, ranks...)
+	}
+	if h, src, err := topology.DetectHost(); err == nil {
+		out.Local, out.Source = &h, src
+	} else {
+		out.DetectError = err.Error()
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("gocoll: topology of rank %d: %w", c.rank, err)
+	}
+	return b, nil
 }

@@ -6,9 +6,27 @@ import (
 	"github.com/gocoll/gocoll/engine/sched"
 )
 
-// choose picks the algorithm for a call of coll over a vector of bytes.
+// choose picks the algorithm for a call of coll over a vector of bytes:
+// GOCOLL_ALGO's when it names one that can run the call; across hosts, the
+// one the cost model predicts fastest on the communicator's placement;
+// otherwise the size rules of the registry.
 func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
-	return choose(c.algo, shape{coll: coll, bytes: bytes, n: c.size, shm: c.arena != nil, hosts: len(c.hosts), even: c.evenHosts})
+	s := shape{coll: coll, bytes: bytes, n: c.size, shm: c.arena != nil, hosts: len(c.hosts), even: c.evenHosts}
+	if a := c.algo.override(coll); a != nil && a.can(s) {
+		return a
+	}
+	if c.model != nil && !s.shm && coll != sched.AllToAllv {
+		var cands []*algorithm
+		for _, a := range algos(coll) {
+			if a.build != nil && a.can(s) {
+				cands = append(cands, a)
+			}
+		}
+		if a := c.model.pick(c, s, cands); a != nil {
+			return a
+		}
+	}
+	return choose(c.algo, s)
 }
 
 // params is the shape of a call as the schedule builders take it.

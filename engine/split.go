@@ -71,7 +71,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		return nil, err
 	}
 	child.split, child.arena = sp, l.arena
-	child.place(l.hosts)
+	child.place(l.hosts, l.names)
 	return child, nil
 }
 

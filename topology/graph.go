@@ -65,19 +65,19 @@ type Link struct {
 
 // Cache is one level of a host's caches.
 type Cache struct {
-	Level int    // 1, 2, 3…
-	Type  string // "data", "instruction", "unified"
-	Size  int64  // bytes, each instance
-	Count int    // instances on the host
+	Level int    `json:"level"` // 1, 2, 3…
+	Type  string `json:"type"`  // "data", "instruction", "unified"
+	Size  int64  `json:"size"`  // bytes, each instance
+	Count int    `json:"count"` // instances on the host
 }
 
 // Host is a machine: what its devices share.
 type Host struct {
-	Name      string
-	Cores     int
-	PUs       int // hardware threads
-	NUMANodes int
-	Caches    []Cache
+	Name      string  `json:"name"`
+	Cores     int     `json:"cores,omitempty"`
+	PUs       int     `json:"pus,omitempty"` // hardware threads
+	NUMANodes int     `json:"numa_nodes,omitempty"`
+	Caches    []Cache `json:"caches,omitempty"`
 }
 
 // Graph is a machine description. Build it with the constructors of this

@@ -4,6 +4,7 @@ import atexit
 import ctypes
 import enum
 import itertools
+import json
 import sys
 import threading
 
@@ -426,6 +427,19 @@ class Comm:
         """gocollGetLastError text for this communicator ("" if none)."""
         s = self._lib.gocollGetLastError(self._h)
         return s.decode("utf-8", "replace") if s else ""
+
+    def topology(self):
+        """The communicator's topology as a dict (gocollCommGetTopology):
+        ``rank``, ``ranks``, ``hosts`` (each with its ``ranks``), ``ring``,
+        ``graph`` (hosts, nodes and links with bandwidth and latency) and
+        ``local_host`` (cores, NUMA nodes, caches of this machine)."""
+        need = ctypes.c_size_t()
+        self._check(self._lib.gocollCommGetTopology(self._handle(), None, 0, ctypes.byref(need)),
+                    "gocollCommGetTopology")
+        buf = ctypes.create_string_buffer(need.value)
+        self._check(self._lib.gocollCommGetTopology(self._handle(), buf, need.value, ctypes.byref(need)),
+                    "gocollCommGetTopology")
+        return json.loads(buf.value.decode("utf-8"))
 
     def split(self, color, key=None):
         """Collective: ranks passing the same ``color`` form a new

@@ -104,6 +104,15 @@ int main(void) {
   EXPECT(gocollCommUserRank(comm, NULL), gocollInvalidArgument, comm);
   EXPECT(gocollCommGetAsyncError(comm, NULL), gocollInvalidArgument, comm);
   EXPECT(gocollCommGetAsyncError((gocollComm_t)bogusreq, &async), gocollInvalidArgument, NULL);
+  {
+    char small[8];
+    size_t need = 0;
+    EXPECT(gocollCommGetTopology(bogus, NULL, 0, &need), gocollInvalidArgument, bogus);
+    EXPECT(gocollCommGetTopology(comm, NULL, 0, NULL), gocollInvalidArgument, comm);
+    EXPECT(gocollCommGetTopology(comm, NULL, 8, &need), gocollInvalidArgument, comm);
+    EXPECT(gocollCommGetTopology(comm, small, sizeof small, &need), gocollInvalidArgument, comm);
+    if (need <= sizeof small) FAIL("topology needs %zu bytes after a too-small buffer", need);
+  }
 
   /* Null buffers, bad handles, types, ops. */
   EXPECT(gocollAllReduce(NULL, out, 4, gocollFloat32, gocollSum, comm), gocollInvalidArgument, comm);

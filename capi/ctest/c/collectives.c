@@ -459,6 +459,21 @@ static void join_uid(int rank, int n) {
   CHECK(gocollCommInitRank(&comm, n, id, rank));
 }
 
+/* The topology text: ask for the size, then fetch it; it names this rank,
+ * every rank and the hosts. */
+static void test_topology(void) {
+  size_t need = 0, again = 0;
+  CHECK_COMM(gocollCommGetTopology(comm, NULL, 0, &need), comm);
+  char* text = malloc(need);
+  if (!text) FAIL("malloc");
+  CHECK_COMM(gocollCommGetTopology(comm, text, need, &again), comm);
+  if (again != need || strlen(text) + 1 != need) FAIL("topology: %zu then %zu bytes, text of %zu", need, again, strlen(text));
+  char want[64];
+  snprintf(want, sizeof want, "\"rank\":%d,\"ranks\":%d,", g_rank, nranks);
+  if (!strstr(text, want) || !strstr(text, "\"hosts\":") || !strstr(text, "\"links\":")) FAIL("topology text: %.300s", text);
+  free(text);
+}
+
 int main(int argc, char** argv) {
   int version = 0, count = 0, rank = -1;
   gocollResult_t async = gocollInternalError;
@@ -511,6 +526,7 @@ int main(int argc, char** argv) {
     test_memalloc();
     if (rank == 0) fprintf(stderr, "mode %s: %.2fs\n", mode_names[mode], now_seconds() - t);
   }
+  test_topology();
   mode = 1;
   test_outstanding();
   test_split();

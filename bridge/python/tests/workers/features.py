@@ -206,9 +206,22 @@ def check_fork(c):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
 
+def check_topology(c):
+    """comm.topology(): this rank, every rank on some host, the graph's
+    links, and what this machine is made of."""
+    t = c.topology()
+    assert t["rank"] == c.rank and t["ranks"] == c.size, t
+    assert sorted(r for h in t["hosts"] for r in h["ranks"]) == list(range(c.size)), t["hosts"]
+    assert sorted(t["ring"]) == list(range(c.size)), t["ring"]
+    assert t["graph"]["links"] and all(l["bandwidth"] > 0 for l in t["graph"]["links"]), t["graph"]
+    assert t.get("local_host", {}).get("cores", 0) >= 1 or "detect_error" in t, t
+    return {"hosts": len(t["hosts"]), "source": t.get("local_source")}
+
+
 def work():
     c = gocoll.init()
     res = {}
+    res["topology"] = check_topology(c)
     res["overlap"] = check_async_overlap(c)
     check_lifetime(c)
     res["tracemalloc_peak"] = check_zero_copy_numpy(c)
