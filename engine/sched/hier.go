@@ -38,6 +38,7 @@ const (
 type hosts struct {
 	groups [][]int
 	h, r   int
+	es     int
 	host   []int
 	local  []int
 }
@@ -46,7 +47,7 @@ func newHosts(p Params) (*hosts, error) {
 	if len(p.Hosts) == 0 {
 		return nil, fmt.Errorf("sched: hierarchical %s needs the ranks of each host", p.Coll)
 	}
-	hs := &hosts{groups: p.Hosts, h: len(p.Hosts), r: len(p.Hosts[0]), host: make([]int, p.N), local: make([]int, p.N)}
+	hs := &hosts{groups: p.Hosts, h: len(p.Hosts), r: len(p.Hosts[0]), es: p.ElemSize, host: make([]int, p.N), local: make([]int, p.N)}
 	seen := make([]bool, p.N)
 	for h, g := range p.Hosts {
 		if len(g) != hs.r {
@@ -69,7 +70,7 @@ func newHosts(p Params) (*hosts, error) {
 // intra is rank's ring inside its host (local order); cross is its ring
 // across hosts among the ranks of its local index (host order).
 func (hs *hosts) intra(rank int) ring {
-	return newRing(hs.groups[hs.host[rank]], hs.local[rank])
+	return newRing(hs.groups[hs.host[rank]], hs.local[rank], hs.es)
 }
 
 func (hs *hosts) cross(rank int) ring {
@@ -78,7 +79,7 @@ func (hs *hosts) cross(rank int) ring {
 	for h := range order {
 		order[h] = hs.groups[h][l]
 	}
-	return newRing(order, hs.host[rank])
+	return newRing(order, hs.host[rank], hs.es)
 }
 
 // HierAllReduce: see the file comment.

@@ -36,19 +36,58 @@ func one(f func(i int) Range) blockFn {
 }
 
 // ring is one rank's view of a ring group: the ranks in ring order and its
-// own position.
+// own position, and how blocks are cut into messages.
 type ring struct {
 	order      []int
 	me         int
 	next, prev int
+	es         int // element size: messages are cut at element boundaries
 }
 
-func newRing(order []int, me int) ring {
+func newRing(order []int, me, es int) ring {
 	n := len(order)
-	return ring{order: order, me: me, next: order[mod(me+1, n)], prev: order[mod(me-1, n)]}
+	return ring{order: order, me: me, next: order[mod(me+1, n)], prev: order[mod(me-1, n)], es: es}
 }
 
 func (g ring) n() int { return len(g.order) }
+
+// Ring messages are cut into segments of about ringSegTarget bytes (at most
+// ringMaxSeg), each its own operation: then step s+1 may forward segment j
+// as soon as segment j of step s is reduced, instead of waiting for the
+// whole block, which keeps a slow link busy across the steps (2.2 ms
+// pauses per step at 250 Mbit/s otherwise). The reductions and their
+// order are the same.
+const (
+	ringSegTarget = 256 << 10
+	ringMaxSeg    = 16
+)
+
+// cut returns how many segments a range of n bytes becomes.
+func (g ring) cut(n int) int {
+	elems := n / g.es
+	return max(min((n+ringSegTarget-1)/ringSegTarget, ringMaxSeg, elems), 1)
+}
+
+func (g ring) send(e *emitter, r Range, tag uint32, round int) {
+	ns := g.cut(r.Len)
+	for k := 0; k < ns; k++ {
+		lo, hi := Segment(k, r.Len, g.es, ns)
+		e.send(g.next, tag, round, Range{r.Buf, r.Off + lo, hi - lo}, 1)
+	}
+}
+
+func (g ring) recv(e *emitter, r Range, tag uint32, round int, reduce bool) {
+	ns := g.cut(r.Len)
+	for k := 0; k < ns; k++ {
+		lo, hi := Segment(k, r.Len, g.es, ns)
+		seg := Range{r.Buf, r.Off + lo, hi - lo}
+		if reduce {
+			e.recvReduce(g.prev, tag, round, seg, 1, false)
+		} else {
+			e.recv(g.prev, tag, round, seg)
+		}
+	}
+}
 
 // rsStep is step s of a ring reduce-scatter. With shift 0 position p ends
 // owning block p+1 (where an allreduce's allgather starts); with shift -1
@@ -57,10 +96,10 @@ func (g ring) rsStep(e *emitter, s int, blk blockFn, shift int, tag uint32, roun
 	n := g.n()
 	sb, rb := mod(g.me-s+shift, n), mod(g.me-s-1+shift, n)
 	for j := 0; j < blk.parts(sb); j++ {
-		e.send(g.next, tag, round, blk.at(sb, j), 1)
+		g.send(e, blk.at(sb, j), tag, round)
 	}
 	for j := 0; j < blk.parts(rb); j++ {
-		e.recvReduce(g.prev, tag, round, blk.at(rb, j), 1, false)
+		g.recv(e, blk.at(rb, j), tag, round, true)
 	}
 }
 
@@ -70,10 +109,10 @@ func (g ring) agStep(e *emitter, s int, blk blockFn, shift int, tag uint32, roun
 	n := g.n()
 	sb, rb := mod(g.me+1+shift-s, n), mod(g.me+shift-s, n)
 	for j := 0; j < blk.parts(sb); j++ {
-		e.send(g.next, tag, round, blk.at(sb, j), 1)
+		g.send(e, blk.at(sb, j), tag, round)
 	}
 	for j := 0; j < blk.parts(rb); j++ {
-		e.recv(g.prev, tag, round, blk.at(rb, j))
+		g.recv(e, blk.at(rb, j), tag, round, false)
 	}
 }
 
@@ -90,7 +129,7 @@ func newRingSetup(p Params) ringSetup {
 	return ringSetup{p: p, rings: rings, pos: positions(rings)}
 }
 
-func (rs ringSetup) ring(k, rank int) ring { return newRing(rs.rings[k], rs.pos[k][rank]) }
+func (rs ringSetup) ring(k, rank int) ring { return newRing(rs.rings[k], rs.pos[k][rank], rs.p.ElemSize) }
 
 // RingAllReduce is the ring allreduce: reduce-scatter then allgather, 2(N-1)
 // steps, each rank sending 2·L·(N-1)/N bytes.

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 )
 
 const help = `usage: gocoll-topo (-detect | -builtin NAME | -file F) [-rings | -predict OP ...] [-json]
+       gocoll-topo -check measured.csv [-nic RATE] [-fit] [-json]
 
   gocoll-topo -detect                          this machine (hwloc, else /sys)
   gocoll-topo -builtin hybrid-cube-mesh -rings the largest set of link-disjoint rings
@@ -35,6 +38,11 @@ rank count: ring:N; the squarest torus:AxB with A·B = N; the smallest
 fattree:K with K³/4 ≥ N hosts (ranks on the first N); cluster:(N/R)xR with
 R = -per-host and the NIC of -nic.
 
+-check compares the cost model with measured times: rows of build/hosts'
+raw.csv (or gocoll-bench -csv rows with "HxR,round," in front), whose label
+names the forced algorithm (gocoll-ring, gocoll-hd, …); hosts of more than
+one are joined by NICs of -nic. -fit then fits the model's figures.
+
 Output shapes with -json:
   (no -rings, no -predict)  the graph: {"name", "hosts": [...], "nodes": [...],
                             "links": [...]} (schema: topology/README.md)
@@ -45,6 +53,9 @@ Output shapes with -json:
                             "host_ring": [int]}; each ring's last hop returns to
                             its first device; "bound" is the independent upper
                             bound and "proved" says no larger set exists
+  -check                    {"results": [{"op", "algo", "hosts", "per_host",
+                            "bytes", "measured_s", "predicted_s", "error"}],
+                            "median_abs_error", "p90_abs_error"}
   -predict OP               {"op": string, "bytes": int, "predictions": [{"ranks":
                             int, "topology": string, "algo": string, "seconds":
                             float, "busbw": GB/s, "best": bool, "busiest_link":
@@ -64,6 +75,8 @@ type options struct {
 	bytes         string
 	perHost       int
 	nic           string
+	check         string
+	fit           bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -80,7 +93,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.ranks, "ranks", "", "rank counts for -predict, comma-separated (default: the topology's devices)")
 	fs.StringVar(&o.bytes, "bytes", "64M", "message size for -predict (K, M, G suffixes; nccl-tests size)")
 	fs.IntVar(&o.perHost, "per-host", 8, "ranks per host when -predict sizes a cluster")
-	fs.StringVar(&o.nic, "nic", "10gbit", "NIC bandwidth when -predict sizes a cluster")
+	fs.StringVar(&o.nic, "nic", "10gbit", "NIC bandwidth when -predict sizes a cluster, and of the hosts of -check's rows")
+	fs.StringVar(&o.check, "check", "", "compare the model with measured rows (CSV: config,round,label,op,np,bytes,iters,med_us,…; label gocoll-ALGO; config HxR)")
+	fs.BoolVar(&o.fit, "fit", false, "with -check: fit the model's figures to the rows and print them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -115,6 +130,9 @@ func (o *options) sources() int {
 }
 
 func (o *options) run(w io.Writer) error {
+	if o.check != "" {
+		return o.runCheck(w)
+	}
 	if o.sources() != 1 {
 		return errors.New("give exactly one of -detect, -builtin NAME, -file F (see -h)")
 	}
@@ -472,4 +490,115 @@ func busFactor(c sched.Coll, n int) float64 {
 		return float64(n-1) / float64(n)
 	}
 	return 1
+}
+
+// readSamples reads measured rows (build/hosts' raw.csv format).
+func readSamples(path string, nic float64) ([]cost.Sample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	// Medians over the rounds of each case.
+	type key struct {
+		coll           sched.Coll
+		algo           string
+		h, r, bytesLen int
+	}
+	times := map[key][]float64{}
+	var order []key
+	for i, row := range rows {
+		if len(row) < 8 || !strings.HasPrefix(row[2], "gocoll-") {
+			continue
+		}
+		var h, r int
+		if _, err := fmt.Sscanf(row[0], "%dx%d", &h, &r); err != nil {
+			return nil, fmt.Errorf("%s line %d: config %q, want HxR", path, i+1, row[0])
+		}
+		coll, ok := sched.ParseColl(strings.ReplaceAll(row[3], "_", ""))
+		if !ok {
+			return nil, fmt.Errorf("%s line %d: op %q", path, i+1, row[3])
+		}
+		b, err1 := strconv.Atoi(row[5])
+		us, err2 := strconv.ParseFloat(row[7], 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s line %d: bytes %q, time %q", path, i+1, row[5], row[7])
+		}
+		k := key{coll, strings.TrimPrefix(row[2], "gocoll-"), h, r, b}
+		if _, seen := times[k]; !seen {
+			order = append(order, k)
+		}
+		times[k] = append(times[k], us/1e6)
+	}
+	var out []cost.Sample
+	for _, k := range order {
+		t := times[k]
+		sort.Float64s(t)
+		s := cost.Sample{Coll: k.coll, Algo: k.algo, Hosts: k.h, PerHost: k.r, Bytes: k.bytesLen, Measured: t[len(t)/2]}
+		if k.h > 1 {
+			s.NIC = nic
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no gocoll-ALGO rows", path)
+	}
+	return out, nil
+}
+
+func (o *options) runCheck(w io.Writer) error {
+	nic, err := topology.ParseRate(o.nic)
+	if err != nil {
+		return err
+	}
+	samples, err := readSamples(o.check, nic)
+	if err != nil {
+		return err
+	}
+	fig := cost.DefaultFigures()
+	if o.fit {
+		if fig, err = cost.Fit(samples, fig); err != nil {
+			return err
+		}
+	}
+	rs, err := cost.Evaluate(samples, fig)
+	if err != nil {
+		return err
+	}
+	sum := cost.Summarize(rs)
+	if o.json {
+		type res struct {
+			Op        string  `json:"op"`
+			Algo      string  `json:"algo"`
+			Hosts     int     `json:"hosts"`
+			PerHost   int     `json:"per_host"`
+			Bytes     int     `json:"bytes"`
+			Measured  float64 `json:"measured_s"`
+			Predicted float64 `json:"predicted_s"`
+			Error     float64 `json:"error"`
+		}
+		var out []res
+		for _, r := range rs {
+			out = append(out, res{r.Coll.String(), r.Algo, r.Hosts, r.PerHost, r.Bytes, r.Measured, r.Predicted, r.Error()})
+		}
+		return writeJSON(w, struct {
+			Results []res        `json:"results"`
+			Median  float64      `json:"median_abs_error"`
+			P90     float64      `json:"p90_abs_error"`
+			Figures cost.Figures `json:"figures"`
+		}{out, sum.Median, sum.P90, fig})
+	}
+	fmt.Fprintf(w, "| op | algorithm | hosts×ranks | size | measured | predicted | error |\n|---|---|---|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		fmt.Fprintf(w, "| %s | %s | %dx%d | %s | %s | %s | %+.0f%% |\n", r.Coll, r.Algo, r.Hosts, r.PerHost, size(int64(r.Bytes)), seconds(r.Measured), seconds(r.Predicted), r.Error()*100)
+	}
+	fmt.Fprintf(w, "\n%d cases: median |error| %.0f%%, 90th percentile %.0f%%, worst %.0f%%\n", sum.N, sum.Median*100, sum.P90*100, sum.Worst*100)
+	if o.fit {
+		fmt.Fprintf(w, "fitted figures: %+v\n", fig)
+	}
+	return nil
 }
