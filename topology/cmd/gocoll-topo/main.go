@@ -76,6 +76,7 @@ type options struct {
 	perHost       int
 	nic           string
 	check         string
+	links         string
 	fit           bool
 }
 
@@ -96,6 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.nic, "nic", "10gbit", "NIC bandwidth when -predict sizes a cluster, and of the hosts of -check's rows")
 	fs.StringVar(&o.check, "check", "", "compare the model with measured rows (CSV: config,round,label,op,np,bytes,iters,med_us,…; label gocoll-ALGO; config HxR)")
 	fs.BoolVar(&o.fit, "fit", false, "with -check: fit the model's figures to the rows and print them")
+	fs.StringVar(&o.links, "links", "", "with -check: link rates measured with the rows (CSV: config,link,bytes_per_s, as build/hosts writes); a config's median replaces -nic")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -492,8 +494,38 @@ func busFactor(c sched.Coll, n int) float64 {
 	return 1
 }
 
-// readSamples reads measured rows (build/hosts' raw.csv format).
-func readSamples(path string, nic float64) ([]cost.Sample, error) {
+// readLinks reads build/hosts' links.csv: the median measured rate per
+// configuration.
+func readLinks(path string) (map[string]float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	rates := map[string][]float64{}
+	for _, r := range rows {
+		if len(r) == 3 {
+			if v, err := strconv.ParseFloat(r[2], 64); err == nil && v > 0 {
+				rates[r[0]] = append(rates[r[0]], v)
+			}
+		}
+	}
+	out := map[string]float64{}
+	for cfg, v := range rates {
+		sort.Float64s(v)
+		out[cfg] = v[len(v)/2]
+	}
+	return out, nil
+}
+
+// readSamples reads measured rows (build/hosts' raw.csv format); hosts of a
+// configuration found in links are joined by NICs of its measured rate,
+// the others by NICs of nic.
+func readSamples(path string, nic float64, links map[string]float64) ([]cost.Sample, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -507,6 +539,7 @@ func readSamples(path string, nic float64) ([]cost.Sample, error) {
 	type key struct {
 		coll           sched.Coll
 		algo           string
+		config         string
 		h, r, bytesLen int
 	}
 	times := map[key][]float64{}
@@ -528,7 +561,7 @@ func readSamples(path string, nic float64) ([]cost.Sample, error) {
 		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("%s line %d: bytes %q, time %q", path, i+1, row[5], row[7])
 		}
-		k := key{coll, strings.TrimPrefix(row[2], "gocoll-"), h, r, b}
+		k := key{coll, strings.TrimPrefix(row[2], "gocoll-"), row[0], h, r, b}
 		if _, seen := times[k]; !seen {
 			order = append(order, k)
 		}
@@ -541,6 +574,9 @@ func readSamples(path string, nic float64) ([]cost.Sample, error) {
 		s := cost.Sample{Coll: k.coll, Algo: k.algo, Hosts: k.h, PerHost: k.r, Bytes: k.bytesLen, Measured: t[len(t)/2]}
 		if k.h > 1 {
 			s.NIC = nic
+			if v, ok := links[k.config]; ok {
+				s.NIC = v
+			}
 		}
 		out = append(out, s)
 	}
@@ -555,7 +591,13 @@ func (o *options) runCheck(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	samples, err := readSamples(o.check, nic)
+	var links map[string]float64
+	if o.links != "" {
+		if links, err = readLinks(o.links); err != nil {
+			return err
+		}
+	}
+	samples, err := readSamples(o.check, nic, links)
 	if err != nil {
 		return err
 	}
