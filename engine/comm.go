@@ -63,7 +63,7 @@ type Comm struct {
 	evenHosts bool
 	rings     [][]int
 	model     *modelChoice // picks algorithms across hosts (nil on one host)
-	split     splitter // how to build sub-communicators
+	split     splitter     // how to build sub-communicators
 }
 
 // Request is a non-blocking operation in flight.

@@ -129,7 +129,9 @@ func newRingSetup(p Params) ringSetup {
 	return ringSetup{p: p, rings: rings, pos: positions(rings)}
 }
 
-func (rs ringSetup) ring(k, rank int) ring { return newRing(rs.rings[k], rs.pos[k][rank], rs.p.ElemSize) }
+func (rs ringSetup) ring(k, rank int) ring {
+	return newRing(rs.rings[k], rs.pos[k][rank], rs.p.ElemSize)
+}
 
 // RingAllReduce is the ring allreduce: reduce-scatter then allgather, 2(N-1)
 // steps, each rank sending 2·L·(N-1)/N bytes.
