@@ -1,0 +1,162 @@
+package redist
+
+import (
+	"fmt"
+
+	"github.com/gocoll/gocoll/engine"
+)
+
+// Place says which ranks of the communicator are the plan's senders and
+// receivers: sender i is rank src[i], receiver j rank dst[j] (nil: i and j
+// themselves). A rank may be both; its messages to itself are copies.
+func (p *Plan) Place(src, dst []int) error {
+	if src != nil && len(src) != p.Q || dst != nil && len(dst) != p.P {
+		return fmt.Errorf("redist: %d sender and %d receiver ranks for %d and %d processors", len(src), len(dst), p.Q, p.P)
+	}
+	p.srcRanks, p.dstRanks = src, dst
+	return nil
+}
+
+func (p *Plan) srcRank(i int) int {
+	if p.srcRanks != nil {
+		return p.srcRanks[i]
+	}
+	return i
+}
+
+func (p *Plan) dstRank(j int) int {
+	if p.dstRanks != nil {
+		return p.dstRanks[j]
+	}
+	return j
+}
+
+// Comm is what executing a plan needs of a communicator: its rank and
+// point-to-point messages (engine.Comm has them; so do virtual
+// communicators).
+type Comm interface {
+	Rank() int
+	Size() int
+	SendOp(buf []byte, count int, dt engine.DataType, peer int) engine.Op
+	RecvOp(buf []byte, count int, dt engine.DataType, peer int) engine.Op
+}
+
+// Redistribute runs the plan on c: src is this rank's buffer in the source
+// layout (the elements of every sender index this rank plays, in local
+// order; nil if it plays none), dst its buffer in the destination layout.
+// Step by step, each rank packs what it sends (strided elements become one
+// contiguous message), sends and receives its messages of the step, and
+// unpacks; every element moves exactly once. Every rank of c that takes
+// part must call it with the same plan.
+func Redistribute(c Comm, p *Plan, src, dst []byte, dt engine.DataType) error {
+	me := c.Rank()
+	es := dt.Size()
+	if es == 0 {
+		return fmt.Errorf("redist: %w: datatype %v", engine.ErrInvalidArgument, dt)
+	}
+	// This rank's roles and its runs.
+	sendRuns := map[int]map[int]runs{}
+	recvRuns := map[int]map[int]runs{}
+	for i := 0; i < p.Q; i++ {
+		if p.srcRank(i) == me {
+			sendRuns[i] = p.mover.sends(i)
+		}
+	}
+	for j := 0; j < p.P; j++ {
+		if p.dstRank(j) == me {
+			recvRuns[j] = p.mover.recvs(j)
+		}
+	}
+	check := func(name string, buf []byte, rs map[int]runs) error {
+		for _, r := range rs {
+			for _, x := range r {
+				if (x.off+x.n)*es > len(buf) {
+					return fmt.Errorf("redist: %w: the %s buffer of rank %d holds %d bytes, the layout needs %d", engine.ErrInvalidArgument, name, me, len(buf), (x.off+x.n)*es)
+				}
+			}
+		}
+		return nil
+	}
+	for _, rs := range sendRuns {
+		if err := check("source", src, rs); err != nil {
+			return err
+		}
+	}
+	for _, rs := range recvRuns {
+		if err := check("destination", dst, rs); err != nil {
+			return err
+		}
+	}
+	var bufs [][]byte
+	buffer := func(k, n int) []byte {
+		for len(bufs) <= k {
+			bufs = append(bufs, nil)
+		}
+		if cap(bufs[k]) < n {
+			bufs[k] = make([]byte, n)
+		}
+		return bufs[k][:n]
+	}
+	type pending struct {
+		req *engine.Request
+		buf []byte
+		rs  runs
+	}
+	for _, step := range p.Steps {
+		var reqs []pending
+		k := 0
+		for _, m := range step {
+			sender, receiver := p.srcRank(m.Src) == me, p.dstRank(m.Dst) == me
+			if !sender && !receiver {
+				continue
+			}
+			buf := buffer(k, m.Elems*es)
+			k++
+			if sender {
+				pack(buf, src, sendRuns[m.Src][m.Dst], es)
+				if receiver {
+					unpack(dst, buf, recvRuns[m.Dst][m.Src], es)
+					continue
+				}
+				req, err := c.SendOp(buf, m.Elems, dt, p.dstRank(m.Dst)).Start()
+				if err != nil {
+					return err
+				}
+				reqs = append(reqs, pending{req: req})
+				continue
+			}
+			req, err := c.RecvOp(buf, m.Elems, dt, p.srcRank(m.Src)).Start()
+			if err != nil {
+				return err
+			}
+			reqs = append(reqs, pending{req, buf, recvRuns[m.Dst][m.Src]})
+		}
+		// A failure fails the communicator, and with it the other
+		// requests: only internal buffers are still in use, so return.
+		for _, r := range reqs {
+			if err := r.req.Wait(); err != nil {
+				return err
+			}
+		}
+		for _, r := range reqs {
+			if r.buf != nil {
+				unpack(dst, r.buf, r.rs, es)
+			}
+		}
+	}
+	return nil
+}
+
+func pack(out, src []byte, rs runs, es int) {
+	k := 0
+	for _, r := range rs {
+		k += copy(out[k:], src[r.off*es:(r.off+r.n)*es])
+	}
+}
+
+func unpack(dst, in []byte, rs runs, es int) {
+	k := 0
+	for _, r := range rs {
+		k += copy(dst[r.off*es:(r.off+r.n)*es], in[k:])
+	}
+}
