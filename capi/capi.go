@@ -222,12 +222,19 @@ func capi_CommGetTopology(comm C.uintptr_t, buf *C.char, length C.size_t, needed
 	if err != nil {
 		return fail(name, nil, err)
 	}
-	if buf == nil && length != 0 {
-		return fail(name, cs, argErr("buf is NULL but len is %d", uint64(length)))
-	}
 	text, err := cs.c.Topology()
 	if err != nil {
 		return fail(name, cs, err)
+	}
+	return copyText(name, cs, text, buf, length, needed)
+}
+
+// copyText hands JSON text to C: *needed gets its size with the NUL (when
+// needed is not NULL); buf NULL with len 0 asks for the size only; text
+// that does not fit is an error (nothing is written to buf).
+func copyText(name string, cs *commState, text []byte, buf *C.char, length C.size_t, needed *C.size_t) C.int {
+	if buf == nil && length != 0 {
+		return fail(name, cs, argErr("buf is NULL but len is %d", uint64(length)))
 	}
 	if needed != nil {
 		*needed = C.size_t(len(text) + 1)
@@ -239,7 +246,7 @@ func capi_CommGetTopology(comm C.uintptr_t, buf *C.char, length C.size_t, needed
 		return resSuccess
 	}
 	if uint64(length) < uint64(len(text)+1) {
-		return fail(name, cs, argErr("buf holds %d bytes; the topology needs %d (with its NUL)", uint64(length), len(text)+1))
+		return fail(name, cs, argErr("buf holds %d bytes; the text needs %d (with its NUL)", uint64(length), len(text)+1))
 	}
 	out := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(text)+1)
 	copy(out, text)

@@ -280,3 +280,34 @@ gocollResult_t gocollTest(gocollRequest_t request, int* done) {
 gocollResult_t gocollWait(gocollRequest_t request) {
   return (gocollResult_t)capi_Wait(h(request));
 }
+
+// ---------------------------------------------------------------------------
+// Redistribution plans
+
+gocollResult_t gocollPlanCyclic(gocollPlan_t* plan, int srcProcs, int srcBlock, int dstProcs, int dstBlock,
+                                long srcA, long srcB, long dstA, long dstB, size_t n) {
+  return (gocollResult_t)capi_PlanCyclic((uintptr_t*)plan, srcProcs, srcBlock, dstProcs, dstBlock, srcA, srcB, dstA, dstB, n);
+}
+
+gocollResult_t gocollPlanMaps(gocollPlan_t* plan, const gocollMap_t* src, const gocollMap_t* dst) {
+  return (gocollResult_t)capi_PlanMaps((uintptr_t*)plan, (gocollMap_t*)src, (gocollMap_t*)dst);
+}
+
+gocollResult_t gocollPlanPlace(gocollPlan_t plan, const int* srcRanks, const int* dstRanks) {
+  return (gocollResult_t)capi_PlanPlace(h(plan), (int*)srcRanks, (int*)dstRanks);
+}
+
+gocollResult_t gocollPlanCounts(gocollPlan_t plan, int rank, size_t* srcCount, size_t* dstCount) {
+  return (gocollResult_t)capi_PlanCounts(h(plan), rank, srcCount, dstCount);
+}
+
+gocollResult_t gocollPlanGetJSON(gocollPlan_t plan, char* buf, size_t len, size_t* needed) {
+  return (gocollResult_t)capi_PlanGetJSON(h(plan), buf, len, needed);
+}
+
+gocollResult_t gocollRedistribute(gocollPlan_t plan, const void* src, void* dst, gocollDataType_t datatype,
+                                  gocollComm_t comm) {
+  return (gocollResult_t)capi_Redistribute(h(plan), (void*)src, dst, (int)datatype, h(comm));
+}
+
+gocollResult_t gocollPlanDestroy(gocollPlan_t plan) { return (gocollResult_t)capi_PlanDestroy(h(plan)); }

@@ -463,6 +463,89 @@ gocollResult_t gocollTest(gocollRequest_t request, int* done);
  * unknown), gocollInvalidUsage (request already freed). */
 gocollResult_t gocollWait(gocollRequest_t request);
 
+/* ---------------------------------------------------------------------------
+ * Redistribution: moving a distributed array from one layout to another
+ * (resharding, restoring a checkpoint of another job size) with a
+ * contention-free schedule: in each step no rank receives, and none sends,
+ * more than one message, and messages of similar length share a step.
+ *
+ * A plan is computed alike on every rank from the two layouts (nothing is
+ * exchanged), then run with gocollRedistribute. Processors are the
+ * layouts' own numbers; by default processor i is rank i of the
+ * communicator (gocollPlanPlace changes that). Each rank's buffer in a
+ * layout holds the elements its processor owns, its blocks (tiles) back to
+ * back in index order, each row-major; gocollPlanCounts says how many. */
+
+/* A redistribution plan (an opaque handle, never dereferenced). */
+typedef struct gocollPlan* gocollPlan_t;
+
+/* A 1-D block-cyclic redistribution with an affine loop, document 003's
+ * case: FORALL i in 0..n-1: A(dstA·i + dstB) = B(srcA·i + srcB), where B
+ * (the source) is block-cyclic(srcBlock) over srcProcs processors (element
+ * g on processor (g / srcBlock) mod srcProcs) and A (the destination)
+ * block-cyclic(dstBlock) over dstProcs. A plain redistribution is srcA =
+ * dstA = 1, srcB = dstB = 0. The arrays are as long as the loop reaches.
+ * Errors: gocollInvalidArgument (plan NULL; procs, blocks or a < 1, b < 0). */
+gocollResult_t gocollPlanCyclic(gocollPlan_t* plan, int srcProcs, int srcBlock, int dstProcs, int dstBlock,
+                                long srcA, long srcB, long dstA, long dstB, size_t n);
+
+/* How a regular layout gives its tiles (numbered row-major) to devices. */
+typedef enum { gocollMapBlocks = 0, gocollMapCyclic = 1 } gocollMapAssign_t;
+
+/* A resource map: an ndims-dimensional index space of extent[], cut into
+ * tiles of tile[] (0: the whole dimension; edge tiles may be smaller), the
+ * tiles given to devices in contiguous runs (gocollMapBlocks; weights[],
+ * one per device, make the runs proportional to device speeds; NULL:
+ * equal) or in turn (gocollMapCyclic). Block along dimension d: tile 1 in
+ * d, 0 elsewhere, blocks; block-cyclic(x) along d: tile x in d, 0
+ * elsewhere, cyclic. */
+typedef struct {
+  int ndims;               /* 1..8 */
+  const size_t* extent;    /* ndims entries */
+  const size_t* tile;      /* ndims entries */
+  int devices;
+  gocollMapAssign_t assign;
+  const double* weights;   /* gocollMapBlocks only; devices entries or NULL */
+} gocollMap_t;
+
+/* A redistribution between two maps of the same index space; its schedule
+ * has as few steps as the busiest processor has messages.
+ * Errors: gocollInvalidArgument (NULL arguments, a bad map, spaces that
+ * differ). */
+gocollResult_t gocollPlanMaps(gocollPlan_t* plan, const gocollMap_t* src, const gocollMap_t* dst);
+
+/* Places the plan's processors on ranks: source processor i on
+ * srcRanks[i], destination processor j on dstRanks[j] (arrays of the
+ * layouts' processor counts; NULL keeps i on rank i). A rank may be a
+ * source and a destination processor; its messages to itself are copies.
+ * Errors: gocollInvalidArgument (plan not valid, a rank twice in one array). */
+gocollResult_t gocollPlanPlace(gocollPlan_t plan, const int* srcRanks, const int* dstRanks);
+
+/* Stores how many elements rank holds in the source and in the destination
+ * layout: the sizes of the buffers it passes to gocollRedistribute.
+ * Errors: gocollInvalidArgument (plan not valid, a NULL pointer). */
+gocollResult_t gocollPlanCounts(gocollPlan_t plan, int rank, size_t* srcCount, size_t* dstCount);
+
+/* Writes the plan as NUL-terminated JSON into buf (as
+ * gocollCommGetTopology): {"from": the layouts, "q": senders, "p":
+ * receivers, "com": [[elements sender i sends receiver j]], "steps":
+ * [[{"src", "dst", "elems"}]], "method": "algorithm-1" | "algorithm-2" |
+ * …coloring, "lower_bound": steps no schedule can beat}. */
+gocollResult_t gocollPlanGetJSON(gocollPlan_t plan, char* buf, size_t len, size_t* needed);
+
+/* Runs the plan: every rank of comm that plays a processor calls it with
+ * the same plan; src holds this rank's elements in the source layout, dst
+ * receives its elements in the destination layout (NULL where the rank
+ * holds none); any datatype. Every element moves exactly once; strided
+ * elements are packed and unpacked only at the two ends.
+ * Errors: as the collectives (gocollInvalidArgument for a NULL buffer the
+ * rank needs or an invalid plan; gocollTimeout, gocollRemoteError…). */
+gocollResult_t gocollRedistribute(gocollPlan_t plan, const void* src, void* dst, gocollDataType_t datatype,
+                                  gocollComm_t comm);
+
+/* Frees a plan. Errors: gocollInvalidArgument (unknown), gocollInvalidUsage (freed). */
+gocollResult_t gocollPlanDestroy(gocollPlan_t plan);
+
 #ifdef __cplusplus
 }
 #endif

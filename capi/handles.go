@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/vppu/redist"
 )
 
 // Handles are integers: (serial << kindBits) | kind. C sees them as the
@@ -22,6 +23,7 @@ const (
 	kindMask    = 1<<kindBits - 1
 	kindComm    = 1
 	kindRequest = 2
+	kindPlan    = 3
 )
 
 // commState is a live communicator handle.
@@ -79,12 +81,42 @@ type handleTable struct {
 	comms  map[uintptr]*commState
 	reqs   map[uintptr]*reqState
 	allocs map[uintptr]alloc
+	plans  map[uintptr]*redist.Plan
 }
 
 var handles = &handleTable{
 	comms:  map[uintptr]*commState{},
 	reqs:   map[uintptr]*reqState{},
 	allocs: map[uintptr]alloc{},
+	plans:  map[uintptr]*redist.Plan{},
+}
+
+func (t *handleTable) addPlan(p *redist.Plan) uintptr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.newHandle(kindPlan)
+	t.plans[h] = p
+	return h
+}
+
+func (t *handleTable) plan(h uintptr) (*redist.Plan, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.plans[h]; ok {
+		return p, nil
+	}
+	return nil, t.classify(h, kindPlan, "plan")
+}
+
+func (t *handleTable) takePlan(h uintptr) (*redist.Plan, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.plans[h]
+	if !ok {
+		return nil, t.classify(h, kindPlan, "plan")
+	}
+	delete(t.plans, h)
+	return p, nil
 }
 
 func (t *handleTable) newHandle(kind uintptr) uintptr {
@@ -111,6 +143,9 @@ func (t *handleTable) classify(h uintptr, kind uintptr, what string) error {
 	case h>>kindBits <= t.serial[kind]:
 		if kind == kindComm {
 			return fmt.Errorf("%w: %s %#x was destroyed or aborted", engine.ErrDestroyed, what, h)
+		}
+		if kind == kindPlan {
+			return fmt.Errorf("%w: %s %#x was destroyed", engine.ErrInvalidUsage, what, h)
 		}
 		return fmt.Errorf("%w: %s %#x was already completed and freed (by gocollWait or a gocollTest that reported done)", engine.ErrInvalidUsage, what, h)
 	default:

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gocoll/gocoll/topology"
 )
 
 // DefaultTimeout bounds every blocking wait when Options.Timeout is zero.
@@ -26,6 +28,11 @@ type Options struct {
 	// Segments is q, the number of pipeline segments per halving-doubling
 	// round (GOCOLL_HD_SEGMENTS, default chosen by size).
 	Segments int
+	// NetBandwidth is what one host's network link carries, in bytes/s
+	// each way (GOCOLL_NET_BANDWIDTH, e.g. "250mbit" or "25gbit"): the cost
+	// model uses it to choose algorithms across hosts. Zero: unknown, and
+	// the model picks what is closest to the best at 1, 10 and 100 Gbit/s.
+	NetBandwidth float64
 	// SocketIfname picks the network interface for TCP (GOCOLL_SOCKET_IFNAME).
 	SocketIfname string
 	// Transport: "auto" (shared memory inside a host, TCP between hosts), or
@@ -100,6 +107,13 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 			}
 			*iv.dst = n
 		}
+	}
+	if v := getenv("GOCOLL_NET_BANDWIDTH"); v != "" {
+		bw, err := topology.ParseRate(v)
+		if err != nil {
+			return o, fmt.Errorf("%w: GOCOLL_NET_BANDWIDTH=%q: want a rate such as 250mbit, 10gbit or 1.25GB", ErrInvalidArgument, v)
+		}
+		o.NetBandwidth = bw
 	}
 	o.SocketIfname = getenv("GOCOLL_SOCKET_IFNAME")
 	switch t := strings.ToLower(getenv("GOCOLL_TRANSPORT")); t {

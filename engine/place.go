@@ -40,8 +40,20 @@ func (c *Comm) place(hosts [][]int, names []string) {
 	}
 	c.model = nil
 	if len(hosts) > 1 && c.size <= modelMaxRanks {
-		if g, err := topology.ForPlacement(hosts, topology.DefaultParams()); err == nil {
-			c.model = &modelChoice{m: cost.New(g), picks: map[modelKey]*algorithm{}}
+		rates := []float64{1e9 / 8, 10e9 / 8, 100e9 / 8}
+		if c.opts.NetBandwidth > 0 {
+			rates = []float64{c.opts.NetBandwidth}
+		}
+		mc := &modelChoice{picks: map[modelKey]*algorithm{}}
+		for _, bw := range rates {
+			p := topology.DefaultParams()
+			p.NICBandwidth = bw
+			if g, err := topology.ForPlacement(hosts, p); err == nil {
+				mc.models = append(mc.models, cost.New(g))
+			}
+		}
+		if len(mc.models) > 0 {
+			c.model = mc
 		}
 	}
 }
@@ -53,10 +65,14 @@ const modelMaxRanks = 256
 
 // modelChoice caches the model's pick per collective and size: every rank
 // computes the same prediction from the same placement, so they agree.
+// Where the network's bandwidth is not known (Options.NetBandwidth), it
+// predicts at several and picks the algorithm whose worst ratio to the
+// fastest is smallest: a choice that is never far from the best, whether
+// the hosts are joined by 1 or 100 Gbit/s.
 type modelChoice struct {
-	m     *cost.Model
-	mu    sync.Mutex
-	picks map[modelKey]*algorithm
+	models []*cost.Model
+	mu     sync.Mutex
+	picks  map[modelKey]*algorithm
 }
 
 type modelKey struct {
@@ -78,20 +94,40 @@ func (mc *modelChoice) pick(c *Comm, s shape, candidates []*algorithm) *algorith
 	case sched.AllGather, sched.ReduceScatter, sched.AllToAll:
 		count /= c.size
 	}
-	var best *algorithm
-	bestT := 0.0
+	// times[k][m]: candidate k's prediction under model m.
+	var ok []*algorithm
+	var times [][]float64
 	for _, a := range candidates {
 		sch, err := a.build(sched.Params{Coll: s.coll, N: c.size, ElemSize: 4, Count: max(count, 0),
 			Segments: c.opts.Segments, Radix: c.opts.BruckRadix, Rings: c.rings, Hosts: c.hosts})
 		if err != nil {
 			continue
 		}
-		p, err := mc.m.Predict(sch)
-		if err != nil {
-			continue
+		var ts []float64
+		for _, m := range mc.models {
+			p, err := m.Predict(sch)
+			if err != nil {
+				break
+			}
+			ts = append(ts, p.Seconds)
 		}
-		if best == nil || p.Seconds < bestT {
-			best, bestT = a, p.Seconds
+		if len(ts) == len(mc.models) {
+			ok, times = append(ok, a), append(times, ts)
+		}
+	}
+	var best *algorithm
+	bestRegret := 0.0
+	for k, a := range ok {
+		regret := 0.0
+		for m := range mc.models {
+			fastest := times[k][m]
+			for j := range ok {
+				fastest = min(fastest, times[j][m])
+			}
+			regret = max(regret, times[k][m]/fastest)
+		}
+		if best == nil || regret < bestRegret {
+			best, bestRegret = a, regret
 		}
 	}
 	if len(mc.picks) > 256 {

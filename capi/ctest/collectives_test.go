@@ -140,3 +140,20 @@ func TestInitFromEnvAfterSetenv(t *testing.T) {
 	}
 	checkOK(t, all.String(), n)
 }
+
+// TestRedistribute runs plans from gocoll.h across processes: the
+// block-cyclic case with an affine loop and two 2-D resource maps.
+func TestRedistribute(t *testing.T) {
+	port, err := harness.FreePortPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := harness.RunRanks(t, 3, 90*time.Second, func(r int) []string {
+		return harness.Env(harness.TorchrunEnv(r, 3, port)...)
+	}, bin["redist"], "env")
+	var all strings.Builder
+	for _, p := range procs {
+		all.WriteString(p.Stdout())
+	}
+	checkOK(t, all.String(), 3)
+}

@@ -58,7 +58,7 @@ func (g ring) n() int { return len(g.order) }
 // pauses per step at 250 Mbit/s otherwise). The reductions and their
 // order are the same.
 const (
-	ringSegTarget = 256 << 10
+	ringSegTarget = 64 << 10
 	ringMaxSeg    = 16
 )
 

@@ -13,8 +13,34 @@ func (p *Plan) Place(src, dst []int) error {
 	if src != nil && len(src) != p.Q || dst != nil && len(dst) != p.P {
 		return fmt.Errorf("redist: %d sender and %d receiver ranks for %d and %d processors", len(src), len(dst), p.Q, p.P)
 	}
+	for _, ranks := range [][]int{src, dst} {
+		seen := map[int]bool{}
+		for _, r := range ranks {
+			if r < 0 || seen[r] {
+				return fmt.Errorf("redist: ranks %v: each rank plays at most one sender and one receiver", ranks)
+			}
+			seen[r] = true
+		}
+	}
 	p.srcRanks, p.dstRanks = src, dst
 	return nil
+}
+
+// Counts is how many elements rank holds in the source layout and in the
+// destination layout: the lengths (in elements) of the buffers it passes to
+// Redistribute.
+func (p *Plan) Counts(rank int) (src, dst int) {
+	for i := 0; i < p.Q; i++ {
+		if p.srcRank(i) == rank {
+			src = p.mover.srcCount(i)
+		}
+	}
+	for j := 0; j < p.P; j++ {
+		if p.dstRank(j) == rank {
+			dst = p.mover.dstCount(j)
+		}
+	}
+	return src, dst
 }
 
 func (p *Plan) srcRank(i int) int {

@@ -29,7 +29,28 @@ func (r *runs) add(off, n int) {
 type mover interface {
 	sends(i int) map[int]runs
 	recvs(j int) map[int]runs
+	// srcCount and dstCount are how many elements sender i and receiver j
+	// hold in their local buffers.
+	srcCount(i int) int
+	dstCount(j int) int
 }
+
+func (m affineMover) srcCount(i int) int {
+	if m.a.N == 0 {
+		return 0
+	}
+	return m.a.Src.Count(i, m.a.SrcIndex.at(m.a.N-1)+1)
+}
+
+func (m affineMover) dstCount(j int) int {
+	if m.a.N == 0 {
+		return 0
+	}
+	return m.a.Dst.Count(j, m.a.DstIndex.at(m.a.N-1)+1)
+}
+
+func (m mapMover) srcCount(i int) int { return m.src.Count(i) }
+func (m mapMover) dstCount(j int) int { return m.dst.Count(j) }
 
 // affineMover walks a processor's own elements in increasing global index
 // (which, with a ≥ 1, is increasing loop index i, the message order).

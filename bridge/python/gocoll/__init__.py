@@ -29,7 +29,7 @@ GOCOLL_* settings (GOCOLL_TIMEOUT, GOCOLL_ALGO, …) are read from the process
 environment when a communicator or unique id is made.
 """
 
-from . import errors
+from . import errors, vppu
 from ._lib import LibraryNotFound, candidate_paths as library_candidates
 from ._lib import load as load_library
 from .comm import (Comm, DataType, MemBlock, ReduceOp, Work, get_unique_id, init, version)

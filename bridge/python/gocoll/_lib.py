@@ -22,6 +22,14 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _REPO_ROOT = os.path.normpath(os.path.join(_PKG_DIR, os.pardir, os.pardir, os.pardir))
 
 
+class Map(ctypes.Structure):
+    """gocollMap_t: a resource map's description."""
+
+    _fields_ = [("ndims", ctypes.c_int), ("extent", ctypes.POINTER(ctypes.c_size_t)),
+                ("tile", ctypes.POINTER(ctypes.c_size_t)), ("devices", ctypes.c_int),
+                ("assign", ctypes.c_int), ("weights", ctypes.POINTER(ctypes.c_double))]
+
+
 class UniqueId(ctypes.Structure):
     """gocollUniqueId: 128 opaque bytes, passed by value."""
 
@@ -83,6 +91,15 @@ SIGNATURES = {
     "gocollIBarrier": (Result, [Comm, p_void_p]),
     "gocollTest": (Result, [Request, p_int]),
     "gocollWait": (Result, [Request]),
+    # redistribution plans
+    "gocollPlanCyclic": (Result, [p_void_p, c_int, c_int, c_int, c_int, ctypes.c_long, ctypes.c_long,
+                                  ctypes.c_long, ctypes.c_long, c_size_t]),
+    "gocollPlanMaps": (Result, [p_void_p, ctypes.POINTER(Map), ctypes.POINTER(Map)]),
+    "gocollPlanPlace": (Result, [c_void_p, p_int, p_int]),
+    "gocollPlanCounts": (Result, [c_void_p, c_int, p_size_t, p_size_t]),
+    "gocollPlanGetJSON": (Result, [c_void_p, c_char_p, c_size_t, p_size_t]),
+    "gocollRedistribute": (Result, [c_void_p, c_void_p, c_void_p, DataType, Comm]),
+    "gocollPlanDestroy": (Result, [c_void_p]),
 }
 
 
