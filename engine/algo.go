@@ -76,6 +76,7 @@ var registry = []algorithm{
 	{sched.AllReduce, "rd", builder(sched.AllReduce, "rd"), always, func(s shape) bool { return s.bytes <= smallAllreduce }},
 	{sched.AllReduce, "ring", builder(sched.AllReduce, "ring"), always, func(s shape) bool { return s.bytes >= largeAllreduce && !s.pow2() }},
 	{sched.AllReduce, "hd", builder(sched.AllReduce, "hd"), always, always},
+	{sched.AllReduce, "dbtree", builder(sched.AllReduce, "dbtree"), always, never},
 
 	{sched.Reduce, "shm", nil, onlyShm, always},
 	{sched.Reduce, "tree", builder(sched.Reduce, "tree"), always, func(s shape) bool { return s.bytes <= smallAllreduce }},

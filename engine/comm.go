@@ -62,6 +62,7 @@ type Comm struct {
 	hostNames []string
 	evenHosts bool
 	rings     [][]int
+	trees     [][]int      // the double binary trees (dbtree)
 	model     *modelChoice // picks algorithms across hosts (nil on one host)
 	split     splitter     // how to build sub-communicators
 }

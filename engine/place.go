@@ -34,6 +34,8 @@ func (c *Comm) place(hosts [][]int, names []string) {
 			ring = append(ring, r)
 		}
 	}
+	t := topology.DoubleBinaryTree(c.size)
+	c.trees = [][]int{t[0], t[1]}
 	c.rings = nil
 	if !identity {
 		c.rings = [][]int{ring}
@@ -99,7 +101,7 @@ func (mc *modelChoice) pick(c *Comm, s shape, candidates []*algorithm) *algorith
 	var times [][]float64
 	for _, a := range candidates {
 		sch, err := a.build(sched.Params{Coll: s.coll, N: c.size, ElemSize: 4, Count: max(count, 0),
-			Segments: c.opts.Segments, Radix: c.opts.BruckRadix, Rings: c.rings, Hosts: c.hosts})
+			Segments: c.opts.Segments, Radix: c.opts.BruckRadix, Rings: c.rings, Hosts: c.hosts, Trees: c.trees})
 		if err != nil {
 			continue
 		}

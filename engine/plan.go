@@ -34,7 +34,7 @@ func (c *Comm) params(coll sched.Coll, dt DataType, count int, op RedOp, root in
 	return sched.Params{
 		Coll: coll, N: c.size, ElemSize: dt.Size(), Count: count, Root: root, Avg: op == Avg,
 		Segments: c.opts.Segments, Radix: c.opts.BruckRadix,
-		Rings: c.rings, Hosts: c.hosts,
+		Rings: c.rings, Hosts: c.hosts, Trees: c.trees,
 	}
 }
 

@@ -17,6 +17,7 @@ var catalog = []Entry{
 	{AllReduce, "hd", HDAllReduce, false},
 	{AllReduce, "rd", RDAllReduce, false},
 	{AllReduce, "hier", HierAllReduce, true},
+	{AllReduce, "dbtree", DBTreeAllReduce, false},
 	{Reduce, "tree", TreeReduce, false},
 	{Reduce, "hd", HDReduce, false},
 	// Message broadcasts close with an agreement round (Agreed): only the

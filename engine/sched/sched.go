@@ -336,6 +336,10 @@ type Params struct {
 	// hold the same number of ranks.
 	Rings [][]int
 	Hosts [][]int
+	// Trees are the two trees of the double binary tree allreduce, as
+	// parent arrays (-1 at the root; topology.DoubleBinaryTree makes
+	// NCCL's); nil: the builder's own pair.
+	Trees [][]int
 }
 
 // Builder makes the schedule of one algorithm.

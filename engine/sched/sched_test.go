@@ -374,3 +374,16 @@ func TestLargeScheduleIsCheap(t *testing.T) {
 		t.Fatalf("%d ops, want %d", ops, 4*4095)
 	}
 }
+
+// The double binary tree allreduce, with its own trees and with NCCL's
+// (as topology.DoubleBinaryTree makes them; written out here for 6 ranks
+// so that this package imports nothing).
+func TestDBTree(t *testing.T) {
+	for _, n := range rankCounts() {
+		for _, count := range []int{0, 1, 7, 300} {
+			simulate(t, DBTreeAllReduce, Params{Coll: AllReduce, N: n, ElemSize: 4, Count: count, Avg: count%2 == 1, SegBytes: 64})
+		}
+	}
+	nccl6 := [][]int{{-1, 2, 4, 2, 0, 4}, {1, 5, 3, 1, 3, -1}}
+	simulate(t, DBTreeAllReduce, Params{Coll: AllReduce, N: 6, ElemSize: 4, Count: 97, Trees: nccl6, SegBytes: 32})
+}

@@ -22,7 +22,9 @@ func (p *Plan) Place(src, dst []int) error {
 			seen[r] = true
 		}
 	}
-	p.srcRanks, p.dstRanks = src, dst
+	p.mu.Lock()
+	p.srcRanks, p.dstRanks, p.runs = src, dst, nil
+	p.mu.Unlock()
 	return nil
 }
 
@@ -81,18 +83,9 @@ func Redistribute(c Comm, p *Plan, src, dst []byte, dt engine.DataType) error {
 		return fmt.Errorf("redist: %w: datatype %v", engine.ErrInvalidArgument, dt)
 	}
 	// This rank's roles and its runs.
-	sendRuns := map[int]map[int]runs{}
-	recvRuns := map[int]map[int]runs{}
-	for i := 0; i < p.Q; i++ {
-		if p.srcRank(i) == me {
-			sendRuns[i] = p.mover.sends(i)
-		}
-	}
-	for j := 0; j < p.P; j++ {
-		if p.dstRank(j) == me {
-			recvRuns[j] = p.mover.recvs(j)
-		}
-	}
+	role := p.roles(me)
+	sendRuns := map[int]map[int]runs{role.i: role.sends}
+	recvRuns := map[int]map[int]runs{role.j: role.recvs}
 	check := func(name string, buf []byte, rs map[int]runs) error {
 		for _, r := range rs {
 			for _, x := range r {

@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
 )
 
 // Msg is one message of a step.
@@ -57,6 +58,43 @@ type Plan struct {
 	mover              mover
 	desc               any   // what the plan was made from, for JSON
 	srcRanks, dstRanks []int // see Place
+
+	mu   sync.Mutex
+	runs map[int]*rankRuns // per rank, built on its first run (see roles)
+}
+
+// rankRuns is what one rank packs and unpacks: as sender i, per receiver;
+// as receiver j, per sender (i or j -1 where it plays none).
+type rankRuns struct {
+	i, j  int
+	sends map[int]runs
+	recvs map[int]runs
+}
+
+// roles returns rank's runs, computed once per plan and placement: a
+// training job reshards the same tensors over and over.
+func (p *Plan) roles(rank int) *rankRuns {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.runs[rank]; ok {
+		return r
+	}
+	r := &rankRuns{i: -1, j: -1}
+	for i := 0; i < p.Q; i++ {
+		if p.srcRank(i) == rank {
+			r.i, r.sends = i, p.mover.sends(i)
+		}
+	}
+	for j := 0; j < p.P; j++ {
+		if p.dstRank(j) == rank {
+			r.j, r.recvs = j, p.mover.recvs(j)
+		}
+	}
+	if p.runs == nil {
+		p.runs = map[int]*rankRuns{}
+	}
+	p.runs[rank] = r
+	return r
 }
 
 // Elems is the number of elements the plan moves.

@@ -134,7 +134,39 @@ func TestColoringMeetsBound(t *testing.T) {
 
 // run executes a plan on n in-process ranks: rank r plays sender r and
 // receiver r; in[r] is its source buffer, the result its destination.
+// strategies are the ways a plan can be run: CSS steps, and the two
+// baselines of the benchmark.
+var strategies = map[string]func(c *engine.Comm, p *Plan, src, dst []byte, dt engine.DataType) error{
+	"css": func(c *engine.Comm, p *Plan, src, dst []byte, dt engine.DataType) error {
+		return Redistribute(c, p, src, dst, dt)
+	},
+	"alltoallv": func(c *engine.Comm, p *Plan, src, dst []byte, dt engine.DataType) error {
+		return RedistributeAllToAllv(c, p, src, dst, dt)
+	},
+	"naive": func(c *engine.Comm, p *Plan, src, dst []byte, dt engine.DataType) error {
+		return RedistributeNaive(c, p, src, dst, dt)
+	},
+}
+
 func execute(t *testing.T, p *Plan, n int, in [][]byte, dstLen func(r int) int, dt engine.DataType) [][]byte {
+	t.Helper()
+	var first [][]byte
+	for name, run := range strategies {
+		out := executeWith(t, run, p, n, in, dstLen, dt)
+		if first == nil {
+			first = out
+			continue
+		}
+		for r := range out {
+			if !reflect.DeepEqual(out[r], first[r]) {
+				t.Fatalf("%s leaves rank %d with other data than the others", name, r)
+			}
+		}
+	}
+	return first
+}
+
+func executeWith(t *testing.T, run func(c *engine.Comm, p *Plan, src, dst []byte, dt engine.DataType) error, p *Plan, n int, in [][]byte, dstLen func(r int) int, dt engine.DataType) [][]byte {
 	t.Helper()
 	comms, err := engine.NewLocalComms(n, engine.Options{Timeout: time.Minute})
 	if err != nil {
@@ -153,7 +185,7 @@ func execute(t *testing.T, p *Plan, n int, in [][]byte, dstLen func(r int) int, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = Redistribute(c, p, in[r], out[r], dt)
+			errs[r] = run(c, p, in[r], out[r], dt)
 		}()
 	}
 	wg.Wait()

@@ -48,11 +48,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 	dstIdx := fs.String("dst-index", "1,0", "a1,b1: the loop writes A(a1·i+b1)")
 	n := fs.Int("n", -1, "loop count (i = 0..n-1)")
 	asJSON := fs.Bool("json", false, "machine-readable output")
+	bench := fs.Bool("bench", false, "run the benchmark as one rank of a launched job (see build/redistbench)")
+	cases := fs.String("cases", "4:1>4:3,4:3>4:4,4:64>4:1,2:1>4:2,4:4096>2:1", "with -bench: layout pairs Q:y>P:x (source block-cyclic(y) on Q, destination block-cyclic(x) on P)")
+	sizes := fs.String("sizes", "8M,64M", "with -bench: array sizes in bytes (float32)")
+	rounds := fs.Int("rounds", 5, "with -bench: timed rounds")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *bench {
+		cs, err := parseCases(*cases)
+		var sz []int
+		if err == nil {
+			sz, err = parseSizes(*sizes)
+		}
+		if err == nil {
+			err = runBench(stdout, cs, sz, *rounds)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "gocoll-redist:", err)
+			return 1
+		}
+		return 0
 	}
 	a, err := parse(*src, *dst, *srcIdx, *dstIdx, *n)
 	if err == nil {
