@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gocoll/gocoll/engine/sched"
@@ -180,4 +181,15 @@ func (c *Comm) Topology() ([]byte, error) {
 		return nil, fmt.Errorf("gocoll: topology of rank %d: %w", c.rank, err)
 	}
 	return b, nil
+}
+
+// Hosts lists the ranks of each host of the communicator (ranks sharing
+// memory), hosts in order of their lowest rank: what
+// topology.ForPlacement needs to describe the communicator.
+func (c *Comm) Hosts() [][]int {
+	out := make([][]int, len(c.hosts))
+	for h, ranks := range c.hosts {
+		out[h] = slices.Clone(ranks)
+	}
+	return out
 }

@@ -1,0 +1,898 @@
+package vppu
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+
+	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/topology"
+)
+
+// Comm is a virtual communicator: M virtual devices with a logical
+// topology, placed on ranks of a parent communicator, one or several per
+// rank. A rank drives its local devices (Local, in increasing order)
+// together: a collective takes one buffer per local device, slot k for
+// device Local()[k].
+//
+// The results do not depend on the placement. Every reduction folds the M
+// contributions of an element in device order, ((x0 op x1) op x2) … op
+// x(M-1), on one rank, then sends the result to every device; Avg divides
+// that sum by M once. Two placements, or a migration, move bytes
+// differently but compute every element the same way.
+//
+// The collectives run over a sub-communicator of the ranks that host
+// devices (ranked by parent rank); Migrate is a collective of the whole
+// parent communicator.
+type Comm struct {
+	parent  *engine.Comm
+	logical Logical
+	alloc   func(dev int, name string, n int) ([]byte, error)
+
+	mu     sync.Mutex
+	place  Place
+	local  []int        // devices on this rank, increasing
+	hosts  []int        // parent ranks hosting devices, increasing = sub ranks
+	sub    *engine.Comm // nil when this rank hosts no device
+	bufs   map[int]map[string][]byte
+	last   *Request // calls run one after another, in call order
+	seq    uint64   // calls issued, for error messages
+	broken error    // set by a failed migration
+	closed bool
+}
+
+// ErrNoDevice is returned by a collective called on a rank that hosts no
+// virtual device (it should leave, or wait for a migration that gives it
+// some).
+var ErrNoDevice = errors.New("this rank hosts no virtual device")
+
+// New creates a virtual communicator of l.M devices on parent, device v on
+// parent rank place[v]. It is a collective over parent: every rank calls
+// it with the same l and place (checked).
+func New(parent *engine.Comm, l Logical, place Place) (*Comm, error) {
+	if parent == nil {
+		return nil, fmt.Errorf("vppu: %w: nil parent communicator", engine.ErrInvalidArgument)
+	}
+	if err := checkPlace(parent, l.M, place); err != nil {
+		return nil, err
+	}
+	c := &Comm{parent: parent, logical: l, bufs: map[int]map[string][]byte{}}
+	c.alloc = func(_ int, _ string, n int) ([]byte, error) { return make([]byte, n), nil }
+	if err := c.agree(l.String(), place); err != nil {
+		return nil, fmt.Errorf("vppu: create on rank %d: %w", parent.Rank(), err)
+	}
+	if err := c.remap(place); err != nil {
+		return nil, fmt.Errorf("vppu: create on rank %d: %w", parent.Rank(), err)
+	}
+	return c, nil
+}
+
+func checkPlace(parent *engine.Comm, m int, place Place) error {
+	if m < 1 || len(place) != m {
+		return fmt.Errorf("vppu: %w: placement of %d devices for %d virtual devices", engine.ErrInvalidArgument, len(place), m)
+	}
+	for v, r := range place {
+		if r < 0 || r >= parent.Size() {
+			return fmt.Errorf("vppu: %w: virtual device %d placed on rank %d of a %d-rank communicator", engine.ErrInvalidArgument, v, r, parent.Size())
+		}
+	}
+	return nil
+}
+
+// agree fails on every rank unless every rank passed the same layout: a
+// rank that thinks device 3 lives elsewhere would wait for messages
+// nobody sends.
+func (c *Comm) agree(logical string, place Place) error {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%v", logical, []int(place))
+	mine := binary.LittleEndian.AppendUint64(nil, h.Sum64())
+	all := make([]byte, 8*c.parent.Size())
+	if err := c.parent.AllGather(mine, all, 8, engine.Uint8); err != nil {
+		return err
+	}
+	for r := 0; r < c.parent.Size(); r++ {
+		if !slices.Equal(all[8*r:8*r+8], mine) {
+			return fmt.Errorf("%w: rank %d passed another topology or placement (this rank: %s on %v)", engine.ErrInvalidArgument, r, logical, place)
+		}
+	}
+	return nil
+}
+
+// remap makes place current: the sub-communicator of its hosting ranks
+// (a collective of the parent) and this rank's device list.
+func (c *Comm) remap(place Place) error {
+	me := c.parent.Rank()
+	var local, hosts []int
+	for v, r := range place {
+		if r == me {
+			local = append(local, v)
+		}
+		if !slices.Contains(hosts, r) {
+			hosts = append(hosts, r)
+		}
+	}
+	slices.Sort(hosts)
+	color := 0
+	if len(local) == 0 {
+		color = engine.SplitNoColor
+	}
+	sub, err := c.parent.Split(color, me)
+	if err != nil {
+		return err
+	}
+	if c.sub != nil {
+		c.sub.Destroy()
+	}
+	c.place, c.local, c.hosts, c.sub = slices.Clone(place), local, hosts, sub
+	for v := range c.bufs {
+		if place[v] != me {
+			delete(c.bufs, v)
+		}
+	}
+	return nil
+}
+
+// SetAlloc replaces how Migrate allocates the buffers of devices arriving
+// on this rank (default: Go memory). The C library uses it to hand out C
+// memory that callers may keep.
+func (c *Comm) SetAlloc(f func(dev int, name string, n int) ([]byte, error)) {
+	c.mu.Lock()
+	c.alloc = f
+	c.mu.Unlock()
+}
+
+// Logical is the virtual topology.
+func (c *Comm) Logical() Logical { return c.logical }
+
+// Size is the number of virtual devices.
+func (c *Comm) Size() int { return c.logical.M }
+
+// Parent is the communicator the devices are placed on.
+func (c *Comm) Parent() *engine.Comm { return c.parent }
+
+// Place is the current placement: device v on parent rank Place()[v].
+func (c *Comm) Place() Place {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.place)
+}
+
+// Local lists the devices on this rank, in increasing order: slot k of a
+// collective's buffers belongs to device Local()[k].
+func (c *Comm) Local() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.local)
+}
+
+// Tables are the routing tables of the current placement on the parent's
+// topology (topology.ForPlacement of its hosts: a link per rank to its
+// host's memory, a NIC per host).
+func (c *Comm) Tables() (Tables, error) {
+	g, err := topology.ForPlacement(c.parent.Hosts(), topology.DefaultParams())
+	if err != nil {
+		return Tables{}, err
+	}
+	return RoutingTables(c.logical, c.Place(), g)
+}
+
+// Register attaches buf to local device dev under name: Migrate moves it
+// with the device. Registering a name again replaces the buffer.
+func (c *Comm) Register(dev int, name string, buf []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Contains(c.local, dev) {
+		return fmt.Errorf("vppu: %w: register %q: device %d is not on rank %d", engine.ErrInvalidArgument, name, dev, c.parent.Rank())
+	}
+	if c.bufs[dev] == nil {
+		c.bufs[dev] = map[string][]byte{}
+	}
+	c.bufs[dev][name] = buf
+	return nil
+}
+
+// Buffer is the buffer registered as name with local device dev (after a
+// migration, the one the device brought).
+func (c *Comm) Buffer(dev int, name string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.bufs[dev][name]
+	return b, ok
+}
+
+// Buffers lists the names registered with local device dev, sorted.
+func (c *Comm) Buffers(dev int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var names []string
+	for n := range c.bufs[dev] {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Request is a virtual collective in flight.
+type Request struct {
+	done chan struct{}
+	err  error
+}
+
+// Wait blocks until the call finished and returns its error. The engine's
+// timeouts bound it.
+func (r *Request) Wait() error {
+	<-r.done
+	return r.err
+}
+
+// Test reports whether the call finished, and its error if it did.
+func (r *Request) Test() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+// start queues f behind the calls already issued: every rank issues the
+// same calls in the same order, and running them in that order keeps the
+// sub-communicator's calls matched.
+func (c *Comm) start(name string, f func(sub *engine.Comm, s state) error) (*Request, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("vppu: %s on rank %d: %w: communicator destroyed", name, c.parent.Rank(), engine.ErrInvalidArgument)
+	}
+	if c.broken != nil {
+		return nil, fmt.Errorf("vppu: %s on rank %d: unusable after a failed migration: %w", name, c.parent.Rank(), c.broken)
+	}
+	if len(c.local) == 0 {
+		return nil, fmt.Errorf("vppu: %s on rank %d: %w", name, c.parent.Rank(), ErrNoDevice)
+	}
+	c.seq++
+	seq := c.seq
+	s := state{place: c.place, local: c.local, hosts: c.hosts, m: c.logical.M, me: c.parent.Rank()}
+	sub := c.sub
+	prev := c.last
+	r := &Request{done: make(chan struct{})}
+	c.last = r
+	go func() {
+		if prev != nil {
+			<-prev.done
+		}
+		if err := f(sub, s); err != nil {
+			r.err = fmt.Errorf("vppu: %s #%d on rank %d (devices %v): %w", name, seq, s.me, s.local, err)
+		}
+		close(r.done)
+	}()
+	return r, nil
+}
+
+func (c *Comm) run(name string, f func(sub *engine.Comm, s state) error) error {
+	r, err := c.start(name, f)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// Migrate moves the virtual devices to the placement to (device v onto
+// parent rank to[v]): every buffer registered with a device that changes
+// rank is sent to its new rank, the routing tables follow, and the
+// collectives continue on the new ranks with the same results. It is a
+// collective over the parent communicator: every parent rank calls it with
+// the same placement, including ranks that host devices neither before nor
+// after. Ranks left without devices return normally and may Destroy. A
+// rank that fails or dies during the move makes every other rank's
+// Migrate fail (within the engine's timeout); the communicator is then
+// unusable.
+func (c *Comm) Migrate(to Place) (err error) {
+	if err := checkPlace(c.parent, c.logical.M, to); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.closed || c.broken != nil {
+		c.mu.Unlock()
+		return fmt.Errorf("vppu: migrate on rank %d: %w: communicator destroyed or broken", c.parent.Rank(), engine.ErrInvalidArgument)
+	}
+	prev := c.last
+	c.mu.Unlock()
+	if prev != nil {
+		prev.Wait() // its error went to its caller
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("vppu: migrate on rank %d: %w", c.parent.Rank(), err)
+			c.mu.Lock()
+			c.broken = err
+			c.mu.Unlock()
+		}
+	}()
+	if err := c.agree(c.logical.String(), to); err != nil {
+		return err
+	}
+	if err := c.move(to); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.remap(to)
+}
+
+// move sends the registered buffers of every device changing rank. First
+// every rank learns every device's buffer names and sizes (two all-gathers
+// over the parent), then each buffer travels in one message, in device
+// then name order on both sides.
+func (c *Comm) move(to Place) error {
+	me := c.parent.Rank()
+	c.mu.Lock()
+	from := c.place
+	var desc []byte
+	for _, v := range c.local {
+		if to[v] == me {
+			continue
+		}
+		for _, name := range sortedNames(c.bufs[v]) {
+			desc = binary.LittleEndian.AppendUint32(desc, uint32(v))
+			desc = binary.LittleEndian.AppendUint32(desc, uint32(len(name)))
+			desc = append(desc, name...)
+			desc = binary.LittleEndian.AppendUint64(desc, uint64(len(c.bufs[v][name])))
+		}
+	}
+	alloc := c.alloc
+	c.mu.Unlock()
+	n := c.parent.Size()
+	lens := make([]byte, 8*n)
+	if err := c.parent.AllGather(binary.LittleEndian.AppendUint64(nil, uint64(len(desc))), lens, 8, engine.Uint8); err != nil {
+		return err
+	}
+	width := 0
+	for r := range n {
+		width = max(width, int(binary.LittleEndian.Uint64(lens[8*r:])))
+	}
+	padded := make([]byte, width)
+	copy(padded, desc)
+	descs := make([]byte, width*n)
+	if err := c.parent.AllGather(padded, descs, width, engine.Uint8); err != nil {
+		return err
+	}
+	type moving struct {
+		dev      int
+		name     string
+		size     int
+		from, to int
+	}
+	var moves []moving
+	for r := range n {
+		d := descs[r*width : r*width+int(binary.LittleEndian.Uint64(lens[8*r:]))]
+		for len(d) > 0 {
+			if len(d) < 8 {
+				return fmt.Errorf("rank %d sent a damaged buffer list", r)
+			}
+			v, nl := int(binary.LittleEndian.Uint32(d)), int(binary.LittleEndian.Uint32(d[4:]))
+			if v >= len(to) || from[v] != r || len(d) < 16+nl {
+				return fmt.Errorf("rank %d sent a damaged buffer list", r)
+			}
+			name := string(d[8 : 8+nl])
+			size := int(binary.LittleEndian.Uint64(d[8+nl:]))
+			d = d[16+nl:]
+			moves = append(moves, moving{v, name, size, r, to[v]})
+		}
+	}
+	slices.SortFunc(moves, func(a, b moving) int {
+		if a.dev != b.dev {
+			return a.dev - b.dev
+		}
+		if a.name < b.name {
+			return -1
+		}
+		return 1
+	})
+	var reqs []*engine.Request
+	arrived := map[int]map[string][]byte{}
+	for _, m := range moves {
+		switch {
+		case m.from == me:
+			c.mu.Lock()
+			buf := c.bufs[m.dev][m.name]
+			c.mu.Unlock()
+			if m.size == 0 {
+				continue
+			}
+			r, err := c.parent.ISend(buf, m.size, engine.Uint8, m.to)
+			if err != nil {
+				return fmt.Errorf("device %d buffer %q to rank %d: %w", m.dev, m.name, m.to, err)
+			}
+			reqs = append(reqs, r)
+		case m.to == me:
+			buf, err := alloc(m.dev, m.name, m.size)
+			if err != nil || len(buf) != m.size {
+				return fmt.Errorf("device %d buffer %q: allocating %d bytes: %v", m.dev, m.name, m.size, err)
+			}
+			if arrived[m.dev] == nil {
+				arrived[m.dev] = map[string][]byte{}
+			}
+			arrived[m.dev][m.name] = buf
+			if m.size == 0 {
+				continue
+			}
+			r, err := c.parent.IRecv(buf, m.size, engine.Uint8, m.from)
+			if err != nil {
+				return fmt.Errorf("device %d buffer %q from rank %d: %w", m.dev, m.name, m.from, err)
+			}
+			reqs = append(reqs, r)
+		}
+	}
+	var errs []error
+	for _, r := range reqs {
+		if err := r.Wait(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	c.mu.Lock()
+	for v, bs := range arrived {
+		c.bufs[v] = bs
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func sortedNames(m map[string][]byte) []string {
+	var names []string
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Destroy waits for the calls in flight and frees the sub-communicator;
+// the parent stays. Registered buffers are the caller's.
+func (c *Comm) Destroy() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	last := c.last
+	c.mu.Unlock()
+	if last != nil {
+		last.Wait()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sub != nil {
+		err := c.sub.Destroy()
+		c.sub = nil
+		return err
+	}
+	return nil
+}
+
+// state is the placement a call was issued under (a migration may change
+// the communicator's while calls wait their turn).
+type state struct {
+	place []int
+	local []int
+	hosts []int // parent ranks = sub ranks by index
+	m, me int
+}
+
+func (s state) subRank(parentRank int) int {
+	i, _ := slices.BinarySearch(s.hosts, parentRank)
+	return i
+}
+
+// devs lists the devices on host i (a sub rank), increasing.
+func (s state) devs(i int) []int {
+	var out []int
+	for v, r := range s.place {
+		if r == s.hosts[i] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// checkBufs checks one buffer per local device, each at least n bytes.
+func (s state) checkBufs(name string, bufs [][]byte, n int) error {
+	if len(bufs) != len(s.local) {
+		return fmt.Errorf("%w: %d %s buffers for %d local devices", engine.ErrInvalidArgument, len(bufs), name, len(s.local))
+	}
+	for k, b := range bufs {
+		if len(b) < n {
+			return fmt.Errorf("%w: %s buffer of device %d holds %d bytes, needs %d", engine.ErrInvalidArgument, name, s.local[k], len(b), n)
+		}
+	}
+	return nil
+}
+
+func checkArgs(count int, dt engine.DataType, op engine.RedOp, reduce bool) error {
+	if count < 0 {
+		return fmt.Errorf("%w: count %d", engine.ErrInvalidArgument, count)
+	}
+	if !dt.Valid() {
+		return fmt.Errorf("%w: datatype %v", engine.ErrInvalidArgument, dt)
+	}
+	if reduce && !op.Valid() {
+		return fmt.Errorf("%w: reduction %v", engine.ErrInvalidArgument, op)
+	}
+	return nil
+}
+
+// exchange is one alltoallv of bytes over the hosting ranks: out[i] to sub
+// rank i, in[i] (its length known) from sub rank i.
+func exchange(sub *engine.Comm, out [][]byte, inLens []int) ([][]byte, error) {
+	n := sub.Size()
+	scount, sdisp, rcount, rdisp := make([]int, n), make([]int, n), make([]int, n), make([]int, n)
+	var send []byte
+	for i, b := range out {
+		sdisp[i], scount[i] = len(send), len(b)
+		send = append(send, b...)
+	}
+	total := 0
+	for i, l := range inLens {
+		rdisp[i], rcount[i] = total, l
+		total += l
+	}
+	recv := make([]byte, total)
+	if err := sub.AllToAllv(send, scount, sdisp, recv, rcount, rdisp, engine.Uint8); err != nil {
+		return nil, err
+	}
+	in := make([][]byte, n)
+	for i := range in {
+		in[i] = recv[rdisp[i] : rdisp[i]+rcount[i]]
+	}
+	return in, nil
+}
+
+// fold reduces pieces[0..M-1] (one per device, in device order) into dst:
+// the fixed order that makes results independent of the placement.
+func fold(dst []byte, pieces [][]byte, dt engine.DataType, op engine.RedOp) {
+	if len(pieces) == 1 {
+		copy(dst, pieces[0])
+	} else {
+		kernel.Reduce3(dst, pieces[0], pieces[1], dt, op)
+		for _, p := range pieces[2:] {
+			kernel.Reduce(dst, p, dt, op)
+		}
+	}
+	if op == engine.Avg {
+		kernel.DivideBy(dst, dt, len(pieces))
+	}
+}
+
+// AllReduce reduces count elements over the M devices into every device's
+// recv (send[k] and recv[k] belong to device Local()[k]; they may be the
+// same slice). The elements are cut into one block per hosting rank; each
+// block's M contributions meet on that rank and are folded in device
+// order; the results go back to every rank.
+func (c *Comm) AllReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp) error {
+	r, err := c.IAllReduce(send, recv, count, dt, op)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// IAllReduce is the non-blocking AllReduce. The buffers must stay
+// untouched until the request finishes.
+func (c *Comm) IAllReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp) (*Request, error) {
+	return c.start("allreduce", func(sub *engine.Comm, s state) error {
+		if err := checkArgs(count, dt, op, true); err != nil {
+			return err
+		}
+		es := dt.Size()
+		if err := s.checkBufs("send", send, count*es); err != nil {
+			return err
+		}
+		if err := s.checkBufs("recv", recv, count*es); err != nil {
+			return err
+		}
+		h := len(s.hosts)
+		block := func(i int) (int, int) { return i * count / h * es, (i + 1) * count / h * es }
+		me := s.subRank(s.me)
+		out := make([][]byte, h)
+		inLens := make([]int, h)
+		lo, hi := block(me)
+		for i := range h {
+			a, b := block(i)
+			for k := range s.local {
+				out[i] = append(out[i], send[k][a:b]...)
+			}
+			inLens[i] = len(s.devs(i)) * (hi - lo)
+		}
+		in, err := exchange(sub, out, inLens)
+		if err != nil {
+			return err
+		}
+		pieces := make([][]byte, s.m)
+		for i := range h {
+			for j, v := range s.devs(i) {
+				pieces[v] = in[i][j*(hi-lo) : (j+1)*(hi-lo)]
+			}
+		}
+		mine := make([]byte, hi-lo)
+		if hi > lo {
+			fold(mine, pieces, dt, op)
+		}
+		for i := range h {
+			out[i] = mine
+			a, b := block(i)
+			inLens[i] = b - a
+		}
+		in, err = exchange(sub, out, inLens)
+		if err != nil {
+			return err
+		}
+		for i := range h {
+			a, _ := block(i)
+			for k := range s.local {
+				copy(recv[k][a:], in[i])
+			}
+		}
+		return nil
+	})
+}
+
+// Reduce folds count elements over the M devices into recv of device root
+// only (recv of the other devices may be nil).
+func (c *Comm) Reduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp, root int) error {
+	r, err := c.IReduce(send, recv, count, dt, op, root)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// IReduce is the non-blocking Reduce.
+func (c *Comm) IReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp, root int) (*Request, error) {
+	return c.start("reduce", func(sub *engine.Comm, s state) error {
+		if err := checkArgs(count, dt, op, true); err != nil {
+			return err
+		}
+		if root < 0 || root >= s.m {
+			return fmt.Errorf("%w: root %d of %d virtual devices", engine.ErrInvalidArgument, root, s.m)
+		}
+		n := count * dt.Size()
+		if err := s.checkBufs("send", send, n); err != nil {
+			return err
+		}
+		h := len(s.hosts)
+		rootHost := s.subRank(s.place[root])
+		out, inLens := make([][]byte, h), make([]int, h)
+		for k := range s.local {
+			out[rootHost] = append(out[rootHost], send[k][:n]...)
+		}
+		if s.me == s.place[root] {
+			k := slices.Index(s.local, root)
+			if len(recv) != len(s.local) || len(recv[k]) < n {
+				return fmt.Errorf("%w: recv buffer of root device %d missing or shorter than %d bytes", engine.ErrInvalidArgument, root, n)
+			}
+			for i := range h {
+				inLens[i] = len(s.devs(i)) * n
+			}
+		}
+		in, err := exchange(sub, out, inLens)
+		if err != nil || s.me != s.place[root] {
+			return err
+		}
+		pieces := make([][]byte, s.m)
+		for i := range h {
+			for j, v := range s.devs(i) {
+				pieces[v] = in[i][j*n : (j+1)*n]
+			}
+		}
+		if n > 0 {
+			fold(recv[slices.Index(s.local, root)][:n], pieces, dt, op)
+		}
+		return nil
+	})
+}
+
+// Broadcast copies count elements of device root's send into every
+// device's recv (send of the other devices may be nil).
+func (c *Comm) Broadcast(send, recv [][]byte, count int, dt engine.DataType, root int) error {
+	r, err := c.IBroadcast(send, recv, count, dt, root)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// IBroadcast is the non-blocking Broadcast.
+func (c *Comm) IBroadcast(send, recv [][]byte, count int, dt engine.DataType, root int) (*Request, error) {
+	return c.start("broadcast", func(sub *engine.Comm, s state) error {
+		if err := checkArgs(count, dt, 0, false); err != nil {
+			return err
+		}
+		if root < 0 || root >= s.m {
+			return fmt.Errorf("%w: root %d of %d virtual devices", engine.ErrInvalidArgument, root, s.m)
+		}
+		n := count * dt.Size()
+		if err := s.checkBufs("recv", recv, n); err != nil {
+			return err
+		}
+		src := recv[0][:n]
+		if s.me == s.place[root] {
+			k := slices.Index(s.local, root)
+			if len(send) != len(s.local) || len(send[k]) < n {
+				return fmt.Errorf("%w: send buffer of root device %d missing or shorter than %d bytes", engine.ErrInvalidArgument, root, n)
+			}
+			src = send[k][:n]
+		}
+		if err := sub.Broadcast(src, recv[0][:n], count, dt, s.subRank(s.place[root])); err != nil {
+			return err
+		}
+		for k := 1; k < len(s.local); k++ {
+			copy(recv[k], recv[0][:n])
+		}
+		return nil
+	})
+}
+
+// AllGather concatenates every device's sendcount elements, device 0
+// first, into every device's recv (M·sendcount elements).
+func (c *Comm) AllGather(send, recv [][]byte, sendcount int, dt engine.DataType) error {
+	r, err := c.IAllGather(send, recv, sendcount, dt)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// IAllGather is the non-blocking AllGather.
+func (c *Comm) IAllGather(send, recv [][]byte, sendcount int, dt engine.DataType) (*Request, error) {
+	return c.start("allgather", func(sub *engine.Comm, s state) error {
+		if err := checkArgs(sendcount, dt, 0, false); err != nil {
+			return err
+		}
+		n := sendcount * dt.Size()
+		if err := s.checkBufs("send", send, n); err != nil {
+			return err
+		}
+		if err := s.checkBufs("recv", recv, s.m*n); err != nil {
+			return err
+		}
+		h := len(s.hosts)
+		var mine []byte
+		for k := range s.local {
+			mine = append(mine, send[k][:n]...)
+		}
+		out, inLens := make([][]byte, h), make([]int, h)
+		for i := range h {
+			out[i], inLens[i] = mine, len(s.devs(i))*n
+		}
+		in, err := exchange(sub, out, inLens)
+		if err != nil {
+			return err
+		}
+		for i := range h {
+			for j, v := range s.devs(i) {
+				copy(recv[0][v*n:], in[i][j*n:(j+1)*n])
+			}
+		}
+		for k := 1; k < len(s.local); k++ {
+			copy(recv[k], recv[0][:s.m*n])
+		}
+		return nil
+	})
+}
+
+// ReduceScatter folds the M devices' send (M·recvcount elements each) and
+// leaves block v of the result in device v's recv.
+func (c *Comm) ReduceScatter(send, recv [][]byte, recvcount int, dt engine.DataType, op engine.RedOp) error {
+	r, err := c.IReduceScatter(send, recv, recvcount, dt, op)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// IReduceScatter is the non-blocking ReduceScatter.
+func (c *Comm) IReduceScatter(send, recv [][]byte, recvcount int, dt engine.DataType, op engine.RedOp) (*Request, error) {
+	return c.start("reducescatter", func(sub *engine.Comm, s state) error {
+		if err := checkArgs(recvcount, dt, op, true); err != nil {
+			return err
+		}
+		n := recvcount * dt.Size()
+		if err := s.checkBufs("send", send, s.m*n); err != nil {
+			return err
+		}
+		if err := s.checkBufs("recv", recv, n); err != nil {
+			return err
+		}
+		h := len(s.hosts)
+		out, inLens := make([][]byte, h), make([]int, h)
+		for i := range h {
+			for _, w := range s.devs(i) {
+				for k := range s.local {
+					out[i] = append(out[i], send[k][w*n:(w+1)*n]...)
+				}
+			}
+			inLens[i] = len(s.devs(i)) * len(s.local) * n
+		}
+		in, err := exchange(sub, out, inLens)
+		if err != nil {
+			return err
+		}
+		pieces := make([][]byte, s.m)
+		for x := range s.local {
+			for i := range h {
+				d := s.devs(i)
+				for j, v := range d {
+					o := (x*len(d) + j) * n
+					pieces[v] = in[i][o : o+n]
+				}
+			}
+			if n > 0 {
+				fold(recv[x][:n], pieces, dt, op)
+			}
+		}
+		return nil
+	})
+}
+
+// AllToAll sends block w (count elements) of device v's send to device w,
+// which keeps it as block v of its recv.
+func (c *Comm) AllToAll(send, recv [][]byte, count int, dt engine.DataType) error {
+	r, err := c.IAllToAll(send, recv, count, dt)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// IAllToAll is the non-blocking AllToAll.
+func (c *Comm) IAllToAll(send, recv [][]byte, count int, dt engine.DataType) (*Request, error) {
+	return c.start("alltoall", func(sub *engine.Comm, s state) error {
+		if err := checkArgs(count, dt, 0, false); err != nil {
+			return err
+		}
+		n := count * dt.Size()
+		if err := s.checkBufs("send", send, s.m*n); err != nil {
+			return err
+		}
+		if err := s.checkBufs("recv", recv, s.m*n); err != nil {
+			return err
+		}
+		h := len(s.hosts)
+		out, inLens := make([][]byte, h), make([]int, h)
+		for i := range h {
+			for _, w := range s.devs(i) {
+				for k := range s.local {
+					out[i] = append(out[i], send[k][w*n:(w+1)*n]...)
+				}
+			}
+			inLens[i] = len(s.devs(i)) * len(s.local) * n
+		}
+		in, err := exchange(sub, out, inLens)
+		if err != nil {
+			return err
+		}
+		for x := range s.local {
+			for i := range h {
+				d := s.devs(i)
+				for j, v := range d {
+					o := (x*len(d) + j) * n
+					copy(recv[x][v*n:(v+1)*n], in[i][o:o+n])
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// Barrier returns once every device has entered it.
+func (c *Comm) Barrier() error {
+	return c.run("barrier", func(sub *engine.Comm, _ state) error { return sub.Barrier() })
+}

@@ -1,0 +1,376 @@
+package vppu
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/engine"
+)
+
+// onRanks runs f on every rank of n in-process ranks and returns their
+// errors.
+func onRanks(t *testing.T, n int, f func(c *engine.Comm) error) []error {
+	t.Helper()
+	comms, err := engine.NewLocalComms(n, engine.Options{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Go(func() { errs[r] = f(c) })
+	}
+	wg.Wait()
+	for _, c := range comms {
+		c.Destroy()
+	}
+	return errs
+}
+
+func noErrors(t *testing.T, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// contribution is device v's data for a call: random float32 values, so a
+// change of summation order changes bits.
+func contribution(seed, v, count int) []byte {
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(v)))
+	b := make([]byte, 4*count)
+	for i := range count {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(rng.NormFloat64())*float32(1+v)))
+	}
+	return b
+}
+
+// foldRef is the documented order, written out plainly: device 0 first.
+func foldRef(xs [][]byte) []byte {
+	out := make([]byte, len(xs[0]))
+	for i := 0; i < len(out); i += 4 {
+		acc := math.Float32frombits(binary.LittleEndian.Uint32(xs[0][i:]))
+		for _, x := range xs[1:] {
+			acc += math.Float32frombits(binary.LittleEndian.Uint32(x[i:]))
+		}
+		binary.LittleEndian.PutUint32(out[i:], math.Float32bits(acc))
+	}
+	return out
+}
+
+// results runs every collective on m virtual devices placed by place over
+// n ranks and returns, per device, what each collective left in its recv.
+func results(t *testing.T, m, n int, place Place) map[string][][]byte {
+	t.Helper()
+	const count = 37 // not a multiple of anything
+	out := map[string][][]byte{}
+	var mu sync.Mutex
+	put := func(name string, v int, b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		if out[name] == nil {
+			out[name] = make([][]byte, m)
+		}
+		out[name][v] = bytes.Clone(b)
+	}
+	l, err := ParseLogical("ring", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErrors(t, onRanks(t, n, func(pc *engine.Comm) error {
+		c, err := New(pc, l, place)
+		if err != nil {
+			return err
+		}
+		defer c.Destroy()
+		local := c.Local()
+		bufs := func(size int, fill func(v int) []byte) [][]byte {
+			bs := make([][]byte, len(local))
+			for k, v := range local {
+				bs[k] = make([]byte, size)
+				if fill != nil {
+					copy(bs[k], fill(v))
+				}
+			}
+			return bs
+		}
+		if len(local) == 0 {
+			return nil
+		}
+		send := bufs(4*count, func(v int) []byte { return contribution(1, v, count) })
+		recv := bufs(4*count, nil)
+		if err := c.AllReduce(send, recv, count, engine.Float32, engine.Sum); err != nil {
+			return err
+		}
+		for k, v := range local {
+			put("allreduce", v, recv[k])
+		}
+		// In place, and non-blocking.
+		inplace := bufs(4*count, func(v int) []byte { return contribution(1, v, count) })
+		r, err := c.IAllReduce(inplace, inplace, count, engine.Float32, engine.Avg)
+		if err != nil {
+			return err
+		}
+		if err := r.Wait(); err != nil {
+			return err
+		}
+		for k, v := range local {
+			put("allreduce-avg", v, inplace[k])
+		}
+		root := m - 1
+		red := bufs(4*count, nil)
+		if err := c.Reduce(send, red, count, engine.Float32, engine.Sum, root); err != nil {
+			return err
+		}
+		for k, v := range local {
+			if v == root {
+				put("reduce", v, red[k])
+			}
+		}
+		bc := bufs(4*count, nil)
+		if err := c.Broadcast(send, bc, count, engine.Float32, m/2); err != nil {
+			return err
+		}
+		for k, v := range local {
+			put("broadcast", v, bc[k])
+		}
+		ag := bufs(4*count*m, nil)
+		if err := c.AllGather(send, ag, count, engine.Float32); err != nil {
+			return err
+		}
+		for k, v := range local {
+			put("allgather", v, ag[k])
+		}
+		big := bufs(4*count*m, func(v int) []byte { return contribution(2, v, count*m) })
+		rs := bufs(4*count, nil)
+		if err := c.ReduceScatter(big, rs, count, engine.Float32, engine.Sum); err != nil {
+			return err
+		}
+		for k, v := range local {
+			put("reducescatter", v, rs[k])
+		}
+		a2a := bufs(4*count*m, nil)
+		if err := c.AllToAll(big, a2a, count, engine.Float32); err != nil {
+			return err
+		}
+		for k, v := range local {
+			put("alltoall", v, a2a[k])
+		}
+		return c.Barrier()
+	}))
+	return out
+}
+
+// reference computes what every collective must give, from the
+// contributions, the documented fold order and plain loops.
+func reference(m int) map[string][][]byte {
+	const count = 37
+	out := map[string][][]byte{}
+	var xs, bigs [][]byte
+	for v := range m {
+		xs = append(xs, contribution(1, v, count))
+		bigs = append(bigs, contribution(2, v, count*m))
+	}
+	sum := foldRef(xs)
+	avg := bytes.Clone(sum)
+	for i := 0; i < len(avg); i += 4 {
+		f := math.Float32frombits(binary.LittleEndian.Uint32(avg[i:]))
+		binary.LittleEndian.PutUint32(avg[i:], math.Float32bits(f/float32(m)))
+	}
+	var gathered []byte
+	for _, x := range xs {
+		gathered = append(gathered, x...)
+	}
+	for _, name := range []string{"allreduce", "allreduce-avg", "reduce", "broadcast", "allgather", "reducescatter", "alltoall"} {
+		out[name] = make([][]byte, m)
+	}
+	for v := range m {
+		out["allreduce"][v] = sum
+		out["allreduce-avg"][v] = avg
+		out["broadcast"][v] = xs[m/2]
+		out["allgather"][v] = gathered
+		var blocks [][]byte
+		var a2a []byte
+		for w := range m {
+			blocks = append(blocks, bigs[w][4*count*v:4*count*(v+1)])
+			a2a = append(a2a, bigs[w][4*count*v:4*count*(v+1)]...)
+		}
+		out["reducescatter"][v] = foldRef(blocks)
+		out["alltoall"][v] = a2a
+	}
+	out["reduce"][m-1] = sum
+	return out
+}
+
+// Every collective at M = 1..9 virtual devices over 1..M ranks, placed in
+// blocks and cyclically: each device's result equals the reference bit for
+// bit, so all placements agree with each other.
+func TestPlacementIndependence(t *testing.T) {
+	for m := 1; m <= 9; m++ {
+		want := reference(m)
+		for n := 1; n <= m; n++ {
+			for _, place := range []Place{Block(m, n), CyclicPlace(m, n)} {
+				got := results(t, m, n, place)
+				for name, devs := range want {
+					for v, w := range devs {
+						if w != nil && !bytes.Equal(got[name][v], w) {
+							t.Fatalf("M=%d on %d ranks placed %v: %s of device %d differs from the reference", m, n, place, name, v)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Ranks the placement leaves out still create the communicator (it is a
+// collective of the parent) and are told, clearly, that they host nothing.
+func TestUnplacedRanks(t *testing.T) {
+	l, _ := ParseLogical("full", 3)
+	errs := onRanks(t, 4, func(pc *engine.Comm) error {
+		c, err := New(pc, l, Place{0, 0, 2})
+		if err != nil {
+			return err
+		}
+		defer c.Destroy()
+		send := make([][]byte, len(c.Local()))
+		for k := range send {
+			send[k] = make([]byte, 8)
+		}
+		err = c.AllReduce(send, send, 2, engine.Float32, engine.Sum)
+		if pc.Rank() == 1 || pc.Rank() == 3 {
+			if !errors.Is(err, ErrNoDevice) {
+				return fmt.Errorf("unplaced rank: got %v, want ErrNoDevice", err)
+			}
+			return nil
+		}
+		return err
+	})
+	noErrors(t, errs)
+}
+
+// Bad input: a placement the ranks disagree on fails on every rank; a
+// wrong number of buffers, short buffers or a bad root are argument
+// errors, and the communicator keeps working after them.
+func TestBadInput(t *testing.T) {
+	l, _ := ParseLogical("ring", 4)
+	errs := onRanks(t, 2, func(pc *engine.Comm) error {
+		place := Block(4, 2)
+		if pc.Rank() == 1 {
+			place = CyclicPlace(4, 2)
+		}
+		if _, err := New(pc, l, place); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("disagreeing placements: got %v", err)
+		}
+		if _, err := New(pc, l, Place{0, 1, 2, 0}); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("rank out of range: got %v", err)
+		}
+		c, err := New(pc, l, Block(4, 2))
+		if err != nil {
+			return err
+		}
+		defer c.Destroy()
+		two := [][]byte{make([]byte, 16), make([]byte, 16)}
+		if err := c.AllReduce(two[:1], two[:1], 4, engine.Float32, engine.Sum); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("one buffer for two devices: got %v", err)
+		}
+		if err := c.AllReduce(two, two, 5, engine.Float32, engine.Sum); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("short buffers: got %v", err)
+		}
+		if err := c.Broadcast(two, two, 4, engine.Float32, 9); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("bad root: got %v", err)
+		}
+		if err := c.Register(7, "w", nil); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("register on a foreign device: got %v", err)
+		}
+		return c.AllReduce(two, two, 4, engine.Float32, engine.Sum)
+	})
+	noErrors(t, errs)
+}
+
+// Migration in one process: 8 devices on 4 ranks move to ranks {1, 3};
+// their registered buffers arrive, the others leave, and an allreduce
+// after the move gives the bits it gave before.
+func TestMigrateInProcess(t *testing.T) {
+	const m, count = 8, 1000
+	l, _ := ParseLogical("torus:2x4", m)
+	to := Place{1, 1, 1, 1, 3, 3, 3, 3}
+	errs := onRanks(t, 4, func(pc *engine.Comm) error {
+		c, err := New(pc, l, Block(m, 4))
+		if err != nil {
+			return err
+		}
+		defer c.Destroy()
+		allreduce := func() ([][]byte, error) {
+			var bufs [][]byte
+			for _, v := range c.Local() {
+				b, ok := c.Buffer(v, "grad")
+				if !ok {
+					return nil, fmt.Errorf("device %d has no grad buffer", v)
+				}
+				bufs = append(bufs, b)
+			}
+			out := make([][]byte, len(bufs))
+			for k := range out {
+				out[k] = make([]byte, 4*count)
+			}
+			return out, c.AllReduce(bufs, out, count, engine.Float32, engine.Sum)
+		}
+		for _, v := range c.Local() {
+			if err := c.Register(v, "grad", contribution(3, v, count)); err != nil {
+				return err
+			}
+			if err := c.Register(v, "empty", nil); err != nil {
+				return err
+			}
+		}
+		before, err := allreduce()
+		if err != nil {
+			return err
+		}
+		if err := c.Migrate(to); err != nil {
+			return err
+		}
+		if pc.Rank() == 0 || pc.Rank() == 2 {
+			if len(c.Local()) != 0 {
+				return fmt.Errorf("rank %d still hosts %v", pc.Rank(), c.Local())
+			}
+			return nil
+		}
+		for _, v := range c.Local() {
+			if b, _ := c.Buffer(v, "grad"); !bytes.Equal(b, contribution(3, v, count)) {
+				return fmt.Errorf("device %d: grad buffer damaged by the move", v)
+			}
+			if names := c.Buffers(v); len(names) != 2 {
+				return fmt.Errorf("device %d arrived with buffers %v", v, names)
+			}
+		}
+		after, err := allreduce()
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(after[0], before[0]) {
+			return fmt.Errorf("allreduce after migration differs from before")
+		}
+		tb, err := c.Tables()
+		if err != nil {
+			return err
+		}
+		for _, e := range tb.Physical {
+			if e.Ranks[0] != to[e.From] || e.Ranks[1] != to[e.To] {
+				return fmt.Errorf("routing table not regenerated: %+v", e)
+			}
+		}
+		return nil
+	})
+	noErrors(t, errs)
+}
