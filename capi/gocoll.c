@@ -311,3 +311,101 @@ gocollResult_t gocollRedistribute(gocollPlan_t plan, const void* src, void* dst,
 }
 
 gocollResult_t gocollPlanDestroy(gocollPlan_t plan) { return (gocollResult_t)capi_PlanDestroy(h(plan)); }
+
+// ---------------------------------------------------------------------------
+// Virtual devices
+
+gocollResult_t gocollVCommCreate(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev,
+                                 const int* place) {
+  return (gocollResult_t)capi_VCommCreate((uintptr_t*)vcomm, h(comm), (char*)topology, ndev, (int*)place);
+}
+
+gocollResult_t gocollVCommLocal(gocollVComm_t vcomm, int* devices, int max, int* n) {
+  return (gocollResult_t)capi_VCommLocal(h(vcomm), devices, max, n);
+}
+
+gocollResult_t gocollVCommDeviceRank(gocollVComm_t vcomm, int dev, int* rank) {
+  return (gocollResult_t)capi_VCommDeviceRank(h(vcomm), dev, rank);
+}
+
+gocollResult_t gocollVCommGetTables(gocollVComm_t vcomm, char* buf, size_t len, size_t* needed) {
+  return (gocollResult_t)capi_VCommGetTables(h(vcomm), buf, len, needed);
+}
+
+gocollResult_t gocollVCommRegister(gocollVComm_t vcomm, int dev, const char* name, void* buf, size_t size) {
+  return (gocollResult_t)capi_VCommRegister(h(vcomm), dev, (char*)name, buf, size);
+}
+
+gocollResult_t gocollVCommGetBuffer(gocollVComm_t vcomm, int dev, const char* name, void** buf, size_t* size) {
+  return (gocollResult_t)capi_VCommGetBuffer(h(vcomm), dev, (char*)name, buf, size);
+}
+
+gocollResult_t gocollVCommMigrate(gocollVComm_t vcomm, const int* place) {
+  return (gocollResult_t)capi_VCommMigrate(h(vcomm), (int*)place);
+}
+
+gocollResult_t gocollVCommDestroy(gocollVComm_t vcomm) { return (gocollResult_t)capi_VCommDestroy(h(vcomm)); }
+
+#define VBUFS(s, r) (void*)(s), (void*)(r)
+
+gocollResult_t gocollVAllReduce(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                                gocollRedOp_t op, gocollVComm_t vc) {
+  return (gocollResult_t)capi_VAllReduce(VBUFS(s, r), count, (int)dt, (int)op, h(vc), 0, NULL);
+}
+
+gocollResult_t gocollVIAllReduce(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                                 gocollRedOp_t op, gocollVComm_t vc, gocollRequest_t* req) {
+  return (gocollResult_t)capi_VAllReduce(VBUFS(s, r), count, (int)dt, (int)op, h(vc), 1, (uintptr_t*)req);
+}
+
+gocollResult_t gocollVReduce(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                             gocollRedOp_t op, int root, gocollVComm_t vc) {
+  return (gocollResult_t)capi_VReduce(VBUFS(s, r), count, (int)dt, (int)op, root, h(vc), 0, NULL);
+}
+
+gocollResult_t gocollVIReduce(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                              gocollRedOp_t op, int root, gocollVComm_t vc, gocollRequest_t* req) {
+  return (gocollResult_t)capi_VReduce(VBUFS(s, r), count, (int)dt, (int)op, root, h(vc), 1, (uintptr_t*)req);
+}
+
+gocollResult_t gocollVBroadcast(const void* const* s, void* const* r, size_t count, gocollDataType_t dt, int root,
+                                gocollVComm_t vc) {
+  return (gocollResult_t)capi_VBroadcast(VBUFS(s, r), count, (int)dt, root, h(vc), 0, NULL);
+}
+
+gocollResult_t gocollVIBroadcast(const void* const* s, void* const* r, size_t count, gocollDataType_t dt, int root,
+                                 gocollVComm_t vc, gocollRequest_t* req) {
+  return (gocollResult_t)capi_VBroadcast(VBUFS(s, r), count, (int)dt, root, h(vc), 1, (uintptr_t*)req);
+}
+
+gocollResult_t gocollVAllGather(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                                gocollVComm_t vc) {
+  return (gocollResult_t)capi_VAllGather(VBUFS(s, r), count, (int)dt, h(vc), 0, NULL);
+}
+
+gocollResult_t gocollVIAllGather(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                                 gocollVComm_t vc, gocollRequest_t* req) {
+  return (gocollResult_t)capi_VAllGather(VBUFS(s, r), count, (int)dt, h(vc), 1, (uintptr_t*)req);
+}
+
+gocollResult_t gocollVReduceScatter(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                                    gocollRedOp_t op, gocollVComm_t vc) {
+  return (gocollResult_t)capi_VReduceScatter(VBUFS(s, r), count, (int)dt, (int)op, h(vc), 0, NULL);
+}
+
+gocollResult_t gocollVIReduceScatter(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                                     gocollRedOp_t op, gocollVComm_t vc, gocollRequest_t* req) {
+  return (gocollResult_t)capi_VReduceScatter(VBUFS(s, r), count, (int)dt, (int)op, h(vc), 1, (uintptr_t*)req);
+}
+
+gocollResult_t gocollVAllToAll(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                               gocollVComm_t vc) {
+  return (gocollResult_t)capi_VAllToAll(VBUFS(s, r), count, (int)dt, h(vc), 0, NULL);
+}
+
+gocollResult_t gocollVIAllToAll(const void* const* s, void* const* r, size_t count, gocollDataType_t dt,
+                                gocollVComm_t vc, gocollRequest_t* req) {
+  return (gocollResult_t)capi_VAllToAll(VBUFS(s, r), count, (int)dt, h(vc), 1, (uintptr_t*)req);
+}
+
+gocollResult_t gocollVBarrier(gocollVComm_t vc) { return (gocollResult_t)capi_VBarrier(h(vc)); }

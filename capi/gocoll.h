@@ -546,6 +546,119 @@ gocollResult_t gocollRedistribute(gocollPlan_t plan, const void* src, void* dst,
 /* Frees a plan. Errors: gocollInvalidArgument (unknown), gocollInvalidUsage (freed). */
 gocollResult_t gocollPlanDestroy(gocollPlan_t plan);
 
+/* ---------------------------------------------------------------------------
+ * Virtual devices (document 004): a job written against M virtual devices
+ * with a logical topology, placed on the ranks of a communicator, one or
+ * several per rank, and moved to other ranks (with their buffers) by a
+ * migration while the job runs.
+ *
+ * A rank drives the devices it hosts together: every virtual collective
+ * takes an array of buffer pointers with one entry per local device, entry
+ * k for the k-th device gocollVCommLocal lists (devices in increasing
+ * order). Results do not depend on the placement, to the bit: every
+ * reduction folds the M contributions of an element in device order,
+ * ((x0 op x1) op x2) ... op x(M-1), and gocollAvg divides that sum by M
+ * once. A job on 8 virtual devices gives the same bits on 8, 4 or 2
+ * processes, and before and after a migration.
+ *
+ * The virtual collectives are collectives of the ranks hosting devices;
+ * creation and migration are collectives of the whole communicator. Calls
+ * on a rank that hosts no device fail with gocollInvalidArgument. Errors
+ * are recorded on the parent communicator (gocollGetLastError(comm)). */
+
+/* A virtual communicator (an opaque handle, never dereferenced). */
+typedef struct gocollVComm* gocollVComm_t;
+
+/* Creates ndev virtual devices with the logical topology topology ("ring",
+ * "mesh:AxB", "torus:AxB", "tree" or "full"; A·B = ndev) on comm: device v
+ * on rank place[v] (ndev entries; NULL: in blocks over all ranks, block
+ * sizes differing by at most one). Every rank of comm calls it with the
+ * same arguments (checked: a difference fails on every rank).
+ * Errors: gocollInvalidArgument (NULL, bad topology, a rank out of range,
+ * ranks that disagree), and those of a collective. */
+gocollResult_t gocollVCommCreate(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev,
+                                 const int* place);
+
+/* Stores the devices this rank hosts, in increasing order, into
+ * devices[0..*n) (room for max entries); *n is set even when max is too
+ * small (then gocollInvalidArgument). */
+gocollResult_t gocollVCommLocal(gocollVComm_t vcomm, int* devices, int max, int* n);
+
+/* Stores the rank of comm that hosts device dev now. */
+gocollResult_t gocollVCommDeviceRank(gocollVComm_t vcomm, int dev, int* rank);
+
+/* Writes, as NUL-terminated JSON into buf (as gocollCommGetTopology), the
+ * topology, the placement, this rank's devices and the three routing
+ * tables of the current placement on the communicator's topology:
+ * {"topology", "place": [rank per device], "local": [devices],
+ * "tables": {"virtual": [[neighbour devices] per device],
+ * "physical": [{"from", "to", "ranks": [r, r], "link": link id, or null
+ * when both devices share a rank}], "in_use": [link ids], "free": [link
+ * ids]}}. */
+gocollResult_t gocollVCommGetTables(gocollVComm_t vcomm, char* buf, size_t len, size_t* needed);
+
+/* Registers size bytes at buf with local device dev under name: a
+ * migration moves them with the device. The memory stays the caller's;
+ * registering a name again replaces it. */
+gocollResult_t gocollVCommRegister(gocollVComm_t vcomm, int dev, const char* name, void* buf, size_t size);
+
+/* Stores the buffer registered as name with local device dev: the
+ * caller's own, or, for a device that arrived in a migration, memory the
+ * library allocated, valid until the device leaves this rank or
+ * gocollVCommDestroy. */
+gocollResult_t gocollVCommGetBuffer(gocollVComm_t vcomm, int dev, const char* name, void** buf, size_t* size);
+
+/* Moves the devices: device v to rank place[v] (NULL: blocks over all
+ * ranks). Every buffer registered with a device that changes rank is sent
+ * to its new rank, the routing tables follow, and the collectives continue
+ * there. Every rank of comm calls it with the same placement, also ranks
+ * that host no device before or after; ranks left without devices return
+ * gocollSuccess and may destroy the handle. A rank that dies during the
+ * move makes the others fail (gocollRemoteError or gocollTimeout), and the
+ * handle is then only good for gocollVCommDestroy. */
+gocollResult_t gocollVCommMigrate(gocollVComm_t vcomm, const int* place);
+
+/* Waits for the calls in flight and frees the handle and the buffers the
+ * library allocated; the communicator stays. */
+gocollResult_t gocollVCommDestroy(gocollVComm_t vcomm);
+
+/* The virtual collectives: as the plain ones, with arrays of buffers (one
+ * per local device). sendbuffs and recvbuffs may be the same array (in
+ * place). Broadcast reads sendbuffs only at the root device; Reduce writes
+ * recvbuffs only at the root; other entries may be NULL. AllGather's
+ * recvbuffs hold ndev·count elements; ReduceScatter's sendbuffs and both
+ * AllToAll buffers hold ndev·count. The I forms return a request for
+ * gocollTest/gocollWait; calls run in the order they were issued. */
+gocollResult_t gocollVAllReduce(const void* const* sendbuffs, void* const* recvbuffs, size_t count,
+                                gocollDataType_t datatype, gocollRedOp_t op, gocollVComm_t vcomm);
+gocollResult_t gocollVIAllReduce(const void* const* sendbuffs, void* const* recvbuffs, size_t count,
+                                 gocollDataType_t datatype, gocollRedOp_t op, gocollVComm_t vcomm,
+                                 gocollRequest_t* request);
+gocollResult_t gocollVReduce(const void* const* sendbuffs, void* const* recvbuffs, size_t count,
+                             gocollDataType_t datatype, gocollRedOp_t op, int root, gocollVComm_t vcomm);
+gocollResult_t gocollVIReduce(const void* const* sendbuffs, void* const* recvbuffs, size_t count,
+                              gocollDataType_t datatype, gocollRedOp_t op, int root, gocollVComm_t vcomm,
+                              gocollRequest_t* request);
+gocollResult_t gocollVBroadcast(const void* const* sendbuffs, void* const* recvbuffs, size_t count,
+                                gocollDataType_t datatype, int root, gocollVComm_t vcomm);
+gocollResult_t gocollVIBroadcast(const void* const* sendbuffs, void* const* recvbuffs, size_t count,
+                                 gocollDataType_t datatype, int root, gocollVComm_t vcomm,
+                                 gocollRequest_t* request);
+gocollResult_t gocollVAllGather(const void* const* sendbuffs, void* const* recvbuffs, size_t sendcount,
+                                gocollDataType_t datatype, gocollVComm_t vcomm);
+gocollResult_t gocollVIAllGather(const void* const* sendbuffs, void* const* recvbuffs, size_t sendcount,
+                                 gocollDataType_t datatype, gocollVComm_t vcomm, gocollRequest_t* request);
+gocollResult_t gocollVReduceScatter(const void* const* sendbuffs, void* const* recvbuffs, size_t recvcount,
+                                    gocollDataType_t datatype, gocollRedOp_t op, gocollVComm_t vcomm);
+gocollResult_t gocollVIReduceScatter(const void* const* sendbuffs, void* const* recvbuffs, size_t recvcount,
+                                     gocollDataType_t datatype, gocollRedOp_t op, gocollVComm_t vcomm,
+                                     gocollRequest_t* request);
+gocollResult_t gocollVAllToAll(const void* const* sendbuffs, void* const* recvbuffs, size_t count,
+                               gocollDataType_t datatype, gocollVComm_t vcomm);
+gocollResult_t gocollVIAllToAll(const void* const* sendbuffs, void* const* recvbuffs, size_t count,
+                                gocollDataType_t datatype, gocollVComm_t vcomm, gocollRequest_t* request);
+gocollResult_t gocollVBarrier(gocollVComm_t vcomm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,11 +19,12 @@ import (
 // reaches C. Serials are never reused, so a handle below the next serial
 // that is not in its table is one that was destroyed or freed.
 const (
-	kindBits    = 2
+	kindBits    = 3
 	kindMask    = 1<<kindBits - 1
 	kindComm    = 1
 	kindRequest = 2
 	kindPlan    = 3
+	kindVComm   = 4
 )
 
 // commState is a live communicator handle.
@@ -60,9 +61,16 @@ func (s *commState) close() {
 	s.closed = true
 }
 
+// waiter is an operation in flight: an engine request or a virtual
+// communicator's.
+type waiter interface {
+	Test() (bool, error)
+	Wait() error
+}
+
 // reqState is a live request handle.
 type reqState struct {
-	r    *engine.Request
+	r    waiter
 	comm *commState // the communicator it was issued on (maybe closed since)
 	name string     // the C function that started it
 }
@@ -82,6 +90,7 @@ type handleTable struct {
 	reqs   map[uintptr]*reqState
 	allocs map[uintptr]alloc
 	plans  map[uintptr]*redist.Plan
+	vcomms map[uintptr]*vcommState
 }
 
 var handles = &handleTable{
@@ -89,6 +98,7 @@ var handles = &handleTable{
 	reqs:   map[uintptr]*reqState{},
 	allocs: map[uintptr]alloc{},
 	plans:  map[uintptr]*redist.Plan{},
+	vcomms: map[uintptr]*vcommState{},
 }
 
 func (t *handleTable) addPlan(p *redist.Plan) uintptr {
@@ -144,7 +154,7 @@ func (t *handleTable) classify(h uintptr, kind uintptr, what string) error {
 		if kind == kindComm {
 			return fmt.Errorf("%w: %s %#x was destroyed or aborted", engine.ErrDestroyed, what, h)
 		}
-		if kind == kindPlan {
+		if kind == kindPlan || kind == kindVComm {
 			return fmt.Errorf("%w: %s %#x was destroyed", engine.ErrInvalidUsage, what, h)
 		}
 		return fmt.Errorf("%w: %s %#x was already completed and freed (by gocollWait or a gocollTest that reported done)", engine.ErrInvalidUsage, what, h)
@@ -175,7 +185,7 @@ func (t *handleTable) takeComm(h uintptr) (*commState, error) {
 	return s, nil
 }
 
-func (t *handleTable) addRequest(r *engine.Request, comm *commState, name string) uintptr {
+func (t *handleTable) addRequest(r waiter, comm *commState, name string) uintptr {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	h := t.newHandle(kindRequest)
@@ -219,4 +229,32 @@ func (t *handleTable) takeAlloc(p uintptr) (alloc, error) {
 	}
 	delete(t.allocs, p)
 	return a, nil
+}
+
+func (t *handleTable) addVComm(v *vcommState) uintptr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.newHandle(kindVComm)
+	t.vcomms[h] = v
+	return h
+}
+
+func (t *handleTable) vcomm(h uintptr) (*vcommState, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.vcomms[h]; ok {
+		return v, nil
+	}
+	return nil, t.classify(h, kindVComm, "virtual communicator")
+}
+
+func (t *handleTable) takeVComm(h uintptr) (*vcommState, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.vcomms[h]
+	if !ok {
+		return nil, t.classify(h, kindVComm, "virtual communicator")
+	}
+	delete(t.vcomms, h)
+	return v, nil
 }

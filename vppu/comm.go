@@ -48,7 +48,8 @@ type Comm struct {
 // ErrNoDevice is returned by a collective called on a rank that hosts no
 // virtual device (it should leave, or wait for a migration that gives it
 // some).
-var ErrNoDevice = errors.New("this rank hosts no virtual device")
+// It is an engine.ErrInvalidArgument.
+var ErrNoDevice = fmt.Errorf("%w: this rank hosts no virtual device", engine.ErrInvalidArgument)
 
 // New creates a virtual communicator of l.M devices on parent, device v on
 // parent rank place[v]. It is a collective over parent: every rank calls
@@ -271,14 +272,6 @@ func (c *Comm) start(name string, f func(sub *engine.Comm, s state) error) (*Req
 		close(r.done)
 	}()
 	return r, nil
-}
-
-func (c *Comm) run(name string, f func(sub *engine.Comm, s state) error) error {
-	r, err := c.start(name, f)
-	if err != nil {
-		return err
-	}
-	return r.Wait()
 }
 
 // Migrate moves the virtual devices to the placement to (device v onto
@@ -894,5 +887,14 @@ func (c *Comm) IAllToAll(send, recv [][]byte, count int, dt engine.DataType) (*R
 
 // Barrier returns once every device has entered it.
 func (c *Comm) Barrier() error {
-	return c.run("barrier", func(sub *engine.Comm, _ state) error { return sub.Barrier() })
+	r, err := c.IBarrier()
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// IBarrier is the non-blocking Barrier.
+func (c *Comm) IBarrier() (*Request, error) {
+	return c.start("barrier", func(sub *engine.Comm, _ state) error { return sub.Barrier() })
 }

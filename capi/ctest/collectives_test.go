@@ -157,3 +157,21 @@ func TestRedistribute(t *testing.T) {
 	}
 	checkOK(t, all.String(), 3)
 }
+
+// TestVirtualDevices runs virtual communicators from gocoll.h across 4
+// processes: collectives bitwise equal to the fold in device order, the
+// routing tables, and a migration onto 2 of the processes.
+func TestVirtualDevices(t *testing.T) {
+	port, err := harness.FreePortPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := harness.RunRanks(t, 4, 90*time.Second, func(r int) []string {
+		return harness.Env(harness.TorchrunEnv(r, 4, port)...)
+	}, bin["vcomm"], "env")
+	var all strings.Builder
+	for _, p := range procs {
+		all.WriteString(p.Stdout())
+	}
+	checkOK(t, all.String(), 4)
+}

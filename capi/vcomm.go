@@ -1,0 +1,399 @@
+package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+#include "gocoll.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/vppu"
+)
+
+// vcommState is a live virtual communicator handle. Buffers that arrive
+// with devices in a migration are C memory the library allocated (a
+// caller may keep their pointers across calls, which Go memory would not
+// allow); it frees them when their device leaves or at destroy.
+type vcommState struct {
+	v      *vppu.Comm
+	parent *commState
+
+	mu    sync.Mutex
+	owned map[unsafe.Pointer]bool
+}
+
+func (s *vcommState) alloc(_ int, _ string, n int) ([]byte, error) {
+	if n == 0 {
+		return []byte{}, nil
+	}
+	p := C.malloc(C.size_t(n))
+	if p == nil {
+		return nil, fmt.Errorf("malloc of %d bytes: %w", n, syscall.ENOMEM)
+	}
+	s.mu.Lock()
+	s.owned[p] = true
+	s.mu.Unlock()
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+// release frees the library's buffers no local device holds any more
+// (all of them when all is set).
+func (s *vcommState) release(all bool) {
+	live := map[unsafe.Pointer]bool{}
+	if !all {
+		for _, d := range s.v.Local() {
+			for _, name := range s.v.Buffers(d) {
+				if b, _ := s.v.Buffer(d, name); len(b) > 0 {
+					live[unsafe.Pointer(unsafe.SliceData(b))] = true
+				}
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.owned {
+		if !live[p] {
+			C.free(p)
+			delete(s.owned, p)
+		}
+	}
+}
+
+// placement reads m ranks (NULL: blocks over every rank of comm).
+func placement(place *C.int, m, size int) vppu.Place {
+	if place == nil {
+		return vppu.Block(m, size)
+	}
+	out := make(vppu.Place, m)
+	for v, r := range unsafe.Slice(place, m) {
+		out[v] = int(r)
+	}
+	return out
+}
+
+//export capi_VCommCreate
+func capi_VCommCreate(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, place *C.int) (rc C.int) {
+	const name = "gocollVCommCreate"
+	defer guard(name, &rc)
+	cs, err := handles.comm(uintptr(comm))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if out == nil || topo == nil {
+		return fail(name, cs, argErr("vcomm or topology is NULL"))
+	}
+	if ndev < 1 || ndev > 1<<20 {
+		return fail(name, cs, argErr("%d virtual devices", int(ndev)))
+	}
+	l, err := vppu.ParseLogical(C.GoString(topo), int(ndev))
+	if err != nil {
+		return fail(name, cs, argErr("%v", err))
+	}
+	v, err := vppu.New(cs.c, l, placement(place, int(ndev), cs.c.Size()))
+	if err != nil {
+		return fail(name, cs, err)
+	}
+	s := &vcommState{v: v, parent: cs, owned: map[unsafe.Pointer]bool{}}
+	v.SetAlloc(s.alloc)
+	*out = C.uintptr_t(handles.addVComm(s))
+	return resSuccess
+}
+
+//export capi_VCommLocal
+func capi_VCommLocal(vc C.uintptr_t, devices *C.int, maxDevices C.int, n *C.int) (rc C.int) {
+	const name = "gocollVCommLocal"
+	defer guard(name, &rc)
+	s, err := handles.vcomm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if n == nil || devices == nil && maxDevices > 0 {
+		return fail(name, s.parent, argErr("n is NULL, or devices is NULL with max %d", int(maxDevices)))
+	}
+	local := s.v.Local()
+	*n = C.int(len(local))
+	if len(local) > int(maxDevices) {
+		return fail(name, s.parent, argErr("%d local devices, room for %d", len(local), int(maxDevices)))
+	}
+	if len(local) > 0 {
+		out := unsafe.Slice(devices, len(local))
+		for k, d := range local {
+			out[k] = C.int(d)
+		}
+	}
+	return resSuccess
+}
+
+//export capi_VCommDeviceRank
+func capi_VCommDeviceRank(vc C.uintptr_t, dev C.int, rank *C.int) (rc C.int) {
+	const name = "gocollVCommDeviceRank"
+	defer guard(name, &rc)
+	s, err := handles.vcomm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	place := s.v.Place()
+	if rank == nil || dev < 0 || int(dev) >= len(place) {
+		return fail(name, s.parent, argErr("device %d of %d, or rank NULL", int(dev), len(place)))
+	}
+	*rank = C.int(place[dev])
+	return resSuccess
+}
+
+//export capi_VCommGetTables
+func capi_VCommGetTables(vc C.uintptr_t, buf *C.char, length C.size_t, needed *C.size_t) (rc C.int) {
+	const name = "gocollVCommGetTables"
+	defer guard(name, &rc)
+	s, err := handles.vcomm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	t, err := s.v.Tables()
+	if err != nil {
+		return fail(name, s.parent, err)
+	}
+	out := struct {
+		Topology string      `json:"topology"`
+		Place    []int       `json:"place"`
+		Local    []int       `json:"local"`
+		Tables   vppu.Tables `json:"tables"`
+	}{s.v.Logical().String(), s.v.Place(), s.v.Local(), t}
+	if out.Local == nil {
+		out.Local = []int{}
+	}
+	text, err := json.Marshal(out)
+	if err != nil {
+		return fail(name, s.parent, err)
+	}
+	return copyText(name, s.parent, text, buf, length, needed)
+}
+
+//export capi_VCommRegister
+func capi_VCommRegister(vc C.uintptr_t, dev C.int, bufName *C.char, buf unsafe.Pointer, size C.size_t) (rc C.int) {
+	const name = "gocollVCommRegister"
+	defer guard(name, &rc)
+	s, err := handles.vcomm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if bufName == nil {
+		return fail(name, s.parent, argErr("name is NULL"))
+	}
+	b, err := buffer("buf", buf, size, 1, engine.Uint8)
+	if err != nil {
+		return fail(name, s.parent, err)
+	}
+	if err := s.v.Register(int(dev), C.GoString(bufName), b); err != nil {
+		return fail(name, s.parent, err)
+	}
+	return resSuccess
+}
+
+//export capi_VCommGetBuffer
+func capi_VCommGetBuffer(vc C.uintptr_t, dev C.int, bufName *C.char, buf *unsafe.Pointer, size *C.size_t) (rc C.int) {
+	const name = "gocollVCommGetBuffer"
+	defer guard(name, &rc)
+	s, err := handles.vcomm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if bufName == nil || buf == nil || size == nil {
+		return fail(name, s.parent, argErr("name, buf or size is NULL"))
+	}
+	b, ok := s.v.Buffer(int(dev), C.GoString(bufName))
+	if !ok {
+		return fail(name, s.parent, argErr("device %d has no buffer %q on this rank", int(dev), C.GoString(bufName)))
+	}
+	*buf, *size = nil, C.size_t(len(b))
+	if len(b) > 0 {
+		*buf = unsafe.Pointer(unsafe.SliceData(b))
+	}
+	return resSuccess
+}
+
+//export capi_VCommMigrate
+func capi_VCommMigrate(vc C.uintptr_t, place *C.int) (rc C.int) {
+	const name = "gocollVCommMigrate"
+	defer guard(name, &rc)
+	s, err := handles.vcomm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if err := s.v.Migrate(placement(place, s.v.Size(), s.parent.c.Size())); err != nil {
+		return fail(name, s.parent, err)
+	}
+	s.release(false)
+	return resSuccess
+}
+
+//export capi_VCommDestroy
+func capi_VCommDestroy(vc C.uintptr_t) (rc C.int) {
+	const name = "gocollVCommDestroy"
+	defer guard(name, &rc)
+	s, err := handles.takeVComm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	err = s.v.Destroy()
+	s.release(true)
+	if err != nil {
+		return fail(name, s.parent, err)
+	}
+	return resSuccess
+}
+
+// devBuffers views n C pointers (one per local device) as buffers of
+// count·mult elements; NULL entries (or a NULL array) are nil buffers,
+// which the virtual collective rejects where it needs them.
+func devBuffers(what string, arr unsafe.Pointer, n int, count C.size_t, mult int, dt engine.DataType) ([][]byte, error) {
+	out := make([][]byte, n)
+	if arr == nil || n == 0 {
+		return out, nil
+	}
+	for k, p := range unsafe.Slice((*unsafe.Pointer)(arr), n) {
+		if p == nil {
+			continue
+		}
+		b, err := buffer(fmt.Sprintf("%s[%d]", what, k), p, count, mult, dt)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = b
+	}
+	return out, nil
+}
+
+// vcollective is the body of every virtual collective: find the handle,
+// convert the buffers, start the call, then wait or hand back a request.
+func vcollective(name string, vc C.uintptr_t, dtype C.int, nonBlocking C.int, out *C.uintptr_t,
+	start func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error)) (rc C.int) {
+	defer guard(name, &rc)
+	s, err := handles.vcomm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if nonBlocking != 0 && out == nil {
+		return fail(name, s.parent, argErr("request is NULL"))
+	}
+	dt, err := datatype(dtype)
+	if err != nil {
+		return fail(name, s.parent, err)
+	}
+	r, err := start(s.v, dt, len(s.v.Local()))
+	if err != nil {
+		return fail(name, s.parent, err)
+	}
+	if nonBlocking != 0 {
+		*out = C.uintptr_t(handles.addRequest(r, s.parent, name))
+		return resSuccess
+	}
+	if err := r.Wait(); err != nil {
+		return fail(name, s.parent, err)
+	}
+	return resSuccess
+}
+
+//export capi_VAllReduce
+func capi_VAllReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
+	return vcollective(pick(nb, "gocollVAllReduce", "gocollVIAllReduce"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+		sb, err := devBuffers("sendbuffs", send, n, count, 1, dt)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := devBuffers("recvbuffs", recv, n, count, 1, dt)
+		if err != nil {
+			return nil, err
+		}
+		return v.IAllReduce(sb, rb, int(count), dt, engine.RedOp(op))
+	})
+}
+
+//export capi_VReduce
+func capi_VReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op, root C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
+	return vcollective(pick(nb, "gocollVReduce", "gocollVIReduce"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+		sb, err := devBuffers("sendbuffs", send, n, count, 1, dt)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := devBuffers("recvbuffs", recv, n, count, 1, dt)
+		if err != nil {
+			return nil, err
+		}
+		return v.IReduce(sb, rb, int(count), dt, engine.RedOp(op), int(root))
+	})
+}
+
+//export capi_VBroadcast
+func capi_VBroadcast(send, recv unsafe.Pointer, count C.size_t, dtype, root C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
+	return vcollective(pick(nb, "gocollVBroadcast", "gocollVIBroadcast"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+		sb, err := devBuffers("sendbuffs", send, n, count, 1, dt)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := devBuffers("recvbuffs", recv, n, count, 1, dt)
+		if err != nil {
+			return nil, err
+		}
+		return v.IBroadcast(sb, rb, int(count), dt, int(root))
+	})
+}
+
+//export capi_VAllGather
+func capi_VAllGather(send, recv unsafe.Pointer, count C.size_t, dtype C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
+	return vcollective(pick(nb, "gocollVAllGather", "gocollVIAllGather"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+		sb, err := devBuffers("sendbuffs", send, n, count, 1, dt)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := devBuffers("recvbuffs", recv, n, count, v.Size(), dt)
+		if err != nil {
+			return nil, err
+		}
+		return v.IAllGather(sb, rb, int(count), dt)
+	})
+}
+
+//export capi_VReduceScatter
+func capi_VReduceScatter(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
+	return vcollective(pick(nb, "gocollVReduceScatter", "gocollVIReduceScatter"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+		sb, err := devBuffers("sendbuffs", send, n, count, v.Size(), dt)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := devBuffers("recvbuffs", recv, n, count, 1, dt)
+		if err != nil {
+			return nil, err
+		}
+		return v.IReduceScatter(sb, rb, int(count), dt, engine.RedOp(op))
+	})
+}
+
+//export capi_VAllToAll
+func capi_VAllToAll(send, recv unsafe.Pointer, count C.size_t, dtype C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
+	return vcollective(pick(nb, "gocollVAllToAll", "gocollVIAllToAll"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+		sb, err := devBuffers("sendbuffs", send, n, count, v.Size(), dt)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := devBuffers("recvbuffs", recv, n, count, v.Size(), dt)
+		if err != nil {
+			return nil, err
+		}
+		return v.IAllToAll(sb, rb, int(count), dt)
+	})
+}
+
+//export capi_VBarrier
+func capi_VBarrier(vc C.uintptr_t) C.int {
+	return vcollective("gocollVBarrier", vc, C.int(engine.Uint8), 0, nil, func(v *vppu.Comm, _ engine.DataType, _ int) (*vppu.Request, error) {
+		return v.IBarrier()
+	})
+}
