@@ -100,6 +100,28 @@ SIGNATURES = {
     "gocollPlanGetJSON": (Result, [c_void_p, c_char_p, c_size_t, p_size_t]),
     "gocollRedistribute": (Result, [c_void_p, c_void_p, c_void_p, DataType, Comm]),
     "gocollPlanDestroy": (Result, [c_void_p]),
+    # virtual devices
+    "gocollVCommCreate": (Result, [p_void_p, Comm, c_char_p, c_int, p_int]),
+    "gocollVCommLocal": (Result, [c_void_p, p_int, c_int, p_int]),
+    "gocollVCommDeviceRank": (Result, [c_void_p, c_int, p_int]),
+    "gocollVCommGetTables": (Result, [c_void_p, c_char_p, c_size_t, p_size_t]),
+    "gocollVCommRegister": (Result, [c_void_p, c_int, c_char_p, c_void_p, c_size_t]),
+    "gocollVCommGetBuffer": (Result, [c_void_p, c_int, c_char_p, p_void_p, p_size_t]),
+    "gocollVCommMigrate": (Result, [c_void_p, p_int]),
+    "gocollVCommDestroy": (Result, [c_void_p]),
+    "gocollVAllReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_void_p]),
+    "gocollVReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_int, c_void_p]),
+    "gocollVBroadcast": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_int, c_void_p]),
+    "gocollVAllGather": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_void_p]),
+    "gocollVReduceScatter": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_void_p]),
+    "gocollVAllToAll": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_void_p]),
+    "gocollVBarrier": (Result, [c_void_p]),
+    "gocollVIAllReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_void_p, p_void_p]),
+    "gocollVIReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_int, c_void_p, p_void_p]),
+    "gocollVIBroadcast": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_int, c_void_p, p_void_p]),
+    "gocollVIAllGather": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_void_p, p_void_p]),
+    "gocollVIReduceScatter": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_void_p, p_void_p]),
+    "gocollVIAllToAll": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_void_p, p_void_p]),
 }
 
 

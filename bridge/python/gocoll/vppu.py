@@ -175,3 +175,223 @@ class Plan:
             self.close()
         except Exception:
             pass
+
+
+class VirtualComm:
+    """Virtual devices (gocollVComm_t): ``ndev`` devices with a logical
+    topology (``"ring"``, ``"mesh:AxB"``, ``"torus:AxB"``, ``"tree"``,
+    ``"full"``) placed on the ranks of ``comm``: device v on rank
+    ``place[v]`` (None: in blocks over all ranks). Creating one and
+    :meth:`migrate` are collectives of ``comm``; the collectives are those
+    of the ranks hosting devices.
+
+    A rank drives its devices (:attr:`devices`, increasing) together: every
+    collective takes a list with one numpy array or torch CPU tensor per
+    local device, in that order, used without copying. Results do not
+    depend on the placement, to the bit: every reduction folds the ``ndev``
+    contributions in device order (``avg`` divides that sum by ``ndev``)::
+
+        vc = gocoll.vppu.VirtualComm(comm, "ring", 8)
+        grads = [numpy.ones(1000, numpy.float32) for _ in vc.devices]
+        vc.allreduce(grads)                 # in place, on every device
+        vc.migrate([0, 0, 0, 0, 1, 1, 1, 1])
+    """
+
+    def __init__(self, comm, topology="ring", ndev=None, place=None):
+        self._lib = _lib.load()
+        self._comm = comm
+        ndev = comm.size if ndev is None else int(ndev)
+        self.ndev = ndev
+        h = ctypes.c_void_p()
+        _check_call(self._lib.gocollVCommCreate(ctypes.byref(h), comm._handle(), topology.encode("utf-8"), ndev,
+                                                self._place(place)), "gocollVCommCreate", comm._handle())
+        self._h = h.value
+        self._mine = {}  # (device, name) -> the caller's registered object
+
+    def _place(self, place):
+        if place is None:
+            return None
+        place = [int(r) for r in place]
+        if len(place) != self.ndev:
+            from .errors import InvalidArgument
+            raise InvalidArgument("gocoll: placement of %d devices for %d virtual devices" % (len(place), self.ndev),
+                                  code=4)
+        return (ctypes.c_int * len(place))(*place)
+
+    def _handle(self):
+        if self._h is None:
+            from .errors import InvalidUsage
+            raise InvalidUsage("gocoll: the virtual communicator was closed", code=5)
+        _lib.check_process()
+        return self._h
+
+    def _check(self, rc, op):
+        _check_call(rc, op, self._comm._handle())
+
+    @property
+    def devices(self):
+        """The devices this rank hosts, in increasing order."""
+        devs = (ctypes.c_int * self.ndev)()
+        n = ctypes.c_int()
+        self._check(self._lib.gocollVCommLocal(self._handle(), devs, self.ndev, ctypes.byref(n)), "gocollVCommLocal")
+        return list(devs[:n.value])
+
+    def device_rank(self, dev):
+        """The rank that hosts device ``dev``."""
+        r = ctypes.c_int()
+        self._check(self._lib.gocollVCommDeviceRank(self._handle(), int(dev), ctypes.byref(r)),
+                    "gocollVCommDeviceRank")
+        return r.value
+
+    def tables(self):
+        """The placement and its routing tables as a dict: ``topology``,
+        ``place``, ``local`` and ``tables`` (``virtual``, ``physical``,
+        ``in_use``, ``free``)."""
+        need = ctypes.c_size_t()
+        self._check(self._lib.gocollVCommGetTables(self._handle(), None, 0, ctypes.byref(need)),
+                    "gocollVCommGetTables")
+        buf = ctypes.create_string_buffer(need.value)
+        self._check(self._lib.gocollVCommGetTables(self._handle(), buf, need.value, ctypes.byref(need)),
+                    "gocollVCommGetTables")
+        return json.loads(buf.value.decode("utf-8"))
+
+    def register(self, dev, name, array):
+        """Attach ``array`` (kept alive here, not copied) to local device
+        ``dev`` as ``name``: a migration moves its bytes with the device."""
+        b = as_buffer(array, "register %r" % (name,))
+        self._check(self._lib.gocollVCommRegister(self._handle(), int(dev), name.encode("utf-8"), b.ptr, b.nbytes),
+                    "gocollVCommRegister")
+        self._mine[(int(dev), name)] = array
+
+    def buffer(self, dev, name, dtype=None, shape=None):
+        """The buffer registered as ``name`` with local device ``dev``: the
+        caller's own object, or, for a device that arrived in a migration, a
+        numpy view (no copy) of the library's memory, as ``dtype`` and
+        ``shape`` when given (bytes otherwise). The view is valid until the
+        device leaves this rank or :meth:`close`."""
+        dev = int(dev)
+        if (dev, name) in self._mine:
+            return self._mine[(dev, name)]
+        import numpy as np
+        ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
+        self._check(self._lib.gocollVCommGetBuffer(self._handle(), dev, name.encode("utf-8"), ctypes.byref(ptr),
+                                                   ctypes.byref(size)), "gocollVCommGetBuffer")
+        if size.value == 0:
+            a = np.empty(0, np.uint8)
+        else:
+            a = np.ctypeslib.as_array((ctypes.c_uint8 * size.value).from_address(ptr.value))
+        if dtype is not None:
+            a = a.view(dtype)
+        if shape is not None:
+            a = a.reshape(shape)
+        return a
+
+    def migrate(self, place=None):
+        """Move device v to rank ``place[v]`` (None: blocks over all ranks)
+        with its registered buffers; every rank of the communicator calls
+        it. Afterwards :meth:`buffer` gives the arrived devices' data."""
+        self._check(self._lib.gocollVCommMigrate(self._handle(), self._place(place)), "gocollVCommMigrate")
+        here = set(self.devices)
+        self._mine = {k: v for k, v in self._mine.items() if k[0] in here}
+
+    def _bufs(self, objs, what, per_device, writable=True, optional=False):
+        devs = self.devices
+        if objs is None:
+            objs = [None] * len(devs)
+        objs = list(objs)
+        if len(objs) != len(devs):
+            from .errors import InvalidArgument
+            raise InvalidArgument("gocoll: %d %s for %d local devices %s" % (len(objs), what, len(devs), devs),
+                                  code=4)
+        bufs = [None if (o is None and optional) else as_buffer(o, what, writable=writable) for o in objs]
+        present = [b for b in bufs if b is not None]
+        if present:
+            dt, n = present[0].dtype, present[0].count
+            for b in present:
+                if b.dtype != dt or b.count != n:
+                    raise TypeError("gocoll: %s differ in dtype or size between devices" % what)
+        arr = (ctypes.c_void_p * max(len(bufs), 1))(*[b.ptr if b is not None else None for b in bufs])
+        return arr, present
+
+    def _run(self, name, args, async_op, keep, result, op):
+        if not async_op:
+            self._check(getattr(self._lib, name)(*args, self._handle()), name)
+            return result
+        from .comm import Work
+        req = ctypes.c_void_p()
+        self._check(getattr(self._lib, "gocollVI" + name[len("gocollV"):])(*args, self._handle(), ctypes.byref(req)),
+                    name)
+        w = Work(self._comm, req.value, keep, result, op)
+        with self._comm._plock:
+            self._comm._pending.add(w)
+        return w
+
+    def allreduce(self, tensors, op="sum", *, out=None, async_op=False):
+        """Reduce over all devices; results replace ``tensors`` (or go to ``out``)."""
+        from .comm import _op
+        s, sb = self._bufs(tensors, "allreduce tensors", 1)
+        r, rb = (s, sb) if out is None else self._bufs(out, "allreduce out", 1)
+        return self._run("gocollVAllReduce", (s, r, sb[0].count if sb else 0, sb[0].dtype if sb else 0, _op(op)),
+                         async_op, (tensors, out, s, r), tensors if out is None else out, "allreduce")
+
+    def reduce(self, tensors, root=0, op="sum", *, out=None, async_op=False):
+        """Reduce into device ``root``'s tensor (or ``out``) only."""
+        from .comm import _op
+        s, sb = self._bufs(tensors, "reduce tensors", 1)
+        r, _ = (s, sb) if out is None else self._bufs(out, "reduce out", 1, optional=True)
+        return self._run("gocollVReduce", (s, r, sb[0].count if sb else 0, sb[0].dtype if sb else 0, _op(op),
+                                           int(root)), async_op, (tensors, out, s, r),
+                         tensors if out is None else out, "reduce")
+
+    def broadcast(self, tensors, root=0, *, async_op=False):
+        """Copy device ``root``'s tensor into every device's, in place."""
+        s, sb = self._bufs(tensors, "broadcast tensors", 1)
+        return self._run("gocollVBroadcast", (s, s, sb[0].count if sb else 0, sb[0].dtype if sb else 0, int(root)),
+                         async_op, (tensors, s), tensors, "broadcast")
+
+    def allgather(self, tensors, out, *, async_op=False):
+        """Every device's ``out`` (``ndev`` times as long) gets all devices'
+        ``tensors``, device 0 first."""
+        s, sb = self._bufs(tensors, "allgather tensors", 1, writable=False)
+        r, _ = self._bufs(out, "allgather out", self.ndev)
+        return self._run("gocollVAllGather", (s, r, sb[0].count if sb else 0, sb[0].dtype if sb else 0),
+                         async_op, (tensors, out, s, r), out, "allgather")
+
+    def reduce_scatter(self, tensors, out, op="sum", *, async_op=False):
+        """Reduce ``tensors`` (``ndev`` blocks) over all devices; device v's
+        ``out`` gets block v."""
+        from .comm import _op
+        s, _ = self._bufs(tensors, "reduce_scatter tensors", self.ndev, writable=False)
+        r, rb = self._bufs(out, "reduce_scatter out", 1)
+        return self._run("gocollVReduceScatter", (s, r, rb[0].count if rb else 0, rb[0].dtype if rb else 0,
+                                                  _op(op)), async_op, (tensors, out, s, r), out, "reduce_scatter")
+
+    def alltoall(self, tensors, out, *, async_op=False):
+        """Block w of device v's tensor goes to block v of device w's ``out``."""
+        s, sb = self._bufs(tensors, "alltoall tensors", self.ndev, writable=False)
+        r, _ = self._bufs(out, "alltoall out", self.ndev)
+        return self._run("gocollVAllToAll", (s, r, sb[0].count // self.ndev if sb else 0, sb[0].dtype if sb else 0),
+                         async_op, (tensors, out, s, r), out, "alltoall")
+
+    def barrier(self):
+        self._check(self._lib.gocollVBarrier(self._handle()), "gocollVBarrier")
+
+    def close(self):
+        """Free the handle (and the buffers the library allocated)."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            self._mine = {}
+            _check_call(self._lib.gocollVCommDestroy(h), "gocollVCommDestroy")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
