@@ -409,3 +409,8 @@ gocollResult_t gocollVIAllToAll(const void* const* s, void* const* r, size_t cou
 }
 
 gocollResult_t gocollVBarrier(gocollVComm_t vc) { return (gocollResult_t)capi_VBarrier(h(vc)); }
+
+gocollResult_t gocollVRedistribute(gocollPlan_t plan, const void* const* s, void* const* d, gocollDataType_t dt,
+                                   gocollVComm_t vc) {
+  return (gocollResult_t)capi_VRedistribute(h(plan), (void*)s, (void*)d, (int)dt, h(vc));
+}

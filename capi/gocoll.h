@@ -659,6 +659,18 @@ gocollResult_t gocollVIAllToAll(const void* const* sendbuffs, void* const* recvb
                                 gocollDataType_t datatype, gocollVComm_t vcomm, gocollRequest_t* request);
 gocollResult_t gocollVBarrier(gocollVComm_t vcomm);
 
+/* Runs a redistribution plan whose processors are virtual devices (sender
+ * i and receiver j are devices i and j, wherever they are placed now):
+ * srcbuffs[k] and dstbuffs[k] hold local device k's elements in the source
+ * and destination layouts (gocollPlanCounts's sizes for processor
+ * numbers; NULL entries where a device holds none). gocollPlanPlace does
+ * not apply: the placement is the virtual communicator's. Messages between
+ * devices on one rank are copies.
+ * Errors: as gocollRedistribute; gocollInvalidArgument when the plan has
+ * more processors than there are devices. */
+gocollResult_t gocollVRedistribute(gocollPlan_t plan, const void* const* srcbuffs, void* const* dstbuffs,
+                                   gocollDataType_t datatype, gocollVComm_t vcomm);
+
 #ifdef __cplusplus
 }
 #endif

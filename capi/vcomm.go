@@ -397,3 +397,54 @@ func capi_VBarrier(vc C.uintptr_t) C.int {
 		return v.IBarrier()
 	})
 }
+
+//export capi_VRedistribute
+func capi_VRedistribute(plan C.uintptr_t, src, dst unsafe.Pointer, dtype C.int, vc C.uintptr_t) (rc C.int) {
+	const name = "gocollVRedistribute"
+	defer guard(name, &rc)
+	s, err := handles.vcomm(uintptr(vc))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	p, err := handles.plan(uintptr(plan))
+	if err != nil {
+		return fail(name, s.parent, err)
+	}
+	dt, err := datatype(dtype)
+	if err != nil {
+		return fail(name, s.parent, err)
+	}
+	local := s.v.Local()
+	sb, db := make([][]byte, len(local)), make([][]byte, len(local))
+	for k, v := range local {
+		var ns, nd int
+		if v < p.Q {
+			ns = p.SrcElems(v)
+		}
+		if v < p.P {
+			nd = p.DstElems(v)
+		}
+		if sb[k], err = devBuffer("srcbuffs", src, k, ns, dt); err != nil {
+			return fail(name, s.parent, err)
+		}
+		if db[k], err = devBuffer("dstbuffs", dst, k, nd, dt); err != nil {
+			return fail(name, s.parent, err)
+		}
+	}
+	if err := s.v.Redistribute(p, sb, db, dt); err != nil {
+		return fail(name, s.parent, err)
+	}
+	return resSuccess
+}
+
+// devBuffer views entry k of an array of per-device pointers as n elements.
+func devBuffer(what string, arr unsafe.Pointer, k, n int, dt engine.DataType) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if arr == nil {
+		return nil, argErr("%s is NULL but local device %d holds %d elements", what, k, n)
+	}
+	p := unsafe.Slice((*unsafe.Pointer)(arr), k+1)[k]
+	return buffer(fmt.Sprintf("%s[%d]", what, k), p, C.size_t(n), 1, dt)
+}

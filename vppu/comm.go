@@ -11,6 +11,7 @@ import (
 	"github.com/gocoll/gocoll/engine"
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/topology"
+	"github.com/gocoll/gocoll/vppu/redist"
 )
 
 // Comm is a virtual communicator: M virtual devices with a logical
@@ -897,4 +898,35 @@ func (c *Comm) Barrier() error {
 // IBarrier is the non-blocking Barrier.
 func (c *Comm) IBarrier() (*Request, error) {
 	return c.start("barrier", func(sub *engine.Comm, _ state) error { return sub.Barrier() })
+}
+
+// Redistribute moves a tensor from one layout of the virtual devices to
+// another with the plan's contention-free steps: the plan's sender i and
+// receiver j are devices i and j, wherever they are placed now; src[k] and
+// dst[k] are local device k's buffers in the source and destination
+// layouts (nil where it holds none). Messages between devices on one rank
+// are copies; the others travel over the parent communicator.
+func (c *Comm) Redistribute(p *redist.Plan, src, dst [][]byte, dt engine.DataType) error {
+	r, err := c.start("redistribute", func(_ *engine.Comm, s state) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil plan", engine.ErrInvalidArgument)
+		}
+		if p.Q > s.m || p.P > s.m {
+			return fmt.Errorf("%w: a plan of %d senders and %d receivers for %d virtual devices", engine.ErrInvalidArgument, p.Q, p.P, s.m)
+		}
+		if len(src) != len(s.local) || len(dst) != len(s.local) {
+			return fmt.Errorf("%w: %d source and %d destination buffers for %d local devices", engine.ErrInvalidArgument, len(src), len(dst), len(s.local))
+		}
+		slot := func(v int) int { return slices.Index(s.local, v) }
+		return redist.RedistributeAt(c.parent, p, redist.Endpoints{
+			SrcRank: func(i int) int { return s.place[i] },
+			DstRank: func(j int) int { return s.place[j] },
+			Src:     func(i int) []byte { return src[slot(i)] },
+			Dst:     func(j int) []byte { return dst[slot(j)] },
+		}, dt)
+	})
+	if err != nil {
+		return err
+	}
+	return r.Wait()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/vppu/redist"
 )
 
 // onRanks runs f on every rank of n in-process ranks and returns their
@@ -373,4 +374,52 @@ func TestMigrateInProcess(t *testing.T) {
 		return nil
 	})
 	noErrors(t, errs)
+}
+
+// A redistribution whose processors are virtual devices: cyclic(3) over 6
+// devices into cyclic(4) over 5, on 1..4 ranks in blocks and cyclically
+// (so one step often has several messages between the same two ranks).
+// Every element lands where the destination layout puts it.
+func TestRedistributeOnVirtualDevices(t *testing.T) {
+	const m, n = 6, 500
+	p, err := redist.PlanAffine(redist.Affine{Src: redist.Cyclic{Procs: 6, Block: 3}, Dst: redist.Cyclic{Procs: 5, Block: 4},
+		SrcIndex: redist.Access{A: 1}, DstIndex: redist.Access{A: 1}, N: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	global := func(proc, off, b, procs int) int { return (off/b*procs+proc)*b + off%b }
+	l, _ := ParseLogical("ring", m)
+	for ranks := 1; ranks <= 4; ranks++ {
+		for _, place := range []Place{Block(m, ranks), CyclicPlace(m, ranks)} {
+			noErrors(t, onRanks(t, ranks, func(pc *engine.Comm) error {
+				c, err := New(pc, l, place)
+				if err != nil {
+					return err
+				}
+				defer c.Destroy()
+				local := c.Local()
+				src, dst := make([][]byte, len(local)), make([][]byte, len(local))
+				for k, v := range local {
+					src[k] = make([]byte, 8*p.SrcElems(v))
+					for off := range p.SrcElems(v) {
+						binary.LittleEndian.PutUint64(src[k][8*off:], uint64(global(v, off, 3, 6)))
+					}
+					if v < 5 {
+						dst[k] = make([]byte, 8*p.DstElems(v))
+					}
+				}
+				if err := c.Redistribute(p, src, dst, engine.Uint64); err != nil {
+					return err
+				}
+				for k, v := range local {
+					for off := range len(dst[k]) / 8 {
+						if got, want := binary.LittleEndian.Uint64(dst[k][8*off:]), uint64(global(v, off, 4, 5)); got != want {
+							return fmt.Errorf("placed %v: device %d offset %d holds element %d, want %d", place, v, off, got, want)
+						}
+					}
+				}
+				return nil
+			}))
+		}
+	}
 }

@@ -45,6 +45,12 @@ func (p *Plan) Counts(rank int) (src, dst int) {
 	return src, dst
 }
 
+// SrcElems is how many elements sender i holds in the source layout.
+func (p *Plan) SrcElems(i int) int { return p.mover.srcCount(i) }
+
+// DstElems is how many elements receiver j holds in the destination layout.
+func (p *Plan) DstElems(j int) int { return p.mover.dstCount(j) }
+
 func (p *Plan) srcRank(i int) int {
 	if p.srcRanks != nil {
 		return p.srcRanks[i]
@@ -77,33 +83,55 @@ type Comm interface {
 // unpacks; every element moves exactly once. Every rank of c that takes
 // part must call it with the same plan.
 func Redistribute(c Comm, p *Plan, src, dst []byte, dt engine.DataType) error {
+	return RedistributeAt(c, p, Endpoints{
+		SrcRank: p.srcRank, DstRank: p.dstRank,
+		Src: func(int) []byte { return src }, Dst: func(int) []byte { return dst },
+	}, dt)
+}
+
+// Endpoints says which rank plays each processor of a plan and where the
+// buffers of the processors this rank plays are. A rank may play several
+// senders and receivers (virtual devices do): messages between two ranks
+// in one step then travel in the step's order, which both sides follow.
+type Endpoints struct {
+	SrcRank func(i int) int    // rank playing sender i
+	DstRank func(j int) int    // rank playing receiver j
+	Src     func(i int) []byte // buffer of sender i (asked only of this rank's)
+	Dst     func(j int) []byte // buffer of receiver j (likewise)
+}
+
+// RedistributeAt is Redistribute with the processors placed by e.
+func RedistributeAt(c Comm, p *Plan, e Endpoints, dt engine.DataType) error {
 	me := c.Rank()
-	es := dt.Size()
-	if es == 0 {
+	if !dt.Valid() || dt.Size() == 0 {
 		return fmt.Errorf("redist: %w: datatype %v", engine.ErrInvalidArgument, dt)
 	}
-	// This rank's roles and its runs.
-	role := p.roles(me)
-	sendRuns := map[int]map[int]runs{role.i: role.sends}
-	recvRuns := map[int]map[int]runs{role.j: role.recvs}
-	check := func(name string, buf []byte, rs map[int]runs) error {
+	es := dt.Size()
+	srcs, dsts := map[int][]byte{}, map[int][]byte{}
+	check := func(name string, idx int, buf []byte, rs map[int]runs) error {
 		for _, r := range rs {
 			for _, x := range r {
 				if (x.off+x.n)*es > len(buf) {
-					return fmt.Errorf("redist: %w: the %s buffer of rank %d holds %d bytes, the layout needs %d", engine.ErrInvalidArgument, name, me, len(buf), (x.off+x.n)*es)
+					return fmt.Errorf("redist: %w: the %s buffer of processor %d on rank %d holds %d bytes, the layout needs %d", engine.ErrInvalidArgument, name, idx, me, len(buf), (x.off+x.n)*es)
 				}
 			}
 		}
 		return nil
 	}
-	for _, rs := range sendRuns {
-		if err := check("source", src, rs); err != nil {
-			return err
+	for i := 0; i < p.Q; i++ {
+		if e.SrcRank(i) == me {
+			srcs[i] = e.Src(i)
+			if err := check("source", i, srcs[i], p.sendRuns(i)); err != nil {
+				return err
+			}
 		}
 	}
-	for _, rs := range recvRuns {
-		if err := check("destination", dst, rs); err != nil {
-			return err
+	for j := 0; j < p.P; j++ {
+		if e.DstRank(j) == me {
+			dsts[j] = e.Dst(j)
+			if err := check("destination", j, dsts[j], p.recvRuns(j)); err != nil {
+				return err
+			}
 		}
 	}
 	var bufs [][]byte
@@ -119,36 +147,37 @@ func Redistribute(c Comm, p *Plan, src, dst []byte, dt engine.DataType) error {
 	type pending struct {
 		req *engine.Request
 		buf []byte
+		j   int
 		rs  runs
 	}
 	for _, step := range p.Steps {
 		var reqs []pending
 		k := 0
 		for _, m := range step {
-			sender, receiver := p.srcRank(m.Src) == me, p.dstRank(m.Dst) == me
+			sender, receiver := e.SrcRank(m.Src) == me, e.DstRank(m.Dst) == me
 			if !sender && !receiver {
 				continue
 			}
 			buf := buffer(k, m.Elems*es)
 			k++
 			if sender {
-				pack(buf, src, sendRuns[m.Src][m.Dst], es)
+				pack(buf, srcs[m.Src], p.sendRuns(m.Src)[m.Dst], es)
 				if receiver {
-					unpack(dst, buf, recvRuns[m.Dst][m.Src], es)
+					unpack(dsts[m.Dst], buf, p.recvRuns(m.Dst)[m.Src], es)
 					continue
 				}
-				req, err := c.SendOp(buf, m.Elems, dt, p.dstRank(m.Dst)).Start()
+				req, err := c.SendOp(buf, m.Elems, dt, e.DstRank(m.Dst)).Start()
 				if err != nil {
 					return err
 				}
 				reqs = append(reqs, pending{req: req})
 				continue
 			}
-			req, err := c.RecvOp(buf, m.Elems, dt, p.srcRank(m.Src)).Start()
+			req, err := c.RecvOp(buf, m.Elems, dt, e.SrcRank(m.Src)).Start()
 			if err != nil {
 				return err
 			}
-			reqs = append(reqs, pending{req, buf, recvRuns[m.Dst][m.Src]})
+			reqs = append(reqs, pending{req, buf, m.Dst, p.recvRuns(m.Dst)[m.Src]})
 		}
 		// A failure fails the communicator, and with it the other
 		// requests: only internal buffers are still in use, so return.
@@ -159,7 +188,7 @@ func Redistribute(c Comm, p *Plan, src, dst []byte, dt engine.DataType) error {
 		}
 		for _, r := range reqs {
 			if r.buf != nil {
-				unpack(dst, r.buf, r.rs, es)
+				unpack(dsts[r.j], r.buf, r.rs, es)
 			}
 		}
 	}

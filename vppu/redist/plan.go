@@ -59,8 +59,41 @@ type Plan struct {
 	desc               any   // what the plan was made from, for JSON
 	srcRanks, dstRanks []int // see Place
 
-	mu   sync.Mutex
-	runs map[int]*rankRuns // per rank, built on its first run (see roles)
+	mu        sync.Mutex
+	runs      map[int]*rankRuns    // per rank, built on its first run (see roles)
+	sendCache map[int]map[int]runs // per sender, per receiver (see sendRuns)
+	recvCache map[int]map[int]runs // per receiver, per sender
+}
+
+// sendRuns is what sender i packs for each receiver, computed once: a
+// training job reshards the same tensors over and over.
+func (p *Plan) sendRuns(i int) map[int]runs {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.sendCache[i]; ok {
+		return r
+	}
+	if p.sendCache == nil {
+		p.sendCache = map[int]map[int]runs{}
+	}
+	r := p.mover.sends(i)
+	p.sendCache[i] = r
+	return r
+}
+
+// recvRuns is where receiver j unpacks what each sender sends.
+func (p *Plan) recvRuns(j int) map[int]runs {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.recvCache[j]; ok {
+		return r
+	}
+	if p.recvCache == nil {
+		p.recvCache = map[int]map[int]runs{}
+	}
+	r := p.mover.recvs(j)
+	p.recvCache[j] = r
+	return r
 }
 
 // rankRuns is what one rank packs and unpacks: as sender i, per receiver;
@@ -71,25 +104,27 @@ type rankRuns struct {
 	recvs map[int]runs
 }
 
-// roles returns rank's runs, computed once per plan and placement: a
-// training job reshards the same tensors over and over.
+// roles returns rank's runs under the plan's placement.
 func (p *Plan) roles(rank int) *rankRuns {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if r, ok := p.runs[rank]; ok {
+		p.mu.Unlock()
 		return r
 	}
+	p.mu.Unlock()
 	r := &rankRuns{i: -1, j: -1}
 	for i := 0; i < p.Q; i++ {
 		if p.srcRank(i) == rank {
-			r.i, r.sends = i, p.mover.sends(i)
+			r.i, r.sends = i, p.sendRuns(i)
 		}
 	}
 	for j := 0; j < p.P; j++ {
 		if p.dstRank(j) == rank {
-			r.j, r.recvs = j, p.mover.recvs(j)
+			r.j, r.recvs = j, p.recvRuns(j)
 		}
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.runs == nil {
 		p.runs = map[int]*rankRuns{}
 	}

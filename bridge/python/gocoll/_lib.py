@@ -116,6 +116,7 @@ SIGNATURES = {
     "gocollVReduceScatter": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_void_p]),
     "gocollVAllToAll": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_void_p]),
     "gocollVBarrier": (Result, [c_void_p]),
+    "gocollVRedistribute": (Result, [c_void_p, c_void_p, c_void_p, DataType, c_void_p]),
     "gocollVIAllReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_void_p, p_void_p]),
     "gocollVIReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_int, c_void_p, p_void_p]),
     "gocollVIBroadcast": (Result, [c_void_p, c_void_p, c_size_t, DataType, c_int, c_void_p, p_void_p]),

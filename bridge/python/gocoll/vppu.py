@@ -373,6 +373,27 @@ class VirtualComm:
         return self._run("gocollVAllToAll", (s, r, sb[0].count // self.ndev if sb else 0, sb[0].dtype if sb else 0),
                          async_op, (tensors, out, s, r), out, "alltoall")
 
+    def redistribute(self, plan, srcs, dsts):
+        """Run ``plan`` (a :class:`Plan` whose processors are the virtual
+        devices) on this rank's devices: ``srcs[k]``/``dsts[k]`` hold local
+        device k's elements in the source/destination layout (None where it
+        holds none; sizes from ``plan.counts(device)``), used without copying."""
+        devs = self.devices
+        if len(srcs) != len(devs) or len(dsts) != len(devs):
+            from .errors import InvalidArgument
+            raise InvalidArgument("gocoll: %d sources and %d destinations for %d local devices"
+                                  % (len(srcs), len(dsts), len(devs)), code=4)
+        sb = [None if x is None else as_buffer(x, "redistribute src", writable=False) for x in srcs]
+        db = [None if x is None else as_buffer(x, "redistribute dst") for x in dsts]
+        types = {b.dtype for b in sb + db if b is not None}
+        if len(types) > 1:
+            raise TypeError("gocoll: redistribute buffers of different dtypes")
+        n = max(len(devs), 1)
+        s = (ctypes.c_void_p * n)(*[b.ptr if b else None for b in sb])
+        d = (ctypes.c_void_p * n)(*[b.ptr if b else None for b in db])
+        self._check(self._lib.gocollVRedistribute(plan._handle(), s, d, types.pop() if types else 0, self._handle()),
+                    "gocollVRedistribute")
+
     def barrier(self):
         self._check(self._lib.gocollVBarrier(self._handle()), "gocollVBarrier")
 

@@ -56,6 +56,21 @@ def work():
     assert tables["tables"]["virtual"][0] == [1, NDEV - 1], tables
     expect_raises(gocoll.InvalidArgument, vc.allreduce, [np.zeros(3, np.float32)] * (len(devs) + 1))
 
+    # Resharding the devices' rows: row bands over 8 devices into 3x3 tiles
+    # dealt to 5 devices, through the virtual communicator.
+    full = np.arange(16 * 12, dtype=np.float64).reshape(16, 12)
+    a = gocoll.vppu.Map.block((16, 12), dim=0, devices=NDEV)
+    b = gocoll.vppu.Map((16, 12), (3, 3), 5, assign="cyclic")
+    with gocoll.vppu.Plan.maps(a, b) as plan:
+        srcs = [full[d * 2:d * 2 + 2].reshape(-1).copy() for d in devs]
+        dsts = [np.full(plan.counts(d)[1], -1.0) if d < 5 else None for d in devs]
+        vc.redistribute(plan, srcs, dsts)
+        for d, out in zip(devs, dsts):
+            if out is None:
+                continue
+            want = [full[t // 4 * 3:t // 4 * 3 + 3, t % 4 * 3:t % 4 * 3 + 3].reshape(-1) for t in range(d, 6 * 4, 5)]
+            assert np.array_equal(out, np.concatenate(want)), (d, out)
+
     half = max(c.size // 2, 1)
     vc.migrate([v * half // NDEV for v in range(NDEV)])
     after = vc.devices
