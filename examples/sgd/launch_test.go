@@ -107,6 +107,35 @@ func TestBinaryNP2(t *testing.T) {
 	}
 }
 
+// Virtual devices across real processes: 4 devices on 1 and 4 processes,
+// and on 4 processes migrating to 2 mid-epoch; every step's loss and the
+// final figures agree to the bit, and the report says where the migration
+// happened.
+func TestBinaryVirtualMigration(t *testing.T) {
+	bin := sgdBinary(t)
+	report := t.TempDir()
+	out, err := runBinary(t, bin, nil, "-virtual", "4", "-migrate-at", "15", "-compare", "1,4,4:2", "-synthetic",
+		"-train-limit", "1280", "-test-limit", "320", "-hidden", "16", "-batch", "32", "-epochs", "1", "-report", report)
+	if err != nil {
+		t.Fatalf("sgd -virtual: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "step 15: migrated 4 virtual devices from 4 to 2 processes") {
+		t.Fatalf("no migration line:\n%s", out)
+	}
+	md, err := os.ReadFile(filepath.Join(report, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(md, []byte("40 of 40 step losses equal bit for bit")) != 2 || bytes.Contains(md, []byte("NOT identical")) ||
+		!bytes.Contains(md, []byte("before step 15 (after 480 samples) the devices moved from 4 to 2 processes")) {
+		t.Fatalf("report.md:\n%s", md)
+	}
+	svg, err := os.ReadFile(filepath.Join(report, "loss.svg"))
+	if err != nil || !bytes.Contains(svg, []byte("migration 4→2")) {
+		t.Fatalf("loss.svg lacks the migration marker (%v)", err)
+	}
+}
+
 // A rank that fails makes the parent fail, promptly.
 func TestBinaryNPFailure(t *testing.T) {
 	bin := sgdBinary(t)

@@ -10,6 +10,12 @@
 //	sgd -np 4                  4 processes on this host (re-executes itself)
 //	sgd -local 4               4 ranks as goroutines of this process
 //	sgd -compare 1,2,4,8       several rank counts one after another
+//	sgd -np 4 -virtual 8 -migrate-at 1000 -migrate-to 2
+//	                           8 virtual devices on 4 processes, moved onto
+//	                           2 of them before step 1000 (vppu)
+//	sgd -virtual 8 -migrate-at 1000 -compare 2,4,4:2
+//	                           the three side by side ("4:2": 4 processes
+//	                           migrating to 2)
 //	torchrun --no_python --nproc_per_node 4 --redirects 1 --tee 1 sgd
 //	mpirun --allow-run-as-root --oversubscribe -np 4 sgd
 //
@@ -51,6 +57,7 @@ type options struct {
 	result     string
 	algo       string
 	bucketKB   int
+	virtual    VirtualConfig
 
 	fs *flag.FlagSet
 }
@@ -90,6 +97,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.report, "report", filepath.Join("examples", "sgd", "out"), "directory for report.md, loss.svg and results.json (empty: none)")
 	fs.StringVar(&o.result, "result", "", "write rank 0's results as JSON to this file (used between -np and its ranks)")
 	fs.IntVar(&o.bucketKB, "bucket-kb", DefaultBucketBytes>>10, "gradient bucket size in KiB")
+	fs.IntVar(&o.virtual.Devices, "virtual", 0, "train on M virtual devices placed in blocks over the ranks (results independent of the rank count)")
+	fs.IntVar(&o.virtual.MigrateAt, "migrate-at", 0, "with -virtual: before this global step, migrate the devices onto -migrate-to processes")
+	fs.IntVar(&o.virtual.MigrateTo, "migrate-to", 0, "with -migrate-at: how many processes (the first ones) keep the devices; the others leave")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -118,6 +128,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-np and -local must not be negative")
 	case o.np > 0 && o.local > 0, (o.np > 0 || o.local > 0) && o.compare != "":
 		return nil, errors.New("use one of -np, -local and -compare")
+	case o.virtual.Devices < 0, o.virtual.MigrateAt < 0, o.virtual.MigrateTo < 0:
+		return nil, errors.New("-virtual, -migrate-at and -migrate-to must not be negative")
+	case o.virtual.Devices == 0 && (o.virtual.MigrateAt > 0 || o.virtual.MigrateTo > 0):
+		return nil, errors.New("-migrate-at and -migrate-to need -virtual")
+	case o.virtual.Devices > 0 && o.check:
+		return nil, errors.New("-check compares rank counts of plain data parallelism; with -virtual the runs agree to the bit (compare their losses)")
+	case (o.virtual.MigrateAt > 0) != (o.virtual.MigrateTo > 0) && !strings.Contains(o.compare, ":"):
+		return nil, errors.New("-migrate-at and -migrate-to go together")
 	}
 	return o, nil
 }
@@ -151,19 +169,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return runLaunched(o, opts, l, stdout, start)
 	}
-	var counts []int
+	var counts []runSpec
 	mode := "processes"
 	switch {
 	case o.local > 0:
-		counts, mode = []int{o.local}, "goroutines"
+		counts, mode = []runSpec{{n: o.local, to: o.virtual.MigrateTo}}, "goroutines"
 	case o.np > 0:
-		counts = []int{o.np}
+		counts = []runSpec{{n: o.np, to: o.virtual.MigrateTo}}
 	default:
 		list := o.compare
 		if list == "" {
 			list = defaultCompare
 		}
-		if counts, err = parseCounts(list); err != nil {
+		if counts, err = parseCounts(list, o.virtual); err != nil {
 			return err
 		}
 		if o.goroutines {
@@ -177,26 +195,33 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var runs []*RunResult
-	for i, n := range counts {
+	for i, spec := range counts {
+		n := spec.n
 		if len(counts) > 1 {
 			if i > 0 {
 				fmt.Fprintln(stdout)
 			}
-			fmt.Fprintf(stdout, "== %d rank%s (%s) ==\n", n, plural(n), mode)
+			fmt.Fprintf(stdout, "== %s (%s) ==\n", spec.label(o.virtual), mode)
+		}
+		run := *o
+		if spec.to > 0 {
+			run.virtual.MigrateTo = spec.to
+		} else {
+			run.virtual.MigrateAt, run.virtual.MigrateTo = 0, 0
 		}
 		var res *RunResult
 		if mode == "goroutines" {
-			res, err = runGoroutines(o, opts, n, stdout)
+			res, err = runGoroutines(&run, opts, n, stdout)
 		} else {
-			res, err = runProcesses(o, n, stdout, stderr)
+			res, err = runProcesses(&run, n, stdout, stderr)
 		}
 		if err != nil {
 			return err
 		}
 		runs = append(runs, res)
 		if len(counts) > 1 {
-			fmt.Fprintf(stdout, "%d rank%s: test accuracy %.4f, %.0f samples/s, %.0f%% of the step in allreduce\n",
-				n, plural(n), res.TestAcc, res.SamplesPerSec, 100*res.CommShare)
+			fmt.Fprintf(stdout, "%s: test accuracy %.4f, %.0f samples/s, %.0f%% of the step in allreduce\n",
+				res.short(), res.TestAcc, res.SamplesPerSec, 100*res.CommShare)
 		}
 	}
 	if o.report != "" {
@@ -210,14 +235,40 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func parseCounts(list string) ([]int, error) {
-	var out []int
+// runSpec is one run of -compare: n ranks, migrating to `to` ranks (with
+// -virtual and -migrate-at; 0: no migration).
+type runSpec struct{ n, to int }
+
+func (s runSpec) label(v VirtualConfig) string {
+	switch {
+	case v.Devices == 0:
+		return fmt.Sprintf("%d rank%s", s.n, plural(s.n))
+	case s.to > 0:
+		return fmt.Sprintf("%d virtual devices on %d processes, migrated to %d at step %d", v.Devices, s.n, s.to, v.MigrateAt)
+	}
+	return fmt.Sprintf("%d virtual devices on %d process%s", v.Devices, s.n, map[bool]string{true: "", false: "es"}[s.n == 1])
+}
+
+// parseCounts reads -compare: rank counts such as 1,2,4, and with -virtual
+// and -migrate-at also N:K (N processes migrating to K).
+func parseCounts(list string, v VirtualConfig) ([]runSpec, error) {
+	var out []runSpec
 	for _, f := range strings.Split(list, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
+		ns, ts, migrating := strings.Cut(strings.TrimSpace(f), ":")
+		n, err := strconv.Atoi(ns)
+		spec := runSpec{n: n}
+		if migrating {
+			spec.to, err = strconv.Atoi(ts)
+			if err == nil && (v.Devices == 0 || v.MigrateAt == 0 || spec.to < 1 || spec.to > n) {
+				return nil, fmt.Errorf("-compare %q: N:K (N processes migrating to K <= N) needs -virtual and -migrate-at", list)
+			}
+		} else if v.MigrateAt > 0 && v.MigrateTo > 0 {
+			spec.to = min(v.MigrateTo, n)
+		}
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("-compare %q: want rank counts such as 1,2,4", list)
 		}
-		out = append(out, n)
+		out = append(out, spec)
 	}
 	return out, nil
 }
@@ -251,9 +302,18 @@ func loadData(o *options) (train, test *Dataset, err error) {
 // trainRank runs this rank's part of the job, then -check if asked; rank 0
 // prints the verdict.
 func trainRank(c *engine.Comm, o *options, opts engine.Options, train, test *Dataset, stdout io.Writer) (*RunResult, error) {
-	res, err := Train(c, train, test, o.cfg, stdout)
+	var res *RunResult
+	var err error
+	if o.virtual.Devices > 0 {
+		res, err = TrainVirtual(c, train, test, o.cfg, o.virtual, stdout)
+	} else {
+		res, err = Train(c, train, test, o.cfg, stdout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", c.Rank(), err)
+	}
+	if res == nil {
+		return nil, nil // left the job in a migration
 	}
 	res.Data = "Fashion-MNIST (" + o.data + ")"
 	if o.synthetic {
@@ -319,6 +379,9 @@ func runProcesses(o *options, n int, stdout, stderr io.Writer) (*RunResult, erro
 	resultFile := filepath.Join(dir, "rank0.json")
 	args := childArgs(o.fs)
 	args = append(args, "-report=", "-result="+resultFile)
+	if o.virtual.MigrateAt > 0 { // this run's, which -compare may have changed
+		args = append(args, fmt.Sprintf("-migrate-at=%d", o.virtual.MigrateAt), fmt.Sprintf("-migrate-to=%d", o.virtual.MigrateTo))
+	}
 	if err := spawnRanks(n, args, nil, stdout, stderr, 10*time.Second); err != nil {
 		return nil, err
 	}
@@ -337,7 +400,8 @@ func runProcesses(o *options, n int, stdout, stderr io.Writer) (*RunResult, erro
 // childArgs repeats the flags the user set, minus those that choose how to
 // run (a child is one rank).
 func childArgs(fs *flag.FlagSet) []string {
-	skip := map[string]bool{"np": true, "local": true, "compare": true, "goroutines": true, "report": true, "result": true}
+	skip := map[string]bool{"np": true, "local": true, "compare": true, "goroutines": true, "report": true, "result": true,
+		"migrate-at": true, "migrate-to": true}
 	var args []string
 	fs.Visit(func(f *flag.Flag) {
 		if !skip[f.Name] {
@@ -366,7 +430,7 @@ func runLaunched(o *options, opts engine.Options, launcher string, stdout io.Wri
 	if err := c.Destroy(); err != nil {
 		return err
 	}
-	if c.Rank() != 0 {
+	if c.Rank() != 0 || res == nil {
 		return nil
 	}
 	res.Mode = "processes"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -86,8 +87,12 @@ func reportMarkdown(runs []*RunResult, cmdline string, elapsed time.Duration) st
 		if r.Ranks == 1 {
 			transport = "" // nothing to talk to
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %.4f | %.4f | %.0f | %s | %.1f%% | %.1f%% | %.2f | %d |\n",
-			r.Ranks, r.Mode, orDash(transport), r.TestAcc, r.TestLoss, r.SamplesPerSec, speed,
+		who := strconv.Itoa(r.Ranks)
+		if r.Virtual > 0 {
+			who = r.short()
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.4f | %.4f | %.0f | %s | %.1f%% | %.1f%% | %.2f | %d |\n",
+			who, r.Mode, orDash(transport), r.TestAcc, r.TestLoss, r.SamplesPerSec, speed,
 			100*r.CommShare, 100*inflight, r.Stats.MBPerStep, r.Buckets)
 	}
 	b.WriteString("\n*allreduce share of step*: time a rank spent packing gradients, waiting for the allreduce and unpacking, " +
@@ -112,9 +117,10 @@ func reportMarkdown(runs []*RunResult, cmdline string, elapsed time.Duration) st
 			fmt.Fprintf(&b, "- -check, %d ranks: %s\n", r.Ranks, r.Check)
 		}
 	}
+	b.WriteString(virtualSection(runs))
 	b.WriteString("\n## Per epoch\n")
 	for _, r := range runs {
-		fmt.Fprintf(&b, "\n### %d rank%s (%s)\n\n", r.Ranks, plural(r.Ranks), r.Mode)
+		fmt.Fprintf(&b, "\n### %s (%s)\n\n", r.short(), r.Mode)
 		b.WriteString("| epoch | samples seen | train loss | test loss | test accuracy | seconds | samples/s | communication s | compute s |\n")
 		b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, e := range r.Epochs {
@@ -136,6 +142,58 @@ func curveDiff(a, b []CurvePoint) (float64, int) {
 		d = math.Max(d, math.Abs(a[i].Loss-b[i].Loss))
 	}
 	return d, n
+}
+
+// short names a run in legends: "4 ranks", or "8 virt. on 4→2".
+func (r *RunResult) short() string {
+	switch {
+	case r.Virtual == 0:
+		return fmt.Sprintf("%d rank%s", r.Ranks, plural(r.Ranks))
+	case r.Migration != nil:
+		return fmt.Sprintf("%d virt. on %d→%d", r.Virtual, r.Migration.From, r.Migration.To)
+	}
+	return fmt.Sprintf("%d virt. on %d", r.Virtual, r.Ranks)
+}
+
+// virtualSection compares runs on virtual devices: their losses must agree
+// to the bit whatever the placement, migration or not.
+func virtualSection(runs []*RunResult) string {
+	var vs []*RunResult
+	for _, r := range runs {
+		if r.Virtual > 0 {
+			vs = append(vs, r)
+		}
+	}
+	if len(vs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Virtual devices\n\n")
+	fmt.Fprintf(&b, "Each run trains on %d virtual devices (vppu), each with its own parameters and momentum and its own shard of every global batch; "+
+		"the virtual allreduce folds the devices' gradients in device order, so the numbers do not depend on how many processes host the devices.\n\n", vs[0].Virtual)
+	base := vs[0]
+	for _, r := range vs {
+		if m := r.Migration; m != nil {
+			fmt.Fprintf(&b, "- %s: before step %d (after %d samples) the devices moved from %d to %d processes in %.1f ms, carrying %.2f MB of parameters and momentum; the processes left without devices exited.\n",
+				r.short(), m.Step, m.Step*r.Batch, m.From, m.To, 1e3*m.Seconds, float64(m.Bytes)/1e6)
+		}
+		if r == base {
+			continue
+		}
+		same := 0
+		for i := range min(len(r.Curve), len(base.Curve)) {
+			if r.Curve[i].Loss == base.Curve[i].Loss {
+				same++
+			}
+		}
+		verdict := "identical to the bit"
+		if same != len(base.Curve) || len(r.Curve) != len(base.Curve) || r.TestAcc != base.TestAcc || r.TestLoss != base.TestLoss {
+			verdict = "NOT identical"
+		}
+		fmt.Fprintf(&b, "- %s against %s: %d of %d step losses equal bit for bit; final test loss %.17g vs %.17g, accuracy %.4f vs %.4f: %s.\n",
+			r.short(), base.short(), same, len(base.Curve), r.TestLoss, base.TestLoss, r.TestAcc, base.TestAcc, verdict)
+	}
+	return b.String()
 }
 
 func plural(n int) string {
@@ -168,7 +226,7 @@ func lossSVG(runs []*RunResult, title, xlabel string, xof func(CurvePoint) float
 	var all []series
 	xmax, ymax, ymin := 1.0, 0.0, math.Inf(1)
 	for _, r := range runs {
-		s := series{label: fmt.Sprintf("%d rank%s", r.Ranks, plural(r.Ranks))}
+		s := series{label: r.short()}
 		bin := max(1, (len(r.Curve)+119)/120)
 		for i := 0; i < len(r.Curve); i += bin {
 			j := min(i+bin, len(r.Curve))
@@ -228,6 +286,14 @@ func lossSVG(runs []*RunResult, title, xlabel string, xof func(CurvePoint) float
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f"%s/>`+"\n",
 			W-right+14, ly, W-right+44, ly, c, width, opacity, dash)
 		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", W-right+50, ly+4, html.EscapeString(s.label))
+	}
+	// Where a migration happened, on the x axis of this plot.
+	for _, r := range runs {
+		if m := r.Migration; m != nil && m.Step > 0 && m.Step <= len(r.Curve) {
+			x := px(xof(r.Curve[m.Step-1]))
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" stroke-dasharray="3 3"/>`+"\n", x, top, x, H-bottom)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#d62728">migration %d→%d</text>`+"\n", x+4, top+14, m.From, m.To)
+		}
 	}
 	b.WriteString("</svg>\n")
 	return b.String()

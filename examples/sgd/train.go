@@ -79,6 +79,9 @@ type RunResult struct {
 		MBPerStep   float64 `json:"mb_per_step"`
 	} `json:"stats"`
 	Check string `json:"check,omitempty"` // outcome of -check
+	// Virtual devices (-virtual): how many, and the migration if any.
+	Virtual   int        `json:"virtual,omitempty"`
+	Migration *Migration `json:"migration,omitempty"`
 
 	params [][]float64 // final parameters (not serialised)
 }

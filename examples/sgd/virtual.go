@@ -1,0 +1,289 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/vppu"
+)
+
+// VirtualConfig trains on virtual devices (vppu) instead of one shard per
+// rank: Devices devices split each global batch, placed in blocks over the
+// ranks; at global step MigrateAt (0: never) they move onto the first
+// MigrateTo ranks, and the other ranks leave the job.
+type VirtualConfig struct {
+	Devices   int
+	MigrateAt int
+	MigrateTo int
+}
+
+// Migration describes the move of a run's virtual devices.
+type Migration struct {
+	Step    int     `json:"step"` // global step before which it happened
+	From    int     `json:"from"` // processes hosting devices before
+	To      int     `json:"to"`   // and after
+	Seconds float64 `json:"seconds"`
+	Bytes   int64   `json:"bytes"` // registered buffers that changed process
+}
+
+// TrainVirtual is Train on cfg.Devices virtual devices. Each device owns a
+// copy of the parameters and of the momentum ("params", "velocity",
+// registered with it, so a migration carries them) and computes the
+// gradient of its shard of every global batch; the virtual allreduce
+// averages the devices' gradients in device order, so the numbers do not
+// depend on how many processes host the devices, nor on a migration. The
+// update (classical momentum, v ← μv + g, w ← w − ηv) runs on every
+// device's copy alike. A rank left without devices by the migration
+// returns (nil, nil).
+func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualConfig, log io.Writer) (*RunResult, error) {
+	m := vc.Devices
+	if err := checkShards(cfg.Batch, m, train.N); err != nil {
+		return nil, err
+	}
+	if vc.MigrateAt > 0 && (vc.MigrateTo < 1 || vc.MigrateTo > c.Size()) {
+		return nil, fmt.Errorf("-migrate-to %d: want 1..%d processes", vc.MigrateTo, c.Size())
+	}
+	if log == nil || c.Rank() != 0 {
+		log = io.Discard
+	}
+	model, err := NewMLP(cfg.sizes(train), cfg.Batch/m, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	defer model.Close()
+	logical, err := vppu.ParseLogical("ring", m)
+	if err != nil {
+		return nil, err
+	}
+	v, err := vppu.New(c, logical, vppu.Block(m, c.Size()))
+	if err != nil {
+		return nil, err
+	}
+	defer v.Destroy()
+	np := model.NumParams()
+	for _, d := range v.Local() {
+		w := flatten(model.ParamData(), np)
+		if err := v.Register(d, "params", f64Bytes(w)); err != nil {
+			return nil, err
+		}
+		if err := v.Register(d, "velocity", make([]byte, 8*np)); err != nil {
+			return nil, err
+		}
+	}
+	var eval *Evaluator
+	if test != nil && !cfg.SkipEval {
+		eb := cfg.EvalBatch
+		if eb <= 0 {
+			eb = 500
+		}
+		if eval, err = model.NewEvaluator(eb); err != nil {
+			return nil, err
+		}
+		defer eval.Close()
+	}
+	res := &RunResult{
+		Ranks: c.Size(), Virtual: m, Hidden: cfg.Hidden, Batch: cfg.Batch, LR: cfg.LR, Momentum: cfg.Momentum,
+		Seed: cfg.Seed, TrainN: train.N, Params: np, Algo: c.Options().Algo, Transport: c.Options().Transport,
+	}
+	if test != nil {
+		res.TestN = test.N
+	}
+	sched := Schedule{N: train.N, Batch: cfg.Batch, Seed: cfg.Seed}
+	steps := sched.StepsPerEpoch()
+	learn := model.Learnables()
+	var grads [][]byte // per local device: its gradient, then its shard's loss
+	var comm, compute time.Duration
+	seen, step := 0, 0
+	clock := 0.0
+	for e := 0; e < cfg.Epochs; e++ {
+		epochStart, comm0, compute0 := time.Now(), comm, compute
+		perm := sched.Epoch(e)
+		lossSum := 0.0
+		for s := 0; s < steps; s++ {
+			if vc.MigrateAt > 0 && step == vc.MigrateAt {
+				mig, err := migrate(v, c, vc.MigrateTo, np)
+				if err != nil {
+					return nil, err
+				}
+				mig.Step = step
+				res.Migration = mig
+				fmt.Fprintf(log, "step %d: migrated %d virtual devices from %d to %d processes in %.1f ms (%.1f MB of parameters and momentum moved)\n",
+					step, m, mig.From, mig.To, 1e3*mig.Seconds, float64(mig.Bytes)/1e6)
+				if len(v.Local()) == 0 {
+					return nil, nil
+				}
+			}
+			t := time.Now()
+			local := v.Local()
+			if len(grads) != len(local) {
+				grads = make([][]byte, len(local))
+				for k := range grads {
+					grads[k] = make([]byte, 8*(np+1))
+				}
+			}
+			// Every device holds the same parameters: load them once.
+			unflatten(model.ParamData(), deviceVec(v, local[0], "params"))
+			for k, d := range local {
+				model.Load(train, sched.Shard(perm, s, d, m))
+				loss, err := model.Backward()
+				if err != nil {
+					return nil, err
+				}
+				gd, err := gradData(learn)
+				if err != nil {
+					return nil, err
+				}
+				g := f64s(grads[k])
+				copy(g, flatten(gd, np))
+				g[np] = loss
+				for _, x := range gd {
+					clear(x) // Gorgonia adds each pass's gradient to the last
+				}
+			}
+			t1 := time.Now()
+			compute += t1.Sub(t)
+			if err := v.AllReduce(grads, grads, np+1, engine.Float64, engine.Avg); err != nil {
+				return nil, fmt.Errorf("rank %d step %d: %w", c.Rank(), step, err)
+			}
+			t2 := time.Now()
+			comm += t2.Sub(t1)
+			for k, d := range local {
+				update(deviceVec(v, d, "params"), deviceVec(v, d, "velocity"), f64s(grads[k])[:np], cfg.LR, cfg.Momentum)
+			}
+			compute += time.Since(t2)
+			loss := f64s(grads[0])[np]
+			seen += cfg.Batch
+			step++
+			lossSum += loss
+			res.Curve = append(res.Curve, CurvePoint{Samples: seen, Loss: loss, Seconds: clock + time.Since(epochStart).Seconds()})
+		}
+		secs := time.Since(epochStart).Seconds()
+		clock += secs
+		st := EpochStats{
+			Epoch: e + 1, Samples: seen, TrainLoss: lossSum / float64(steps),
+			Seconds: secs, SamplesPerSec: float64(steps*cfg.Batch) / secs,
+			CommSeconds: (comm - comm0).Seconds(), ComputeSecs: (compute - compute0).Seconds(),
+		}
+		if eval != nil {
+			unflatten(model.ParamData(), deviceVec(v, v.Local()[0], "params"))
+			if st.TestLoss, st.TestAcc, err = evaluateVirtual(v, eval, test); err != nil {
+				return nil, err
+			}
+		}
+		res.Epochs = append(res.Epochs, st)
+		fmt.Fprintf(log, "epoch %d/%d  %d virtual devices on %d processes  train loss %.4f  test loss %.4f  test acc %.4f  %6.0f samples/s\n",
+			st.Epoch, cfg.Epochs, m, hosts(v), st.TrainLoss, st.TestLoss, st.TestAcc, st.SamplesPerSec)
+	}
+	for _, st := range res.Epochs {
+		res.TrainSeconds += st.Seconds
+	}
+	if res.TrainSeconds > 0 {
+		res.SamplesPerSec = float64(seen) / res.TrainSeconds
+		res.CommShare = comm.Seconds() / res.TrainSeconds
+	}
+	res.Stats.ComputeSec, res.Stats.WaitSec, res.Stats.Steps = compute.Seconds(), comm.Seconds(), step
+	if n := len(res.Epochs); n > 0 {
+		res.TestAcc, res.TestLoss = res.Epochs[n-1].TestAcc, res.Epochs[n-1].TestLoss
+	}
+	unflatten(model.ParamData(), deviceVec(v, v.Local()[0], "params"))
+	for _, p := range model.ParamData() {
+		res.params = append(res.params, slices.Clone(p))
+	}
+	return res, nil
+}
+
+// migrate moves the devices onto ranks 0..to-1 and says what it cost.
+func migrate(v *vppu.Comm, c *engine.Comm, to, np int) (*Migration, error) {
+	before := v.Place()
+	after := vppu.Block(v.Size(), to)
+	moved := 0
+	for d := range before {
+		if before[d] != after[d] {
+			moved++
+		}
+	}
+	start := time.Now()
+	if err := v.Migrate(after); err != nil {
+		return nil, fmt.Errorf("rank %d: %w", c.Rank(), err)
+	}
+	return &Migration{From: distinct(before), To: distinct(after), Seconds: time.Since(start).Seconds(),
+		Bytes: int64(moved) * 2 * 8 * int64(np)}, nil
+}
+
+func distinct(p vppu.Place) int {
+	s := slices.Clone(p)
+	slices.Sort(s)
+	return len(slices.Compact(s))
+}
+
+func hosts(v *vppu.Comm) int { return distinct(v.Place()) }
+
+// update is classical momentum on one device's copy: v ← μv + g, w ← w − ηv
+// (plain SGD when μ is 0).
+func update(w, vel, g []float64, lr, mu float64) {
+	for i := range w {
+		if mu != 0 {
+			vel[i] = mu*vel[i] + g[i]
+			w[i] -= lr * vel[i]
+		} else {
+			w[i] -= lr * g[i]
+		}
+	}
+}
+
+// evaluateVirtual splits the test set over the devices (device d takes
+// the d-th of m equal parts) and sums loss and hits with the virtual
+// allreduce, so the figures do not depend on the placement either.
+func evaluateVirtual(v *vppu.Comm, eval *Evaluator, test *Dataset) (loss, acc float64, err error) {
+	m := v.Size()
+	local := v.Local()
+	sums := make([][]byte, len(local))
+	for k, d := range local {
+		lo, hi := d*test.N/m, (d+1)*test.N/m
+		idx := make([]int, hi-lo)
+		for i := range idx {
+			idx[i] = lo + i
+		}
+		l, hits, err := eval.Eval(test, idx)
+		if err != nil {
+			return 0, 0, err
+		}
+		sums[k] = f64Bytes([]float64{l, float64(hits)})
+	}
+	if err := v.AllReduce(sums, sums, 2, engine.Float64, engine.Sum); err != nil {
+		return 0, 0, fmt.Errorf("allreduce of the test metrics: %w", err)
+	}
+	s := f64s(sums[0])
+	return s[0] / float64(test.N), s[1] / float64(test.N), nil
+}
+
+// deviceVec is a device's registered buffer as float64s.
+func deviceVec(v *vppu.Comm, d int, name string) []float64 {
+	b, _ := v.Buffer(d, name)
+	return f64s(b)
+}
+
+func f64s(b []byte) []float64 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
+}
+
+func flatten(parts [][]float64, n int) []float64 {
+	out := make([]float64, 0, n)
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func unflatten(parts [][]float64, flat []float64) {
+	for _, p := range parts {
+		flat = flat[copy(p, flat):]
+	}
+}
