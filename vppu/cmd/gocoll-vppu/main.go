@@ -49,11 +49,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	physical := fs.String("physical", "", "builtin:NAME or file:PATH")
 	place := fs.String("map", "", "placement: ranks per virtual device, block:N or cyclic:N")
 	asJSON := fs.Bool("json", false, "machine-readable output")
+	bench := fs.Bool("bench", false, "measure migrations as one rank of a launched job (see build/vppubench)")
+	devices := fs.Int("devices", 8, "with -bench: virtual devices")
+	sizes := fs.String("sizes-mib", "0,1,8,32", "with -bench: MiB registered per device")
+	rounds := fs.Int("rounds", 5, "with -bench: timed rounds")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *bench {
+		if err := runBench(stdout, *devices, *sizes, *rounds); err != nil {
+			fmt.Fprintln(stderr, "gocoll-vppu:", err)
+			return 1
+		}
+		return 0
 	}
 	if err := show(stdout, *virtual, *physical, *place, *asJSON); err != nil {
 		fmt.Fprintln(stderr, "gocoll-vppu:", err)

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/vppu"
+)
+
+// runBench measures what a migration costs, as one rank of a launched job
+// (build/vppubench starts them): m virtual devices, each with one
+// registered buffer of each size, placed in blocks over every rank, move
+// onto the first half of the ranks and back, round after round. Beside
+// it, the floor: the same buffers sent by plain point-to-point messages
+// into buffers allocated beforehand (what remains of a migration without
+// its buffer lists, allocation and re-split). Rank 0 prints a Markdown
+// table of medians.
+func runBench(w io.Writer, m int, sizesMiB string, rounds int) error {
+	var sizes []int
+	for _, f := range strings.Split(sizesMiB, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 0 {
+			return fmt.Errorf("-sizes-mib %q: want MiB per device such as 0,1,8", sizesMiB)
+		}
+		sizes = append(sizes, v<<20)
+	}
+	opts, err := engine.OptionsFromEnv(nil)
+	if err != nil {
+		return err
+	}
+	c, err := engine.NewCommFromEnv(opts)
+	if err != nil {
+		return err
+	}
+	defer c.Destroy()
+	n := c.Size()
+	if n < 2 {
+		return fmt.Errorf("-bench needs at least 2 ranks")
+	}
+	wide, narrow := vppu.Block(m, n), vppu.Block(m, n/2)
+	l, err := vppu.ParseLogical("ring", m)
+	if err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		fmt.Fprintf(w, "| MiB per device | moved | %d→%d ms | %d→%d ms | GB/s | point-to-point floor ms | floor GB/s |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+			n, n/2, n/2, n)
+	}
+	for _, size := range sizes {
+		v, err := vppu.New(c, l, wide)
+		if err != nil {
+			return err
+		}
+		for _, d := range v.Local() {
+			if err := v.Register(d, "x", make([]byte, size)); err != nil {
+				return err
+			}
+		}
+		moved := 0
+		for d := range m {
+			if wide[d] != narrow[d] {
+				moved++
+			}
+		}
+		var shrink, grow, floor []float64
+		timed := func(f func() error) (float64, error) {
+			if err := c.Barrier(); err != nil {
+				return 0, err
+			}
+			t0 := time.Now()
+			if err := f(); err != nil {
+				return 0, err
+			}
+			if err := c.Barrier(); err != nil {
+				return 0, err
+			}
+			return time.Since(t0).Seconds(), nil
+		}
+		src, dst := make([][]byte, m), make([][]byte, m)
+		for d := range m {
+			if wide[d] == c.Rank() {
+				src[d] = make([]byte, size)
+			}
+			if narrow[d] == c.Rank() && wide[d] != c.Rank() {
+				dst[d] = make([]byte, size)
+			}
+		}
+		for round := 0; round <= rounds; round++ { // round 0 warms up
+			s, err := timed(func() error { return v.Migrate(narrow) })
+			if err != nil {
+				return err
+			}
+			g, err := timed(func() error { return v.Migrate(wide) })
+			if err != nil {
+				return err
+			}
+			f, err := timed(func() error { return pointToPoint(c, wide, narrow, src, dst, size) })
+			if err != nil {
+				return err
+			}
+			if round > 0 {
+				shrink, grow, floor = append(shrink, s), append(grow, g), append(floor, f)
+			}
+		}
+		v.Destroy()
+		if c.Rank() == 0 {
+			bytes := float64(moved * size)
+			fmt.Fprintf(w, "| %d | %d of %d devices, %.0f MiB | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+				size>>20, moved, m, bytes/(1<<20), 1e3*median(shrink), 1e3*median(grow), bytes/median(shrink)/1e9,
+				1e3*median(floor), bytes/median(floor)/1e9)
+		}
+	}
+	return nil
+}
+
+// pointToPoint moves each device's buffer from its rank in a to its rank
+// in b as one message, into memory allocated beforehand.
+func pointToPoint(c *engine.Comm, a, b vppu.Place, src, dst [][]byte, size int) error {
+	if size == 0 {
+		return nil
+	}
+	var reqs []*engine.Request
+	for d := range a {
+		if a[d] == b[d] {
+			continue
+		}
+		var r *engine.Request
+		var err error
+		switch c.Rank() {
+		case a[d]:
+			r, err = c.ISend(src[d], size, engine.Uint8, b[d])
+		case b[d]:
+			r, err = c.IRecv(dst[d], size, engine.Uint8, a[d])
+		default:
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+	}
+	for _, r := range reqs {
+		if err := r.Wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
