@@ -36,9 +36,10 @@ type Comm struct {
 
 	mu     sync.Mutex
 	place  Place
-	local  []int        // devices on this rank, increasing
-	hosts  []int        // parent ranks hosting devices, increasing = sub ranks
-	sub    *engine.Comm // nil when this rank hosts no device
+	local  []int                   // devices on this rank, increasing
+	hosts  []int                   // parent ranks hosting devices, increasing = sub ranks
+	sub    *engine.Comm            // nil when this rank hosts no device
+	subs   map[string]*engine.Comm // every set of hosting ranks split so far
 	bufs   map[int]map[string][]byte
 	last   *Request // calls run one after another, in call order
 	seq    uint64   // calls issued, for error messages
@@ -62,7 +63,7 @@ func New(parent *engine.Comm, l Logical, place Place) (*Comm, error) {
 	if err := checkPlace(parent, l.M, place); err != nil {
 		return nil, err
 	}
-	c := &Comm{parent: parent, logical: l, bufs: map[int]map[string][]byte{}}
+	c := &Comm{parent: parent, logical: l, bufs: map[int]map[string][]byte{}, subs: map[string]*engine.Comm{}}
 	c.alloc = func(_ int, _ string, n int) ([]byte, error) { return make([]byte, n), nil }
 	if err := c.agree(l.String(), place); err != nil {
 		return nil, fmt.Errorf("vppu: create on rank %d: %w", parent.Rank(), err)
@@ -118,16 +119,22 @@ func (c *Comm) remap(place Place) error {
 		}
 	}
 	slices.Sort(hosts)
-	color := 0
-	if len(local) == 0 {
-		color = engine.SplitNoColor
-	}
-	sub, err := c.parent.Split(color, me)
-	if err != nil {
-		return err
-	}
-	if c.sub != nil {
-		c.sub.Destroy()
+	// A split costs tens of milliseconds (it sets up shared memory and
+	// connections); the sub-communicator of a set of hosting ranks is
+	// kept, so a job moving back and forth pays it once per set. Every
+	// rank has seen the same placements, so all agree whether to split.
+	key := fmt.Sprint(hosts)
+	sub, seen := c.subs[key]
+	if !seen {
+		color := 0
+		if len(local) == 0 {
+			color = engine.SplitNoColor
+		}
+		var err error
+		if sub, err = c.parent.Split(color, me); err != nil {
+			return err
+		}
+		c.subs[key] = sub // nil where this rank hosts nothing
 	}
 	c.place, c.local, c.hosts, c.sub = slices.Clone(place), local, hosts, sub
 	for v := range c.bufs {
@@ -448,7 +455,7 @@ func sortedNames(m map[string][]byte) []string {
 	return names
 }
 
-// Destroy waits for the calls in flight and frees the sub-communicator;
+// Destroy waits for the calls in flight and frees the sub-communicators;
 // the parent stays. Registered buffers are the caller's.
 func (c *Comm) Destroy() error {
 	c.mu.Lock()
@@ -464,12 +471,14 @@ func (c *Comm) Destroy() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sub != nil {
-		err := c.sub.Destroy()
-		c.sub = nil
-		return err
+	var errs []error
+	for _, sub := range c.subs {
+		if sub != nil {
+			errs = append(errs, sub.Destroy())
+		}
 	}
-	return nil
+	c.sub, c.subs = nil, nil
+	return errors.Join(errs...)
 }
 
 // state is the placement a call was issued under (a migration may change

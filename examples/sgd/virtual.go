@@ -186,6 +186,9 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		res.CommShare = comm.Seconds() / res.TrainSeconds
 	}
 	res.Stats.ComputeSec, res.Stats.WaitSec, res.Stats.Steps = compute.Seconds(), comm.Seconds(), step
+	res.Stats.InFlightSec = comm.Seconds() // one blocking allreduce per step: nothing overlaps it
+	res.Stats.MBPerStep = float64(8*(np+1)) / 1e6
+	res.Buckets = 1
 	if n := len(res.Epochs); n > 0 {
 		res.TestAcc, res.TestLoss = res.Epochs[n-1].TestAcc, res.Epochs[n-1].TestLoss
 	}
