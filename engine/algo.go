@@ -99,6 +99,10 @@ var registry = []algorithm{
 	{sched.AllToAll, "shm", nil, onlyShm, always},
 	{sched.AllToAll, "bruck", builder(sched.AllToAll, "bruck"), always, func(s shape) bool { return s.bytes/max(s.n, 1) <= smallAlltoall && s.n > 2 }},
 	{sched.AllToAll, "pairwise", builder(sched.AllToAll, "pairwise"), always, always},
+	// Document 001's aggregation (about 2√N messages per rank, every byte
+	// sent twice): chosen by name until thresholds are measured across
+	// hosts, where message counts matter.
+	{sched.AllToAll, "aggregate", builder(sched.AllToAll, "aggregate"), always, never},
 
 	{sched.AllToAllv, "pairwise", builder(sched.AllToAllv, "pairwise"), always, always},
 

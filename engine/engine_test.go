@@ -24,7 +24,7 @@ var awkwardCounts = []int{0, 1, 5, 13, 64}
 // op × algorithm × rank count 1..9, over the in-memory transport.
 func TestConformanceInProcess(t *testing.T) {
 	algos := []string{"", "allreduce=ring,reduce=tree,broadcast=pipeline,alltoall=bruck,reducescatter=ring",
-		"allreduce=hd,reduce=hd,reducescatter=hd,broadcast=tree,alltoall=pairwise", "allreduce=rd", "allreduce=dbtree"}
+		"allreduce=hd,reduce=hd,reducescatter=hd,broadcast=tree,alltoall=pairwise", "allreduce=rd", "allreduce=dbtree", "alltoall=aggregate"}
 	for n := 1; n <= 9; n++ {
 		for _, algo := range algos {
 			t.Run(fmt.Sprintf("n=%d/algo=%s", n, algo), func(t *testing.T) {

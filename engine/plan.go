@@ -31,11 +31,17 @@ func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
 
 // params is the shape of a call as the schedule builders take it.
 func (c *Comm) params(coll sched.Coll, dt DataType, count int, op RedOp, root int) sched.Params {
-	return sched.Params{
+	p := sched.Params{
 		Coll: coll, N: c.size, ElemSize: dt.Size(), Count: count, Root: root, Avg: op == Avg,
 		Segments: c.opts.Segments, Radix: c.opts.BruckRadix,
 		Rings: c.rings, Hosts: c.hosts, Trees: c.trees,
 	}
+	if len(c.hosts) > 1 {
+		// Aggregation by host: the first stage stays in shared memory,
+		// only the repacked messages cross the network.
+		p.SrcGroups, p.DstGroups = c.hosts, c.hosts
+	}
+	return p
 }
 
 // planKey identifies a schedule among a communicator's calls: the rest of

@@ -33,6 +33,7 @@ var catalog = []Entry{
 	{ReduceScatter, "hier", HierReduceScatter, true},
 	{AllToAll, "pairwise", PairwiseAllToAll, false},
 	{AllToAll, "bruck", BruckAllToAll, false},
+	{AllToAll, "aggregate", AggregateAllToAll, false},
 	{AllToAllv, "pairwise", PairwiseAllToAllv, false},
 	{Barrier, "dissemination", DisseminationBarrier, false},
 }

@@ -329,6 +329,11 @@ type Params struct {
 	Segments int // halving–doubling: segments per round (q)
 	SegBytes int // chain broadcast: bytes per segment
 	Radix    int // Bruck all-to-all
+	// Aggregated all-to-all: the source (row) and destination (column)
+	// sub-groups, each a partition of the ranks; nil: runs of Group ranks
+	// (0: ⌈√N⌉).
+	SrcGroups, DstGroups [][]int
+	Group                int
 
 	// Placement. Rings lists ring orders (each a permutation of 0..N-1);
 	// nil means the single ring 0,1,…,N-1. Hosts lists the ranks of each

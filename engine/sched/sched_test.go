@@ -26,6 +26,7 @@ var flat = []builderCase{
 	{"hd", ReduceScatter, HDReduceScatter},
 	{"pairwise", AllToAll, PairwiseAllToAll},
 	{"bruck", AllToAll, BruckAllToAll},
+	{"aggregate", AllToAll, AggregateAllToAll},
 	{"dissemination", Barrier, DisseminationBarrier},
 }
 

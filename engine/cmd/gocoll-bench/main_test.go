@@ -136,7 +136,7 @@ func TestDataMovementChecked(t *testing.T) {
 // joined through the real rendezvous (shared memory, TCP).
 func TestAlgoOverrideAndTransports(t *testing.T) {
 	for _, c := range []struct{ n, algo, tr string }{
-		{"4", "ring", ""}, {"4", "hd", ""}, {"4", "rd", ""}, {"3", "allreduce=ring,alltoall=bruck", ""},
+		{"4", "ring", ""}, {"4", "hd", ""}, {"4", "rd", ""}, {"3", "allreduce=ring,alltoall=bruck", ""}, {"5", "alltoall=aggregate", "tcp"},
 		{"2", "", "auto"}, {"3", "", "tcp"},
 	} {
 		t.Run(c.n+"/"+c.algo+"/"+c.tr, func(t *testing.T) {
