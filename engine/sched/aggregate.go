@@ -31,9 +31,15 @@ import (
 // every rank computes it alike, and the executor already lets each
 // repacker start a sub-matrix as soon as its sources' messages are in.
 //
+// Relay (Params.Relay, set across hosts with the hosts as groups) adds a
+// third stage: the repacker sends the whole transposed sub-matrix to one
+// rank of the destination group, which hands every member its row, so one
+// message per pair of groups crosses the network.
+//
 // Message order between two ranks is the same on both sides: all
 // first-stage messages by increasing sub-matrix, then all second-stage
-// ones; first-stage sends depend on nothing, so no wait can close a cycle.
+// ones, then the relays; first-stage sends depend on nothing, and each
+// later stage only on earlier ones, so no wait can close a cycle.
 func AggregateAllToAll(p Params) (*Schedule, error) {
 	if err := p.check(); err != nil {
 		return nil, err
@@ -94,8 +100,31 @@ func AggregateAllToAll(p Params) (*Schedule, error) {
 		repackOff[r][k] = end
 		tmpBlocks = max(tmpBlocks, end+2*len(src[a])*len(dst[b]))
 	}
+	// With Relay, the repacker sends the whole transposed sub-matrix to one
+	// rank of the destination group (the groups' ranks take the source
+	// groups in turn), which hands each member its row: one message per
+	// pair of groups crosses the network instead of one per destination.
+	relay := p.Relay
+	relayer := func(a, b int) int { return dst[b][a%len(dst[b])] }
+	relayOff := make([]map[int]int, n) // per rank: sub-matrix → its relay area
+	if relay {
+		next := make([]int, n)
+		for r := range n {
+			next[r] = tmpBlocks
+		}
+		for k := range A * B {
+			a, b := k/B, k%B
+			r := relayer(a, b)
+			if relayOff[r] == nil {
+				relayOff[r] = map[int]int{}
+			}
+			relayOff[r][k] = next[r]
+			next[r] += len(src[a]) * len(dst[b])
+		}
+		tmpBlocks = max(tmpBlocks, slices.Max(next))
+	}
 	blk := func(buf Buf, i, k int) Range { return Range{Buf: buf, Off: i * bs, Len: k * bs} }
-	tag := func(k, stage int) uint32 { return uint32(2*k + stage) }
+	tag := func(k, stage int) uint32 { return uint32(3*k + stage) }
 	s := New(AllToAll, "aggregate", n, p.ElemSize, func(r int, yield func(Op) bool) {
 		e := &emitter{yield: yield}
 		a0 := srcOf[r]
@@ -164,29 +193,62 @@ func AggregateAllToAll(p Params) (*Schedule, error) {
 			a, b := k/B, k%B
 			h := len(src[a])
 			if rep(a, b) == r {
-				for j, d := range dst[b] {
-					row := blk(Tmp, outArea(k)+j*h, h)
-					if d == r {
-						e.copy(1, row, incoming(a))
+				if relay {
+					whole := blk(Tmp, outArea(k), h*len(dst[b]))
+					if via := relayer(a, b); via == r {
+						e.copy(1, whole, blk(Tmp, relayOff[r][k], h*len(dst[b])))
 					} else {
-						e.send(d, tag(k, 1), 1, row, 1)
+						e.send(via, tag(k, 1), 1, whole, 1)
+					}
+				} else {
+					for j, d := range dst[b] {
+						row := blk(Tmp, outArea(k)+j*h, h)
+						if d == r {
+							e.copy(1, row, incoming(a))
+						} else {
+							e.send(d, tag(k, 1), 1, row, 1)
+						}
 					}
 				}
 			}
-			if b == b0 && rep(a, b) != r {
+			if relay {
+				if relayer(a, b) == r && rep(a, b) != r {
+					e.recv(rep(a, b), tag(k, 1), 1, blk(Tmp, relayOff[r][k], h*len(dst[b])))
+				}
+			} else if b == b0 && rep(a, b) != r {
 				e.recv(rep(a, b), tag(k, 1), 1, incoming(a))
+			}
+		}
+		// Relay stage: hand each member of the destination group its row.
+		if relay {
+			for k := range A * B {
+				a, b := k/B, k%B
+				h := len(src[a])
+				via := relayer(a, b)
+				if via == r {
+					for j, d := range dst[b] {
+						row := blk(Tmp, relayOff[r][k]+j*h, h)
+						if d == r {
+							e.copy(2, row, incoming(a))
+						} else {
+							e.send(d, tag(k, 2), 2, row, 1)
+						}
+					}
+				} else if b == b0 {
+					e.recv(via, tag(k, 2), 2, incoming(a))
+				}
 			}
 		}
 		for a := range A {
 			if _, ok := run(src[a]); !ok {
 				for i, s := range src[a] {
-					e.copy(2, blk(Tmp, n+unpackOff[a]+i, 1), blk(Work, s, 1))
+					e.copy(3, blk(Tmp, n+unpackOff[a]+i, 1), blk(Work, s, 1))
 				}
 			}
 		}
 	})
 	s.WorkLen, s.InLen, s.TmpLen = n*bs, n*bs, tmpBlocks*bs
-	s.Rounds = 3
+	s.Rounds = 4
 	return s, nil
 }
 

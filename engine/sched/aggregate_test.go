@@ -28,6 +28,11 @@ func TestAggregateGroups(t *testing.T) {
 	}
 	for _, p := range cases {
 		for _, count := range []int{0, 1, 5} {
+			relay := p
+			relay.Relay, relay.Coll, relay.ElemSize, relay.Count = true, AllToAll, 4, count
+			t.Run(fmt.Sprintf("relay/n=%d/g=%d/src=%v/dst=%v/count=%d", p.N, p.Group, p.SrcGroups, p.DstGroups, count), func(t *testing.T) {
+				simulate(t, AggregateAllToAll, relay)
+			})
 			p.Coll, p.ElemSize, p.Count = AllToAll, 4, count
 			t.Run(fmt.Sprintf("n=%d/g=%d/src=%v/dst=%v/count=%d", p.N, p.Group, p.SrcGroups, p.DstGroups, count), func(t *testing.T) {
 				simulate(t, AggregateAllToAll, p)

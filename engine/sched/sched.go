@@ -334,6 +334,7 @@ type Params struct {
 	// (0: ⌈√N⌉).
 	SrcGroups, DstGroups [][]int
 	Group                int
+	Relay                bool // one rank per destination group receives and hands out (see AggregateAllToAll)
 
 	// Placement. Rings lists ring orders (each a permutation of 0..N-1);
 	// nil means the single ring 0,1,…,N-1. Hosts lists the ranks of each

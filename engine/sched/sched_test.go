@@ -27,6 +27,7 @@ var flat = []builderCase{
 	{"pairwise", AllToAll, PairwiseAllToAll},
 	{"bruck", AllToAll, BruckAllToAll},
 	{"aggregate", AllToAll, AggregateAllToAll},
+	{"aggregate-relay", AllToAll, func(p Params) (*Schedule, error) { p.Relay = true; return AggregateAllToAll(p) }},
 	{"dissemination", Barrier, DisseminationBarrier},
 }
 
