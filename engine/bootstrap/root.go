@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/logthrottle"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
@@ -21,6 +22,9 @@ type Root struct {
 	secret  []byte
 	timeout time.Duration
 	logger  *slog.Logger
+	// refused throttles the WARN per refused or rejected connection, so
+	// that a flood of them cannot flood the log.
+	refused *logthrottle.Limiter
 
 	events chan event
 	quit   chan struct{} // closed when serve ends: readers stop
@@ -83,6 +87,7 @@ func StartRoot(addr string, secret []byte, timeout time.Duration, logger *slog.L
 		secret:  slices.Clone(secret),
 		timeout: timeout,
 		logger:  logger,
+		refused: logthrottle.New(logger, "refused connections to the rendezvous root", 0, 0, nil),
 		events:  make(chan event),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -187,7 +192,7 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 		return nil
 	})
 	if err != nil {
-		r.logger.Warn("bootstrap: refused connection", "remote", c.RemoteAddr().String(), "err", err)
+		r.refused.Warn("bootstrap: refused connection", "remote", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
 	}
@@ -195,7 +200,7 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 	f, err := readFrame(c, 5+MaxBlob)
 	c.SetReadDeadline(time.Time{})
 	if err != nil || len(f) < 5 || f[0] != frameJoin {
-		r.logger.Warn("bootstrap: bad join message", "remote", c.RemoteAddr().String(), "rank", rank, "err", err)
+		r.refused.Warn("bootstrap: bad join message", "remote", c.RemoteAddr().String(), "rank", rank, "err", err)
 		c.Close()
 		return
 	}
@@ -267,7 +272,7 @@ func (r *Root) serve() {
 		return cs
 	}
 	reject := func(c net.Conn, text string) {
-		r.logger.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
+		r.refused.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
 		reply([]net.Conn{c}, errorReply(text))
 		c.Close()
 	}
@@ -414,6 +419,7 @@ func (r *Root) shutdown() {
 	r.conns = nil
 	r.mu.Unlock()
 	r.wg.Wait()
+	r.refused.Flush()
 	close(r.done)
 }
 
