@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/engine/bootstrap"
 )
 
 // The C behaviour is tested from C in ./ctest; these check the pieces that
@@ -250,4 +252,90 @@ func openFDs(t *testing.T) int {
 		t.Skip("no /proc/self/fd")
 	}
 	return len(ents)
+}
+
+// TestRendezvousResultCodes: setup failures reach C as the code of their
+// cause, the same on every rank the root told, never gocollInternalError.
+func TestRendezvousResultCodes(t *testing.T) {
+	secret := []byte("job secret")
+	start := func(t *testing.T, timeout time.Duration) *bootstrap.Root {
+		r, err := bootstrap.StartRoot("127.0.0.1:0", secret, timeout, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	check := func(t *testing.T, what string, errs []error, want int) {
+		t.Helper()
+		for i, err := range errs {
+			if got := resultCode(err); got != want {
+				t.Errorf("%s: rank %d: code %d, want %d (%v)", what, i, got, want, err)
+			}
+		}
+	}
+	t.Run("sizes disagree", func(t *testing.T) {
+		root := start(t, 10*time.Second)
+		errc := make(chan error, 1)
+		go func() { _, err := bootstrap.Exchange(ctx, root.Addr(), secret, 0, 3, nil); errc <- err }()
+		_, err1 := bootstrap.Exchange(ctx, root.Addr(), secret, 1, 4, nil)
+		check(t, "sizes", []error{<-errc, err1}, resInvalidUsage)
+	})
+	t.Run("rank missing", func(t *testing.T) {
+		root := start(t, 300*time.Millisecond)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			wg.Go(func() { _, errs[r] = bootstrap.Exchange(ctx, root.Addr(), secret, r, 3, nil) })
+		}
+		wg.Wait()
+		check(t, "missing", errs, resTimeout)
+	})
+	t.Run("duplicate rank", func(t *testing.T) {
+		root := start(t, 300*time.Millisecond)
+		errc := make(chan error, 2)
+		for range 2 {
+			go func() { _, err := bootstrap.Exchange(ctx, root.Addr(), secret, 0, 2, nil); errc <- err }()
+		}
+		check(t, "duplicate", []error{<-errc}, resInvalidUsage)
+		<-errc // the first rank 0 waits for rank 1 until the root gives up
+	})
+	t.Run("rank left", func(t *testing.T) {
+		root := start(t, 10*time.Second)
+		clients := make([]*bootstrap.Client, 3)
+		var wg sync.WaitGroup
+		for r := range 3 {
+			wg.Go(func() {
+				c, _, err := bootstrap.Join(ctx, root.Addr(), secret, r, 3, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				clients[r] = c
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		// Whether rank 2 leaves before or after rank 0 arrives, rank 0
+		// hears that a rank left.
+		clients[2].Close()
+		_, err := clients[0].AllGather(ctx, []byte("x"))
+		check(t, "left", []error{err}, resRemoteError)
+		clients[0].Close()
+		clients[1].Close()
+	})
+	t.Run("wrong secret", func(t *testing.T) {
+		root := start(t, 500*time.Millisecond)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		wg.Go(func() { _, errs[0] = bootstrap.Exchange(ctx, root.Addr(), secret, 0, 2, nil) })
+		wg.Go(func() { _, errs[1] = bootstrap.Exchange(ctx, root.Addr(), []byte("other"), 1, 2, nil) })
+		wg.Wait()
+		// Rank 1 is refused at once; rank 0 hears from the root why rank 1
+		// never came.
+		check(t, "secret", errs, resInvalidUsage)
+	})
 }

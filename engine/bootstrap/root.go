@@ -33,8 +33,9 @@ type Root struct {
 	once   sync.Once
 	err    error // outcome, readable after done
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{} // every live connection, for teardown
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{} // every live connection, for teardown
+	authFail map[int]bool          // ranks claimed by connections that failed authentication
 	wg    sync.WaitGroup
 }
 
@@ -140,6 +141,25 @@ func (r *Root) track(c net.Conn) bool {
 	return true
 }
 
+func (r *Root) noteAuthFailure(claimed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.authFail == nil {
+		r.authFail = map[int]bool{}
+	}
+	if len(r.authFail) < 64 { // bounded: a flood must not grow the root
+		r.authFail[claimed] = true
+	}
+}
+
+// authFailed: a connection claiming rank (any rank, for -1) failed
+// authentication.
+func (r *Root) authFailed(rank int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.authFail[rank] || rank == -1 && len(r.authFail) > 0
+}
+
 func (r *Root) untrack(c net.Conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -192,6 +212,9 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 		return nil
 	})
 	if err != nil {
+		if errors.Is(err, tcp.ErrAuth) || !errors.Is(err, tcp.ErrRefused) && rank != -1 {
+			r.noteAuthFailure(rank)
+		}
 		r.refused.Warn("bootstrap: refused connection", "remote", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
@@ -273,13 +296,13 @@ func (r *Root) serve() {
 	}
 	reject := func(c net.Conn, text string) {
 		r.refused.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
-		reply([]net.Conn{c}, errorReply(text))
+		reply([]net.Conn{c}, errorReply(ErrRankConflict, text))
 		c.Close()
 	}
-	fail := func(conns []net.Conn, text string) {
-		r.err = fmt.Errorf("bootstrap: %w: %s", ErrRendezvous, text)
+	fail := func(conns []net.Conn, cause error, text string) {
+		r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, cause, text)
 		r.logger.Warn("bootstrap: rendezvous failed", "reason", text)
-		reply(conns, errorReply("root at "+r.Addr()+": "+text))
+		reply(conns, errorReply(cause, "root at "+r.Addr()+": "+text))
 	}
 	missing := func(pred func(*member) bool) []int {
 		var ms []int
@@ -317,9 +340,26 @@ loop:
 				if len(duplicates) > 0 {
 					text += "; rejected duplicates: " + strings.Join(duplicates, ", ")
 				}
-				fail(memberConns(nil), text)
+				// A missing rank whose connections failed authentication
+				// has a wrong secret: a setup error, not a slow rank, and
+				// every rank should say so alike.
+				cause := ErrRankMissing
+				var badSecret []int
+				for _, q := range missing(func(*member) bool { return true }) {
+					if r.authFailed(q) {
+						badSecret = append(badSecret, q)
+					}
+				}
+				if nranks == 0 && r.authFailed(-1) {
+					badSecret = append(badSecret, -1)
+				}
+				if len(badSecret) > 0 {
+					cause = ErrAuth
+					text += "; connections claiming to be ranks " + formatRanks(badSecret) + " failed authentication (a wrong GOCOLL_SECRET or unique id?)"
+				}
+				fail(memberConns(nil), cause, text)
 			} else {
-				fail(memberConns(func(m *member) bool { return m.submitted }),
+				fail(memberConns(func(m *member) bool { return m.submitted }), ErrRankMissing,
 					fmt.Sprintf("round %d: ranks %s did not take part within %v", round, formatRanks(missing(func(m *member) bool { return m.submitted })), r.timeout))
 			}
 			break loop
@@ -333,7 +373,7 @@ loop:
 				case e.nranks < 1 || e.nranks > MaxRanks:
 					reject(e.conn, fmt.Sprintf("rank %d says nranks=%d (the root serves 1 to %d ranks)", e.rank, e.nranks, MaxRanks))
 				case nranks != 0 && e.nranks != nranks:
-					fail(append(memberConns(nil), e.conn), fmt.Sprintf("ranks disagree on the job size: rank %d says nranks=%d, rank %d said %d", e.rank, e.nranks, first, nranks))
+					fail(append(memberConns(nil), e.conn), ErrSizeMismatch, fmt.Sprintf("ranks disagree on the job size: rank %d says nranks=%d, rank %d said %d", e.rank, e.nranks, first, nranks))
 					break loop
 				case e.rank >= e.nranks:
 					reject(e.conn, fmt.Sprintf("rank %d is out of range for nranks=%d", e.rank, e.nranks))
@@ -363,15 +403,15 @@ loop:
 				}
 				switch {
 				case e.round != round:
-					fail(memberConns(nil), fmt.Sprintf("rank %d is at round %d, the root at round %d", e.rank, e.round, round))
+					fail(memberConns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d is at round %d, the root at round %d", e.rank, e.round, round))
 					break loop
 				case len(left) > 0:
 					text := fmt.Sprintf("round %d: ranks %s have left the job", round, formatRanks(left))
-					r.err = fmt.Errorf("bootstrap: %w: %s", ErrRendezvous, text)
-					reply([]net.Conn{m.conn}, errorReply("root at "+r.Addr()+": "+text))
+					r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, ErrRankLeft, text)
+					reply([]net.Conn{m.conn}, errorReply(ErrRankLeft, "root at "+r.Addr()+": "+text))
 					continue
 				case m.submitted:
-					fail(memberConns(nil), fmt.Sprintf("rank %d sent round %d twice", e.rank, round))
+					fail(memberConns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d sent round %d twice", e.rank, round))
 					break loop
 				}
 				if len(memberConns(func(m *member) bool { return m.submitted })) == 0 {
@@ -397,7 +437,7 @@ loop:
 				}
 				left = append(left, e.rank)
 				if waiting := memberConns(func(m *member) bool { return m.submitted }); len(waiting) > 0 {
-					fail(waiting, fmt.Sprintf("round %d: rank %d left the job (%v)", round, e.rank, e.err))
+					fail(waiting, ErrRankLeft, fmt.Sprintf("round %d: rank %d left the job (%v)", round, e.rank, e.err))
 					break loop
 				}
 				if len(members) == 0 {
