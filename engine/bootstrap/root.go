@@ -36,7 +36,7 @@ type Root struct {
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{} // every live connection, for teardown
 	authFail map[int]bool          // ranks claimed by connections that failed authentication
-	wg    sync.WaitGroup
+	wg       sync.WaitGroup
 }
 
 type eventKind int
