@@ -36,6 +36,10 @@ type Root struct {
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{} // every live connection, for teardown
 	authFail map[int]bool          // ranks claimed by connections that failed authentication
+	// secretFile is removed once every rank joined, or when the root stops
+	// (see SecretFile); joined says the first happened.
+	secretFile string
+	joined     bool
 	wg       sync.WaitGroup
 }
 
@@ -139,6 +143,30 @@ func (r *Root) track(c net.Conn) bool {
 	}
 	r.conns[c] = struct{}{}
 	return true
+}
+
+// RemoveOnJoin has the root remove the job's secret file (SecretFile) as
+// soon as every rank has joined (nobody needs it after that, and a file
+// left behind would be a secret lying around), or when the root stops,
+// whichever comes first; at once if that already happened.
+func (r *Root) RemoveOnJoin(path string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.joined || r.conns == nil {
+		RemoveSecretFile(path)
+		return
+	}
+	r.secretFile = path
+}
+
+func (r *Root) removeSecretFile() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.joined = true
+	if r.secretFile != "" {
+		RemoveSecretFile(r.secretFile)
+		r.secretFile = ""
+	}
 }
 
 func (r *Root) noteAuthFailure(claimed int) {
@@ -389,6 +417,7 @@ loop:
 					r.logger.Debug("bootstrap: rank joined", "rank", e.rank, "remote", e.conn.RemoteAddr().String(), "joined", len(members), "nranks", nranks)
 					if len(members) == nranks {
 						r.ln.Close() // the job is complete: nobody else may join
+						r.removeSecretFile()
 						complete()
 						joined, round = true, 1
 						timer.Stop()
@@ -452,6 +481,7 @@ loop:
 func (r *Root) shutdown() {
 	close(r.quit)
 	r.ln.Close()
+	r.removeSecretFile()
 	r.mu.Lock()
 	for c := range r.conns {
 		c.Close()
