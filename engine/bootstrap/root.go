@@ -40,7 +40,7 @@ type Root struct {
 	// (see SecretFile); joined says the first happened.
 	secretFile string
 	joined     bool
-	wg       sync.WaitGroup
+	wg         sync.WaitGroup
 }
 
 type eventKind int
