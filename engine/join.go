@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gocoll/gocoll/engine/bootstrap"
 	"github.com/gocoll/gocoll/engine/shmcoll"
@@ -142,7 +143,11 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 			err = fmt.Errorf("%w: joining the job (rank %d of %d, root %s) took longer than %v: %w", ErrTimeout, rank, nranks, rootAddr, opts.Timeout, err)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+	// The root gives up after opts.Timeout and tells every rank why; a rank
+	// waits a little longer so that it hears that verdict (the same cause
+	// on every rank) rather than timing out on its own a moment earlier.
+	grace := min(max(opts.Timeout/10, time.Second), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout+grace)
 	defer cancel()
 	host, err := advertiseHost(opts, rootAddr)
 	if err != nil {
