@@ -5,14 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/engine/bootstrap"
 )
 
 // The C behaviour is tested from C in ./ctest; these check the pieces that
@@ -112,7 +118,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	// The port this rank wants stays taken (another rank of a plain launch
+	// got it): init must still succeed, on another port.
+	defer ln.Close()
 	env := map[string]string{
 		"GOCOLL_METRICS_ADDR": fmt.Sprintf("127.0.0.1:%d", base-1),
 		"GOCOLL_RANK":         "1", "GOCOLL_SIZE": "2", "GOCOLL_LOCAL_RANK": "1", "GOCOLL_LOCAL_SIZE": "2",
@@ -134,7 +142,10 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	comms[0].Destroy()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", base))
+	if metricsState.addr == "" || metricsState.addr == ln.Addr().String() {
+		t.Fatalf("metrics served at %q, want another port than the taken %s", metricsState.addr, ln.Addr())
+	}
+	resp, err := http.Get("http://" + metricsState.addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,4 +166,176 @@ func TestOptionsLockedCallers(t *testing.T) {
 	if !opts.LockedCallers {
 		t.Fatal("C ABI options do not mark callers as locked to their threads")
 	}
+}
+
+// A bad GOCOLL_METRICS_ADDR is a warning, never a failed init.
+func TestMetricsBadAddr(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var logged strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	if _, err := serveMetrics("no-port", 0, reg, logger, defaultMetricsLimits); err == nil {
+		t.Fatal("serveMetrics accepted an address without a port")
+	}
+}
+
+// Idle connections beyond the cap are closed at once, the rest when the
+// header timeout passes; the descriptors come back and the endpoint still
+// answers.
+func TestMetricsConnectionCap(t *testing.T) {
+	lim := defaultMetricsLimits
+	lim.readHeader = 300 * time.Millisecond
+	lim.maxConns = 16
+	reg := prometheus.NewRegistry()
+	fdsBefore := openFDs(t)
+	addr, err := serveMetrics("127.0.0.1:0", 0, reg, slog.New(slog.DiscardHandler), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// Every connection must be closed by the server: at once (over the cap)
+	// or after the header timeout (idle under the cap). Read blocks until then.
+	closed := make(chan time.Duration, n)
+	start := time.Now()
+	for _, c := range conns {
+		go func() {
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			var b [1]byte
+			_, err := c.Read(b[:])
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				closed <- -1
+				return
+			}
+			closed <- time.Since(start)
+		}()
+	}
+	early := 0
+	for range n {
+		d := <-closed
+		if d < 0 {
+			t.Fatal("an idle connection was never closed by the server")
+		}
+		if d < lim.readHeader {
+			early++
+		}
+	}
+	if early < n-lim.maxConns {
+		t.Errorf("%d connections closed before the header timeout, want at least %d (cap %d)", early, n-lim.maxConns, lim.maxConns)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	// The server's side of each connection is closed too: only the
+	// listener (and at most the runtime's poller) remain.
+	if after := openFDs(t); after > fdsBefore+3 {
+		t.Errorf("%d descriptors open after the flood, %d before", after, fdsBefore)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
+
+// TestRendezvousResultCodes: setup failures reach C as the code of their
+// cause, the same on every rank the root told, never gocollInternalError.
+func TestRendezvousResultCodes(t *testing.T) {
+	secret := []byte("job secret")
+	start := func(t *testing.T, timeout time.Duration) *bootstrap.Root {
+		r, err := bootstrap.StartRoot("127.0.0.1:0", secret, timeout, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	check := func(t *testing.T, what string, errs []error, want int) {
+		t.Helper()
+		for i, err := range errs {
+			if got := resultCode(err); got != want {
+				t.Errorf("%s: rank %d: code %d, want %d (%v)", what, i, got, want, err)
+			}
+		}
+	}
+	t.Run("sizes disagree", func(t *testing.T) {
+		root := start(t, 10*time.Second)
+		errc := make(chan error, 1)
+		go func() { _, err := bootstrap.Exchange(ctx, root.Addr(), secret, 0, 3, nil); errc <- err }()
+		_, err1 := bootstrap.Exchange(ctx, root.Addr(), secret, 1, 4, nil)
+		check(t, "sizes", []error{<-errc, err1}, resInvalidUsage)
+	})
+	t.Run("rank missing", func(t *testing.T) {
+		root := start(t, 300*time.Millisecond)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			wg.Go(func() { _, errs[r] = bootstrap.Exchange(ctx, root.Addr(), secret, r, 3, nil) })
+		}
+		wg.Wait()
+		check(t, "missing", errs, resTimeout)
+	})
+	t.Run("duplicate rank", func(t *testing.T) {
+		root := start(t, 300*time.Millisecond)
+		errc := make(chan error, 2)
+		for range 2 {
+			go func() { _, err := bootstrap.Exchange(ctx, root.Addr(), secret, 0, 2, nil); errc <- err }()
+		}
+		check(t, "duplicate", []error{<-errc}, resInvalidUsage)
+		<-errc // the first rank 0 waits for rank 1 until the root gives up
+	})
+	t.Run("rank left", func(t *testing.T) {
+		root := start(t, 10*time.Second)
+		clients := make([]*bootstrap.Client, 3)
+		var wg sync.WaitGroup
+		for r := range 3 {
+			wg.Go(func() {
+				c, _, err := bootstrap.Join(ctx, root.Addr(), secret, r, 3, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				clients[r] = c
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		// Whether rank 2 leaves before or after rank 0 arrives, rank 0
+		// hears that a rank left.
+		clients[2].Close()
+		_, err := clients[0].AllGather(ctx, []byte("x"))
+		check(t, "left", []error{err}, resRemoteError)
+		clients[0].Close()
+		clients[1].Close()
+	})
+	t.Run("wrong secret", func(t *testing.T) {
+		root := start(t, 500*time.Millisecond)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		wg.Go(func() { _, errs[0] = bootstrap.Exchange(ctx, root.Addr(), secret, 0, 2, nil) })
+		wg.Go(func() { _, errs[1] = bootstrap.Exchange(ctx, root.Addr(), []byte("other"), 1, 2, nil) })
+		wg.Wait()
+		// Rank 1 is refused at once; rank 0 hears from the root why rank 1
+		// never came.
+		check(t, "secret", errs, resInvalidUsage)
+	})
 }

@@ -44,6 +44,15 @@ func resultCode(err error) int {
 		return resSuccess
 	case errors.Is(err, engine.ErrInvalidArgument):
 		return resInvalidArgument
+	// Setup failures, before the generic kinds: a rendezvous error may
+	// also wrap a deadline or a closed connection, and every rank must
+	// report the cause the root named.
+	case errors.Is(err, engine.ErrSizeMismatch), errors.Is(err, engine.ErrRankConflict), errors.Is(err, engine.ErrAuth):
+		return resInvalidUsage
+	case errors.Is(err, engine.ErrRankLeft):
+		return resRemoteError
+	case errors.Is(err, engine.ErrRankMissing):
+		return resTimeout
 	case errors.Is(err, engine.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return resTimeout
 	case errors.Is(err, engine.ErrPeerLost), errors.Is(err, engine.ErrRemoteAbort):

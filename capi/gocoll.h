@@ -65,13 +65,19 @@
  *                          allowed now: destroyed/aborted communicator, freed
  *                          request, communicator that already failed, ranks
  *                          that issued different collectives, send to self.
+ *                          At init: ranks disagree on the job's size, a rank
+ *                          joined twice or out of range, or a secret differs
+ *                          (GOCOLL_SECRET or the unique id): every rank the
+ *                          rendezvous root told gets this same code.
  *   gocollRemoteError      another rank failed: its process died or closed
  *                          its connection, or it aborted the communicator.
+ *                          At init: a rank left while the others set up.
  *   gocollInProgress       not returned by this version (kept for NCCL's
  *                          numbering; non-blocking calls report progress
  *                          through gocollTest).
  *   gocollTimeout          a wait passed GOCOLL_TIMEOUT (default 5 minutes):
- *                          some rank did not take part in time.
+ *                          some rank did not take part in time. At init: a
+ *                          rank never joined (the text names the missing ranks).
  */
 #ifndef GOCOLL_H_
 #define GOCOLL_H_

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/bootstrap"
 	"github.com/gocoll/gocoll/engine/transport"
+	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
 // Sentinel errors; test with errors.Is. The C ABI maps each to a result code.
@@ -29,6 +31,25 @@ var (
 	ErrRemoteAbort = transport.ErrRemoteAbort
 	// ErrDestroyed: the communicator was destroyed.
 	ErrDestroyed = errors.New("communicator destroyed")
+
+	// Why a job could not be set up. The rendezvous root sends the cause
+	// with its verdict, so every rank it told reports the same one.
+
+	// ErrRankMissing: ranks did not join within the timeout (also an
+	// ErrTimeout for the C ABI: gocollTimeout).
+	ErrRankMissing = bootstrap.ErrRankMissing
+	// ErrSizeMismatch: ranks disagree on the job's size (gocollInvalidUsage).
+	ErrSizeMismatch = bootstrap.ErrSizeMismatch
+	// ErrRankConflict: a rank joined twice, after the job was complete, or
+	// out of range (gocollInvalidUsage).
+	ErrRankConflict = bootstrap.ErrRankConflict
+	// ErrRankLeft: a rank left while the others were setting up
+	// (gocollRemoteError).
+	ErrRankLeft = bootstrap.ErrRankLeft
+	// ErrAuth: a connection failed authentication: this rank's secret (or
+	// unique id) differs from the root's or a peer's, or a rank missing
+	// from the job was refused for that reason (gocollInvalidUsage).
+	ErrAuth = tcp.ErrAuth
 )
 
 // OpError says which operation failed, where, and waiting on whom.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gocoll/gocoll/engine/bootstrap"
 	"github.com/gocoll/gocoll/engine/shmcoll"
@@ -76,21 +77,64 @@ func NewCommFromEnv(opts Options) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	if !l.SecretFromEnv {
-		opts.Logger.Info("GOCOLL_SECRET is unset: connections are authenticated with a secret derived from the job's identity; set GOCOLL_SECRET to a private value on shared networks", "launcher", l.Source)
+	secret, secretFile := l.Secret, ""
+	switch {
+	case l.SecretFromEnv:
+	case l.SingleHost:
+		// Nobody but this user on this host may learn the secret: a
+		// derived one could be computed by anyone who knows the launch.
+		secret, secretFile, err = bootstrap.SecretFile(opts.Getenv, l.JobKey)
+		if err != nil {
+			return nil, fmt.Errorf("gocoll: rank %d: %w (or set GOCOLL_SECRET)", l.Rank, err)
+		}
+	case l.Rank == 0:
+		opts.Logger.Warn("GOCOLL_SECRET is unset and the job spans hosts: its connections are authenticated with a secret derived from the launch environment, which anyone who can reach the root can compute. Set GOCOLL_SECRET to the same private value on every rank (e.g. export GOCOLL_SECRET=$(cat ~/.gocoll-secret) in the job script; a value on the mpirun command line is visible in ps)", "launcher", l.Source, "root", l.RootAddr)
 	}
 	if l.Rank == 0 {
-		_, port, err := splitHostPort(l.RootAddr)
+		host, port, err := splitHostPort(l.RootAddr)
 		if err != nil {
 			return nil, err
 		}
-		root, err := bootstrap.StartRoot(hostPort("", port), l.Secret, opts.Timeout, opts.Logger)
+		bind := bindHost(host)
+		if bind == "" {
+			opts.Logger.Info("rendezvous root address is not one of this host's (NAT?): listening on every interface", "root", l.RootAddr)
+		}
+		root, err := bootstrap.StartRoot(hostPort(bind, port), secret, opts.Timeout, opts.Logger)
 		if err != nil {
-			return nil, fmt.Errorf("gocoll: rank 0 could not start the rendezvous root on port %d (set GOCOLL_PORT to another free port): %w", port, err)
+			return nil, fmt.Errorf("gocoll: rank 0 could not start the rendezvous root on %s (set GOCOLL_PORT to another free port): %w", hostPort(bind, port), err)
+		}
+		if secretFile != "" {
+			root.RemoveOnJoin(secretFile)
 		}
 		defer func() { go root.Wait() }()
 	}
-	return joinRoot(l.RootAddr, l.Secret, l.Size, l.Rank, opts)
+	return joinRoot(l.RootAddr, secret, l.Size, l.Rank, opts)
+}
+
+// bindHost is the address the root listens on for the advertised root
+// host: that address itself when it is one of this host's (so that the
+// root answers nowhere else, e.g. only on loopback for 127.0.0.1), else ""
+// (every interface: the advertised address may be a NAT's or a name for
+// this host that resolves elsewhere).
+func bindHost(host string) string {
+	var ips []net.IP
+	if ip := net.ParseIP(host); ip != nil {
+		ips = []net.IP{ip}
+	} else if addrs, err := net.LookupIP(host); err == nil {
+		ips = addrs
+	}
+	local, _ := net.InterfaceAddrs()
+	for _, ip := range ips {
+		if ip.IsLoopback() {
+			return ip.String()
+		}
+		for _, a := range local {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.Equal(ip) {
+				return ip.String()
+			}
+		}
+	}
+	return ""
 }
 
 func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c *Comm, err error) {
@@ -99,7 +143,11 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 			err = fmt.Errorf("%w: joining the job (rank %d of %d, root %s) took longer than %v: %w", ErrTimeout, rank, nranks, rootAddr, opts.Timeout, err)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+	// The root gives up after opts.Timeout and tells every rank why; a rank
+	// waits a little longer so that it hears that verdict (the same cause
+	// on every rank) rather than timing out on its own a moment earlier.
+	grace := min(max(opts.Timeout/10, time.Second), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout+grace)
 	defer cancel()
 	host, err := advertiseHost(opts, rootAddr)
 	if err != nil {

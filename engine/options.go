@@ -78,7 +78,8 @@ func (o Options) withDefaults() Options {
 }
 
 // OptionsFromEnv reads the GOCOLL_* variables through getenv (os.Getenv when
-// nil). GOCOLL_DEBUG=INFO|DEBUG|WARN enables logging to stderr.
+// nil). Logging goes to stderr at GOCOLL_DEBUG's level (DEBUG, INFO, WARN,
+// ERROR; WARN when unset); GOCOLL_DEBUG=OFF silences it.
 func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -129,13 +130,21 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	default:
 		return o, fmt.Errorf("%w: GOCOLL_CMA=%q: want 1 or 0", ErrInvalidArgument, v)
 	}
-	if v := getenv("GOCOLL_DEBUG"); v != "" {
-		var lvl slog.Level
-		if err := lvl.UnmarshalText([]byte(strings.ToUpper(v))); err != nil {
-			return o, fmt.Errorf("%w: GOCOLL_DEBUG=%q: want DEBUG, INFO, WARN or ERROR", ErrInvalidArgument, v)
+	// Warnings reach stderr unless silenced: they are what an operator
+	// needs to see (an unauthenticated job across hosts, a metrics port
+	// moved, refused connections), and a quiet default would hide them.
+	lvl := slog.LevelWarn
+	switch v := strings.ToUpper(getenv("GOCOLL_DEBUG")); v {
+	case "":
+	case "OFF", "NONE":
+		o.Logger = slog.New(slog.DiscardHandler)
+		return o, nil
+	default:
+		if err := lvl.UnmarshalText([]byte(v)); err != nil {
+			return o, fmt.Errorf("%w: GOCOLL_DEBUG=%q: want DEBUG, INFO, WARN, ERROR or OFF", ErrInvalidArgument, v)
 		}
-		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	}
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	return o, nil
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,14 @@ func TestOptionsFromEnv(t *testing.T) {
 		{env: map[string]string{"GOCOLL_BRUCK_RADIX": "1"}, bad: "GOCOLL_BRUCK_RADIX"},
 		{env: map[string]string{"GOCOLL_ALGO": "allreduce=nope"}, bad: "GOCOLL_ALGO"},
 		{env: map[string]string{"GOCOLL_DEBUG": "loud"}, bad: "GOCOLL_DEBUG"},
+		// Warnings are printed unless asked not to: unset means WARN.
+		{env: nil, check: func(o Options) bool {
+			return o.Logger != nil && o.Logger.Enabled(context.Background(), slog.LevelWarn) && !o.Logger.Enabled(context.Background(), slog.LevelInfo)
+		}},
+		{env: map[string]string{"GOCOLL_DEBUG": "off"}, check: func(o Options) bool {
+			return o.Logger != nil && !o.Logger.Enabled(context.Background(), slog.LevelError)
+		}},
+		{env: map[string]string{"GOCOLL_DEBUG": "info"}, check: func(o Options) bool { return o.Logger.Enabled(context.Background(), slog.LevelInfo) }},
 	} {
 		o, err := OptionsFromEnv(func(k string) string { return c.env[k] })
 		if c.bad != "" {

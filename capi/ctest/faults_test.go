@@ -96,3 +96,55 @@ func TestMismatch(t *testing.T) {
 		t.Errorf("no rank reported gocollInvalidUsage for the mismatch")
 	}
 }
+
+// TestRendezvousCodes: a failed setup gives every rank the result code of
+// its cause, never gocollInternalError: a rank missing gives gocollTimeout,
+// sizes that disagree or a wrong secret gocollInvalidUsage.
+func TestRendezvousCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ranks  []int // which of 3 ranks run
+		extra  func(rank int) []string
+		want   int
+		within time.Duration
+	}{
+		{"rank missing", []int{0, 1}, func(int) []string { return nil }, 8, 20 * time.Second},
+		{"sizes disagree", []int{0, 1, 2}, func(r int) []string {
+			if r == 2 {
+				return []string{"WORLD_SIZE=4", "LOCAL_WORLD_SIZE=4"}
+			}
+			return nil
+		}, 5, 20 * time.Second},
+		{"wrong secret", []int{0, 1, 2}, func(r int) []string {
+			if r == 1 {
+				return []string{"GOCOLL_SECRET=not-the-jobs"}
+			}
+			return []string{"GOCOLL_SECRET=the-jobs"}
+		}, 5, 20 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			port, err := harness.FreePortPair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var procs []*harness.Proc
+			for _, r := range tc.ranks {
+				env := harness.Env(append(append(harness.TorchrunEnv(r, 3, port), "GOCOLL_TIMEOUT=2s"), tc.extra(r)...)...)
+				p, err := harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["faults"], "init")
+				if err != nil {
+					t.Fatal(err)
+				}
+				procs = append(procs, p)
+			}
+			harness.WaitAll(t, procs)
+			for i, p := range procs {
+				want := fmt.Sprintf("RESULT init=%d ", tc.want)
+				if !strings.Contains(p.Stdout(), want) {
+					t.Errorf("rank %d: want %q, got:\n%s", tc.ranks[i], want, p.Stdout())
+				}
+			}
+		})
+	}
+}

@@ -361,3 +361,31 @@ func TestFormatRanks(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusalsThrottled: a burst of wrong-secret connections yields the
+// first few WARN lines in full and one summary with the count of the rest,
+// not one line each.
+func TestRefusalsThrottled(t *testing.T) {
+	logs := &syncBuffer{}
+	root := startRoot(t, 10*time.Second, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const intruders = 40
+	var wg sync.WaitGroup
+	for i := range intruders {
+		wg.Go(func() {
+			if _, err := Exchange(ctx, root.Addr(), []byte("guessed"), i%2, 2, nil); !errors.Is(err, tcp.ErrAuth) {
+				t.Errorf("intruder %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	root.Close() // waits for every handler, then logs the summary
+	out := logs.String()
+	if n := strings.Count(out, "msg=\"bootstrap: refused connection\""); n != 5 {
+		t.Errorf("%d refusals logged in full, want 5:\n%s", n, out)
+	}
+	if !strings.Contains(out, fmt.Sprintf("count=%d", intruders-5)) {
+		t.Errorf("no summary counting %d more refusals:\n%s", intruders-5, out)
+	}
+}

@@ -51,7 +51,7 @@ func Exchange(ctx context.Context, rootAddr string, secret []byte, rank, nranks 
 // long it waited).
 func Join(ctx context.Context, rootAddr string, secret []byte, rank, nranks int, blob []byte) (*Client, [][]byte, error) {
 	if nranks < 1 || rank < 0 || rank >= nranks {
-		return nil, nil, fmt.Errorf("bootstrap: rank %d out of range for nranks %d", rank, nranks)
+		return nil, nil, fmt.Errorf("bootstrap: %w: rank %d out of range for nranks %d", ErrRankConflict, rank, nranks)
 	}
 	if len(blob) > MaxBlob {
 		return nil, nil, fmt.Errorf("bootstrap: blob of %d bytes exceeds %d", len(blob), MaxBlob)
@@ -154,7 +154,7 @@ func (c *Client) roundTrip(ctx context.Context, msg []byte, what string) ([][]by
 	}
 	c.conn.SetDeadline(time.Time{})
 	if len(reply) > 0 && reply[0] == replyError {
-		c.broken = fmt.Errorf("bootstrap: rank %d %s: %w: %s", c.rank, what, ErrRendezvous, reply[1:])
+		c.broken = replyErr(fmt.Sprintf("bootstrap: rank %d %s", c.rank, what), reply)
 		return nil, c.broken
 	}
 	table, err := decodeTable(reply)

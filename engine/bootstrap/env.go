@@ -27,9 +27,17 @@ type Launch struct {
 	// is the SHA-256 of that string and SecretFromEnv is true; otherwise it
 	// is derived from the job's identity (launcher, job id, root address,
 	// size), which every rank computes alike but anyone who can read the
-	// job's environment can guess: the caller should warn once.
+	// job's environment can guess. The caller should then use SecretFile
+	// for a SingleHost job, and warn for any other.
 	Secret        []byte
 	SecretFromEnv bool
+	// SingleHost: every rank runs on this host (the launcher's local size
+	// is the job's size, one Slurm node, a single rank, or a loopback root
+	// address).
+	SingleHost bool
+	// JobKey names the job alike on every rank (launcher, job id, root
+	// address, size), for SecretFile.
+	JobKey string
 }
 
 // Port range for ports derived from a job id.
@@ -118,6 +126,7 @@ func FromEnv(getenv func(string) string) (Launch, error) {
 	if l.Source == "torchrun" {
 		l.Rank, l.Size = e.int("RANK"), e.int("WORLD_SIZE")
 		l.LocalRank, l.LocalSize = e.optInt("LOCAL_RANK", -1), e.optInt("LOCAL_WORLD_SIZE", 0)
+		singleHost = l.LocalSize > 0 && l.LocalSize == l.Size
 		if !e.has("MASTER_ADDR") && !e.has("GOCOLL_ROOT_ADDR") {
 			e.fail(errors.New("MASTER_ADDR is not set (torchrun sets it; or set GOCOLL_ROOT_ADDR)"))
 		}
@@ -186,12 +195,17 @@ func FromEnv(getenv func(string) string) (Launch, error) {
 		}
 	}
 	l.RootAddr = net.JoinHostPort(host, port)
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		singleHost = true // a rank elsewhere could not reach the root
+	}
+	l.SingleHost = singleHost || l.Size == 1
+	l.JobKey = fmt.Sprintf("%s\x00%s\x00%s\x00%d", l.Source, jobID, l.RootAddr, l.Size)
 
 	if s := getenv("GOCOLL_SECRET"); s != "" {
 		sum := sha256.Sum256([]byte(s))
 		l.Secret, l.SecretFromEnv = sum[:], true
 	} else {
-		sum := sha256.Sum256([]byte(fmt.Sprintf("gocoll derived secret v1\x00%s\x00%s\x00%s\x00%d", l.Source, jobID, l.RootAddr, l.Size)))
+		sum := sha256.Sum256([]byte("gocoll derived secret v1\x00" + l.JobKey))
 		l.Secret = sum[:]
 	}
 	return l, nil

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"bytes"
 	"crypto/sha256"
+	"maps"
 	"net"
 	"reflect"
 	"strconv"
@@ -137,7 +138,11 @@ func TestFromEnv(t *testing.T) {
 			if len(got.Secret) != sha256.Size || got.SecretFromEnv {
 				t.Errorf("secret %x fromEnv=%v", got.Secret, got.SecretFromEnv)
 			}
-			got.Secret = nil
+			got.Secret, got.JobKey = nil, "" // JobKey: TestFromEnvSingleHost
+			if want := strings.HasPrefix(got.RootAddr, "127.0.0.1:") || strings.HasPrefix(got.RootAddr, "localhost:") || strings.HasPrefix(got.RootAddr, "[::1]:") || got.LocalSize == got.Size || got.Size == 1; got.SingleHost != want {
+				t.Errorf("SingleHost %v, want %v", got.SingleHost, want)
+			}
+			got.SingleHost = tc.want.SingleHost
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
@@ -240,5 +245,41 @@ func TestUniqueID(t *testing.T) {
 	}
 	if NewSecret() == NewSecret() {
 		t.Error("secrets repeat")
+	}
+}
+
+// TestFromEnvSingleHost: which jobs count as on one host (and so get a
+// secret through a private file), and that the job key is the same on
+// every rank of a job and differs between jobs.
+func TestFromEnvSingleHost(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{"RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node1", "MASTER_PORT": "100"}, true},
+		{map[string]string{"RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node1", "MASTER_PORT": "100"}, false},
+		{map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "100"}, true},
+		{map[string]string{"GOCOLL_RANK": "1", "GOCOLL_SIZE": "2", "GOCOLL_ROOT_ADDR": "127.0.0.1:5"}, true},
+		{map[string]string{"GOCOLL_RANK": "1", "GOCOLL_SIZE": "2", "GOCOLL_ROOT_ADDR": "localhost:5"}, true},
+		{map[string]string{"GOCOLL_RANK": "1", "GOCOLL_SIZE": "2", "GOCOLL_ROOT_ADDR": "10.1.1.1:5"}, false},
+		{map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}, true},
+	} {
+		l, err := FromEnv(getenv(tc.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.SingleHost != tc.want {
+			t.Errorf("%v: SingleHost %v, want %v", tc.env, l.SingleHost, tc.want)
+		}
+		r0 := maps.Clone(tc.env)
+		for _, k := range []string{"RANK", "GOCOLL_RANK", "SLURM_PROCID"} {
+			if _, ok := r0[k]; ok {
+				r0[k] = "0"
+			}
+		}
+		l0, _ := FromEnv(getenv(r0))
+		if l0.JobKey != l.JobKey || l.JobKey == "" {
+			t.Errorf("%v: job keys %q and %q", tc.env, l0.JobKey, l.JobKey)
+		}
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
 // bootstrapTag is the communicator tag used in the bootstrap handshake: a
@@ -43,15 +45,52 @@ const (
 )
 
 // ErrRendezvous: the root reported that the job could not rendezvous
-// (missing ranks, disagreeing sizes, a rank that left); the text says which.
+// (missing ranks, disagreeing sizes, a rank that left); the text says which,
+// and the error also wraps one of the causes below, the same on every rank
+// the root told.
 var ErrRendezvous = errors.New("rendezvous failed")
+
+// Causes of a failed rendezvous; test with errors.Is. The root sends the
+// cause with its verdict so that every rank reports the same one.
+var (
+	// ErrRankMissing: ranks did not join (or take part in a round) in time.
+	ErrRankMissing = errors.New("ranks missing")
+	// ErrSizeMismatch: ranks disagree on the job's size (or on the round).
+	ErrSizeMismatch = errors.New("ranks disagree on the job")
+	// ErrRankConflict: a rank joined twice, too late, or is out of range.
+	ErrRankConflict = errors.New("rank duplicated or out of range")
+	// ErrRankLeft: a rank closed its connection while the others waited.
+	ErrRankLeft = errors.New("a rank left the job")
+	// ErrAuth is tcp.ErrAuth: a missing rank's connections failed
+	// authentication (a wrong secret), or this rank's did.
+	ErrAuth = tcp.ErrAuth
+)
+
+// causes is the wire code of each cause (the byte after replyError).
+var causes = []error{nil, ErrRankMissing, ErrSizeMismatch, ErrRankConflict, ErrRankLeft, ErrAuth}
+
+func causeCode(err error) byte {
+	for i, c := range causes {
+		if c != nil && c == err {
+			return byte(i)
+		}
+	}
+	return 0
+}
+
+func causeOf(code byte) error {
+	if int(code) < len(causes) {
+		return causes[code]
+	}
+	return nil
+}
 
 // Frames: u32 length (little endian), then the payload.
 //
 //	client → root  join   'J' | nranks u32 | blob
 //	client → root  round  'R' | round u32 | blob
 //	root → client  table  0 | n u32 | n × (len u32 | bytes)
-//	root → client  error  1 | text
+//	root → client  error  1 | cause u8 | text   (cause: index in causes, 0 unknown)
 const (
 	frameJoin  = 'J'
 	frameRound = 'R'
@@ -129,6 +168,18 @@ func decodeTable(p []byte) ([][]byte, error) {
 	return blobs, nil
 }
 
-func errorReply(text string) []byte {
-	return append([]byte{replyError}, text...)
+func errorReply(cause error, text string) []byte {
+	return append([]byte{replyError, causeCode(cause)}, text...)
+}
+
+// replyErr decodes an error reply into an error wrapping ErrRendezvous and
+// its cause.
+func replyErr(prefix string, reply []byte) error {
+	if len(reply) < 2 {
+		return fmt.Errorf("%s: %w: (no reason given)", prefix, ErrRendezvous)
+	}
+	if cause := causeOf(reply[1]); cause != nil {
+		return fmt.Errorf("%s: %w (%w): %s", prefix, ErrRendezvous, cause, reply[2:])
+	}
+	return fmt.Errorf("%s: %w: %s", prefix, ErrRendezvous, reply[2:])
 }

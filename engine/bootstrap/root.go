@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/logthrottle"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
@@ -21,6 +22,9 @@ type Root struct {
 	secret  []byte
 	timeout time.Duration
 	logger  *slog.Logger
+	// refused throttles the WARN per refused or rejected connection, so
+	// that a flood of them cannot flood the log.
+	refused *logthrottle.Limiter
 
 	events chan event
 	quit   chan struct{} // closed when serve ends: readers stop
@@ -29,9 +33,14 @@ type Root struct {
 	once   sync.Once
 	err    error // outcome, readable after done
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{} // every live connection, for teardown
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{} // every live connection, for teardown
+	authFail map[int]bool          // ranks claimed by connections that failed authentication
+	// secretFile is removed once every rank joined, or when the root stops
+	// (see SecretFile); joined says the first happened.
+	secretFile string
+	joined     bool
+	wg         sync.WaitGroup
 }
 
 type eventKind int
@@ -83,6 +92,7 @@ func StartRoot(addr string, secret []byte, timeout time.Duration, logger *slog.L
 		secret:  slices.Clone(secret),
 		timeout: timeout,
 		logger:  logger,
+		refused: logthrottle.New(logger, "refused connections to the rendezvous root", 0, 0, nil),
 		events:  make(chan event),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -133,6 +143,49 @@ func (r *Root) track(c net.Conn) bool {
 	}
 	r.conns[c] = struct{}{}
 	return true
+}
+
+// RemoveOnJoin has the root remove the job's secret file (SecretFile) as
+// soon as every rank has joined (nobody needs it after that, and a file
+// left behind would be a secret lying around), or when the root stops,
+// whichever comes first; at once if that already happened.
+func (r *Root) RemoveOnJoin(path string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.joined || r.conns == nil {
+		RemoveSecretFile(path)
+		return
+	}
+	r.secretFile = path
+}
+
+func (r *Root) removeSecretFile() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.joined = true
+	if r.secretFile != "" {
+		RemoveSecretFile(r.secretFile)
+		r.secretFile = ""
+	}
+}
+
+func (r *Root) noteAuthFailure(claimed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.authFail == nil {
+		r.authFail = map[int]bool{}
+	}
+	if len(r.authFail) < 64 { // bounded: a flood must not grow the root
+		r.authFail[claimed] = true
+	}
+}
+
+// authFailed: a connection claiming rank (any rank, for -1) failed
+// authentication.
+func (r *Root) authFailed(rank int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.authFail[rank] || rank == -1 && len(r.authFail) > 0
 }
 
 func (r *Root) untrack(c net.Conn) {
@@ -187,7 +240,10 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 		return nil
 	})
 	if err != nil {
-		r.logger.Warn("bootstrap: refused connection", "remote", c.RemoteAddr().String(), "err", err)
+		if errors.Is(err, tcp.ErrAuth) || !errors.Is(err, tcp.ErrRefused) && rank != -1 {
+			r.noteAuthFailure(rank)
+		}
+		r.refused.Warn("bootstrap: refused connection", "remote", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
 	}
@@ -195,7 +251,7 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 	f, err := readFrame(c, 5+MaxBlob)
 	c.SetReadDeadline(time.Time{})
 	if err != nil || len(f) < 5 || f[0] != frameJoin {
-		r.logger.Warn("bootstrap: bad join message", "remote", c.RemoteAddr().String(), "rank", rank, "err", err)
+		r.refused.Warn("bootstrap: bad join message", "remote", c.RemoteAddr().String(), "rank", rank, "err", err)
 		c.Close()
 		return
 	}
@@ -267,14 +323,14 @@ func (r *Root) serve() {
 		return cs
 	}
 	reject := func(c net.Conn, text string) {
-		r.logger.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
-		reply([]net.Conn{c}, errorReply(text))
+		r.refused.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
+		reply([]net.Conn{c}, errorReply(ErrRankConflict, text))
 		c.Close()
 	}
-	fail := func(conns []net.Conn, text string) {
-		r.err = fmt.Errorf("bootstrap: %w: %s", ErrRendezvous, text)
+	fail := func(conns []net.Conn, cause error, text string) {
+		r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, cause, text)
 		r.logger.Warn("bootstrap: rendezvous failed", "reason", text)
-		reply(conns, errorReply("root at "+r.Addr()+": "+text))
+		reply(conns, errorReply(cause, "root at "+r.Addr()+": "+text))
 	}
 	missing := func(pred func(*member) bool) []int {
 		var ms []int
@@ -312,9 +368,26 @@ loop:
 				if len(duplicates) > 0 {
 					text += "; rejected duplicates: " + strings.Join(duplicates, ", ")
 				}
-				fail(memberConns(nil), text)
+				// A missing rank whose connections failed authentication
+				// has a wrong secret: a setup error, not a slow rank, and
+				// every rank should say so alike.
+				cause := ErrRankMissing
+				var badSecret []int
+				for _, q := range missing(func(*member) bool { return true }) {
+					if r.authFailed(q) {
+						badSecret = append(badSecret, q)
+					}
+				}
+				if nranks == 0 && r.authFailed(-1) {
+					badSecret = append(badSecret, -1)
+				}
+				if len(badSecret) > 0 {
+					cause = ErrAuth
+					text += "; connections claiming to be ranks " + formatRanks(badSecret) + " failed authentication (a wrong GOCOLL_SECRET or unique id?)"
+				}
+				fail(memberConns(nil), cause, text)
 			} else {
-				fail(memberConns(func(m *member) bool { return m.submitted }),
+				fail(memberConns(func(m *member) bool { return m.submitted }), ErrRankMissing,
 					fmt.Sprintf("round %d: ranks %s did not take part within %v", round, formatRanks(missing(func(m *member) bool { return m.submitted })), r.timeout))
 			}
 			break loop
@@ -328,7 +401,7 @@ loop:
 				case e.nranks < 1 || e.nranks > MaxRanks:
 					reject(e.conn, fmt.Sprintf("rank %d says nranks=%d (the root serves 1 to %d ranks)", e.rank, e.nranks, MaxRanks))
 				case nranks != 0 && e.nranks != nranks:
-					fail(append(memberConns(nil), e.conn), fmt.Sprintf("ranks disagree on the job size: rank %d says nranks=%d, rank %d said %d", e.rank, e.nranks, first, nranks))
+					fail(append(memberConns(nil), e.conn), ErrSizeMismatch, fmt.Sprintf("ranks disagree on the job size: rank %d says nranks=%d, rank %d said %d", e.rank, e.nranks, first, nranks))
 					break loop
 				case e.rank >= e.nranks:
 					reject(e.conn, fmt.Sprintf("rank %d is out of range for nranks=%d", e.rank, e.nranks))
@@ -344,6 +417,7 @@ loop:
 					r.logger.Debug("bootstrap: rank joined", "rank", e.rank, "remote", e.conn.RemoteAddr().String(), "joined", len(members), "nranks", nranks)
 					if len(members) == nranks {
 						r.ln.Close() // the job is complete: nobody else may join
+						r.removeSecretFile()
 						complete()
 						joined, round = true, 1
 						timer.Stop()
@@ -358,15 +432,15 @@ loop:
 				}
 				switch {
 				case e.round != round:
-					fail(memberConns(nil), fmt.Sprintf("rank %d is at round %d, the root at round %d", e.rank, e.round, round))
+					fail(memberConns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d is at round %d, the root at round %d", e.rank, e.round, round))
 					break loop
 				case len(left) > 0:
 					text := fmt.Sprintf("round %d: ranks %s have left the job", round, formatRanks(left))
-					r.err = fmt.Errorf("bootstrap: %w: %s", ErrRendezvous, text)
-					reply([]net.Conn{m.conn}, errorReply("root at "+r.Addr()+": "+text))
+					r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, ErrRankLeft, text)
+					reply([]net.Conn{m.conn}, errorReply(ErrRankLeft, "root at "+r.Addr()+": "+text))
 					continue
 				case m.submitted:
-					fail(memberConns(nil), fmt.Sprintf("rank %d sent round %d twice", e.rank, round))
+					fail(memberConns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d sent round %d twice", e.rank, round))
 					break loop
 				}
 				if len(memberConns(func(m *member) bool { return m.submitted })) == 0 {
@@ -392,7 +466,7 @@ loop:
 				}
 				left = append(left, e.rank)
 				if waiting := memberConns(func(m *member) bool { return m.submitted }); len(waiting) > 0 {
-					fail(waiting, fmt.Sprintf("round %d: rank %d left the job (%v)", round, e.rank, e.err))
+					fail(waiting, ErrRankLeft, fmt.Sprintf("round %d: rank %d left the job (%v)", round, e.rank, e.err))
 					break loop
 				}
 				if len(members) == 0 {
@@ -407,6 +481,7 @@ loop:
 func (r *Root) shutdown() {
 	close(r.quit)
 	r.ln.Close()
+	r.removeSecretFile()
 	r.mu.Lock()
 	for c := range r.conns {
 		c.Close()
@@ -414,6 +489,7 @@ func (r *Root) shutdown() {
 	r.conns = nil
 	r.mu.Unlock()
 	r.wg.Wait()
+	r.refused.Flush()
 	close(r.done)
 }
 

@@ -5,6 +5,7 @@ import ctypes
 import enum
 import itertools
 import json
+import operator
 import sys
 import threading
 
@@ -40,6 +41,34 @@ class DataType(enum.IntEnum):
 _OP_NAMES = {
     "sum": 0, "prod": 1, "product": 1, "max": 2, "min": 3, "avg": 4, "mean": 4, "average": 4,
 }
+
+
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+
+
+def _c_int(value, what):
+    """``value`` as a C int, or InvalidArgument naming ``what``: a string
+    such as "1" or a float is refused rather than converted (a silent int()
+    would hide a caller's mix-up), and so is a value ctypes would truncate."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise errors.InvalidArgument("gocoll: %s must be an integer, got %r" % (what, value)) from None
+    if not _INT_MIN <= v <= _INT_MAX:
+        raise errors.InvalidArgument("gocoll: %s %d does not fit a C int" % (what, v))
+    return v
+
+
+def _c_size(value, what):
+    """``value`` as a C size_t (a non-negative integer), or InvalidArgument."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise errors.InvalidArgument("gocoll: %s must be an integer, got %r" % (what, value)) from None
+    if not 0 <= v <= _SIZE_MAX:
+        raise errors.InvalidArgument("gocoll: %s %d is not a valid size" % (what, v))
+    return v
 
 
 def _op(op):
@@ -119,7 +148,8 @@ def init(rank=None, size=None, unique_id=None):
                 "gocoll.init: pass rank, size and unique_id together (or none of them, to "
                 "read the launcher's environment)")
         uid = _unique_id(unique_id)
-        _check_call(lib.gocollCommInitRank(ctypes.byref(h), int(size), uid, int(rank)),
+        size, rank = _c_int(size, "init: size"), _c_int(rank, "init: rank")
+        _check_call(lib.gocollCommInitRank(ctypes.byref(h), size, uid, rank),
                     "gocollCommInitRank")
     return Comm._adopt(lib, h.value)
 
@@ -256,12 +286,17 @@ class Work:
 def _ptr_array(values, n, what):
     if values is None:
         return None
-    vals = [int(v) for v in values]
+    try:
+        vals = [operator.index(v) for v in values]
+    except TypeError:
+        raise errors.InvalidArgument("gocoll: alltoallv: %s must hold integers, got %r" % (what, values)) from None
     if len(vals) != n:
         raise errors.InvalidArgument("gocoll: alltoallv: %s has %d entries, want one per rank (%d)"
                                      % (what, len(vals), n))
     if any(v < 0 for v in vals):
         raise errors.InvalidArgument("gocoll: alltoallv: %s has a negative entry: %s" % (what, vals))
+    if any(v > _SIZE_MAX for v in vals):
+        raise errors.InvalidArgument("gocoll: alltoallv: %s has an entry too large for size_t: %s" % (what, vals))
     return vals
 
 
@@ -445,8 +480,8 @@ class Comm:
         """Collective: ranks passing the same ``color`` form a new
         communicator ranked by ``key`` (default: this rank). ``color=None``
         takes part without joining any (returns None)."""
-        c = _lib.SPLIT_NOCOLOR if color is None else int(color)
-        k = self._rank if key is None else int(key)
+        c = _lib.SPLIT_NOCOLOR if color is None else _c_int(color, "split: color")
+        k = self._rank if key is None else _c_int(key, "split: key")
         out = _lib.Comm()
         self._check(self._lib.gocollCommSplit(self._handle(), c, k, ctypes.byref(out)),
                     "gocollCommSplit")
@@ -460,12 +495,13 @@ class Comm:
         """``nbytes`` of page-aligned memory from gocollMemAlloc (what the
         shared-memory path reads in place), as a :class:`MemBlock`; freed
         when the block and every array made from it are garbage."""
+        nbytes = _c_size(nbytes, "mem_alloc: size")
         if nbytes <= 0:
             raise errors.InvalidArgument("gocoll: mem_alloc: size must be positive, got %d" % nbytes)
         p = ctypes.c_void_p()
-        self._check(self._lib.gocollMemAlloc(ctypes.byref(p), int(nbytes), self._handle()),
+        self._check(self._lib.gocollMemAlloc(ctypes.byref(p), nbytes, self._handle()),
                     "gocollMemAlloc")
-        return MemBlock(self._lib, p.value, int(nbytes))
+        return MemBlock(self._lib, p.value, nbytes)
 
     def empty(self, shape, dtype="float32"):
         """A numpy array in gocollMemAlloc memory (uninitialised).
@@ -503,7 +539,7 @@ class Comm:
         return w
 
     def _peer(self, peer, what):
-        p = int(peer)
+        p = _c_int(peer, what)
         if not 0 <= p < self._size:
             raise errors.InvalidArgument("gocoll: %s %d is outside [0, %d)" % (what, p, self._size))
         return p

@@ -13,6 +13,10 @@
  *                    aborted) and a second one, which must fail with
  *                    gocollRemoteError.
  *   faults mismatch  2 ranks call gocollAllReduce with different counts.
+ *   faults init      only gocollCommInitFromEnv; prints its result code
+ *                    (the test sets up a rendezvous that fails: a rank
+ *                    missing, sizes that disagree, a wrong secret) and
+ *                    exits 0 whatever it was.
  *
  * Each prints "RESULT ..." lines the test reads, and exits 0 only when the
  * codes are the expected ones. */
@@ -110,8 +114,14 @@ static int run_mismatch(void) {
 int main(int argc, char** argv) {
   setvbuf(stderr, NULL, _IONBF, 0);
   if (argc < 2) {
-    fprintf(stderr, "usage: %s kill|abort|mismatch\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|abort|mismatch|init\n", argv[0]);
     return 64;
+  }
+  if (strcmp(argv[1], "init") == 0) {
+    gocollResult_t rc = gocollCommInitFromEnv(&comm);
+    printf("RESULT init=%d err=%s\n", (int)rc, rc == gocollSuccess ? "" : gocollGetLastError(NULL));
+    if (rc == gocollSuccess) gocollCommDestroy(comm);
+    return 0;
   }
   CHECK(gocollCommInitFromEnv(&comm));
   CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);

@@ -79,6 +79,8 @@ func rankToWire(rank int) (int32, error) {
 // refusal text and returned wrapping ErrRefused. On success the client's
 // rank is returned and conn's deadline is cleared; on failure the caller
 // should close conn. deadline bounds the whole exchange (zero: none).
+// A client that failed to authenticate after its hello yields the rank it
+// claimed (unverified: only for telling the operator) with the error.
 func ServerHandshake(conn net.Conn, secret []byte, tag [8]byte, myRank int, deadline time.Time, accept func(peerRank int) error) (peerRank int, err error) {
 	me, err := rankToWire(myRank)
 	if err != nil {
@@ -116,15 +118,15 @@ func ServerHandshake(conn net.Conn, secret []byte, tag [8]byte, myRank int, dead
 	var proof [macSize]byte
 	if _, err := io.ReadFull(conn, proof[:]); err != nil {
 		if theirTag != tag {
-			return -1, fmt.Errorf("tcp: handshake: %w: client (claiming rank %d) belongs to communicator %x, this is %x", ErrAuth, client, theirTag, tag)
+			return int(client), fmt.Errorf("tcp: handshake: %w: client (claiming rank %d) belongs to communicator %x, this is %x", ErrAuth, client, theirTag, tag)
 		}
-		return -1, fmt.Errorf("tcp: handshake: client (claiming rank %d) hung up before proving its identity (wrong secret or communicator?): %w", client, err)
+		return int(client), fmt.Errorf("tcp: handshake: client (claiming rank %d) hung up before proving its identity (wrong secret or communicator?): %w", client, err)
 	}
 	if theirTag != tag {
-		return -1, fmt.Errorf("tcp: handshake: %w: client (claiming rank %d) belongs to communicator %x, this is %x", ErrAuth, client, theirTag, tag)
+		return int(client), fmt.Errorf("tcp: handshake: %w: client (claiming rank %d) belongs to communicator %x, this is %x", ErrAuth, client, theirTag, tag)
 	}
 	if !hmac.Equal(proof[:], handshakeMAC(secret, "gocoll/hs/client", tag, client, me, nc, ns)) {
-		return -1, fmt.Errorf("tcp: handshake: %w: client claiming rank %d has a wrong secret", ErrAuth, client)
+		return int(client), fmt.Errorf("tcp: handshake: %w: client claiming rank %d has a wrong secret", ErrAuth, client)
 	}
 	var refusal error
 	if accept != nil {

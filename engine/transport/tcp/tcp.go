@@ -36,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/logthrottle"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -179,8 +180,10 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		results:  make(chan dialed),
 		inflight: make(map[net.Conn]struct{}),
 		lastErr:  make(map[int]error),
+		refused:  logthrottle.New(logger, "refused connections", 0, 0, nil),
 	}
 	conns, err := m.run(ctx, lower, higher)
+	m.refused.Flush() // run waited for every handshake: the count is final
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +215,10 @@ type mesh struct {
 	inflight map[net.Conn]struct{} // connections in their handshake
 	lastErr  map[int]error         // last dial error per lower rank
 	done     bool
+
+	// refused throttles the WARN per refused connection: a port scan or
+	// a flood must not flood the log.
+	refused *logthrottle.Limiter
 }
 
 func (m *mesh) track(c net.Conn) bool {
@@ -349,7 +356,7 @@ func (m *mesh) acceptLoop(ctx context.Context, want map[int]bool) {
 					err := fmt.Errorf("rank %d does not accept a connection from rank %d on this communicator", m.cfg.Rank, r)
 					// Before the client reads the verdict: once it has,
 					// setup may end and cancel ctx before a later log.
-					m.logger.Warn("tcp: refused connection", "rank", m.cfg.Rank, "remote", c.RemoteAddr().String(), "err", err)
+					m.refused.Warn("tcp: refused connection", "rank", m.cfg.Rank, "remote", c.RemoteAddr().String(), "err", err)
 					return err
 				}
 				return nil
@@ -359,7 +366,7 @@ func (m *mesh) acceptLoop(ctx context.Context, want map[int]bool) {
 				// (A failed handshake is logged before the connection is
 				// closed, so before the client can tell.)
 				if ctx.Err() == nil && !errors.Is(err, ErrRefused) {
-					m.logger.Warn("tcp: refused connection", "rank", m.cfg.Rank, "remote", c.RemoteAddr().String(), "err", err)
+					m.refused.Warn("tcp: refused connection", "rank", m.cfg.Rank, "remote", c.RemoteAddr().String(), "err", err)
 				}
 				c.Close()
 				return

@@ -1,0 +1,77 @@
+package logthrottle
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func lines(b *bytes.Buffer) []string {
+	s := strings.TrimSpace(b.String())
+	b.Reset()
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// TestLimiter: 5 lines per window in full, then one summary with the count.
+func TestLimiter(t *testing.T) {
+	var buf bytes.Buffer
+	clk := &clock{t: time.Unix(1000, 0)}
+	l := New(slog.New(slog.NewTextHandler(&buf, nil)), "refused connections", 0, 0, clk.now)
+	for i := range 100 {
+		l.Warn("refused connection", "i", i)
+	}
+	got := lines(&buf)
+	if len(got) != DefaultBurst {
+		t.Fatalf("%d lines in the first window, want %d:\n%s", len(got), DefaultBurst, strings.Join(got, "\n"))
+	}
+	clk.t = clk.t.Add(DefaultWindow - time.Nanosecond)
+	l.Warn("refused connection")
+	if got := lines(&buf); len(got) != 0 {
+		t.Fatalf("logged inside the window: %q", got)
+	}
+	clk.t = clk.t.Add(time.Nanosecond)
+	l.Warn("refused connection", "i", "next")
+	got = lines(&buf)
+	if len(got) != 2 || !strings.Contains(got[0], "count=96") || !strings.Contains(got[1], "i=next") {
+		t.Fatalf("after the window: want a summary of 96 then the line, got:\n%s", strings.Join(got, "\n"))
+	}
+	for range 7 {
+		l.Warn("refused connection")
+	}
+	lines(&buf)
+	l.Flush()
+	got = lines(&buf)
+	if len(got) != 1 || !strings.Contains(got[0], "count=3") {
+		t.Fatalf("flush: %q, want one summary of 3", got)
+	}
+	l.Flush()
+	if got := lines(&buf); len(got) != 0 {
+		t.Fatalf("second flush logged %q", got)
+	}
+}
+
+// TestLimitersIndependent: one limiter's flood does not silence another's.
+func TestLimitersIndependent(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	clk := &clock{t: time.Unix(1000, 0)}
+	a := New(logger, "x", 0, 0, clk.now)
+	b := New(logger, "x", 0, 0, clk.now)
+	for range 50 {
+		a.Warn("a")
+	}
+	lines(&buf)
+	b.Warn("b")
+	if got := lines(&buf); len(got) != 1 {
+		t.Fatalf("second limiter: %q", got)
+	}
+}
