@@ -211,6 +211,7 @@ func (c *Comm) DumpState(w io.Writer) error {
 func (c *Comm) writeState(w io.Writer, reason string) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", " ")
+	enc.SetEscapeHTML(false) // error texts hold "->"; people read these files
 	if err := enc.Encode(c.state(reason)); err != nil {
 		return fmt.Errorf("gocoll: dump state of rank %d: %w", c.rank, err)
 	}
