@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 // Child processes: the test binary re-executed with GOCOLL_TEST_ROLE set.
@@ -21,17 +23,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv("GOCOLL_TEST_ROLE"); role != "" {
 		os.Exit(childMain(role))
 	}
-	// Tests that make communicators fail would leave flight-recorder dumps
-	// in the temp dir: give this process and its children one of their own.
-	tmp, err := os.MkdirTemp("", "gocoll-engine-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	os.Setenv("TMPDIR", tmp)
-	code := m.Run()
-	os.RemoveAll(tmp)
-	os.Exit(code)
+	os.Exit(proctest.RunInTempDir(m))
 }
 
 func childMain(role string) int {
