@@ -273,8 +273,14 @@ func TestFlightKilledRankProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
+	for _, tr := range []string{"tcp", "auto"} {
+		t.Run(tr, func(t *testing.T) { killedRank(t, tr) })
+	}
+}
+
+func killedRank(t *testing.T, transport string) {
 	dir := t.TempDir()
-	env := []string{"GOCOLL_TRANSPORT=tcp", "GOCOLL_TIMEOUT=60s", "GOCOLL_DUMP_DIR=" + dir}
+	env := []string{"GOCOLL_TRANSPORT=" + transport, "GOCOLL_TIMEOUT=60s", "GOCOLL_DUMP_DIR=" + dir}
 	kids := proctest.Start(t, "loop", 4, env, nil)
 	waitOutput(t, kids[2], "READY", time.Minute)
 	kids[2].Cmd.Process.Signal(syscall.SIGKILL)
@@ -308,7 +314,7 @@ func TestFlightKilledRankProcesses(t *testing.T) {
 		t.Errorf("verdict does not name rank 2 and the allreduce: %s", v.Text)
 	}
 	t.Logf("doctor's verdict:\n%s", v.Text)
-	if out := os.Getenv("GOCOLL_TEST_KEEP_DUMPS"); out != "" {
+	if out := os.Getenv("GOCOLL_TEST_KEEP_DUMPS"); out != "" && transport == "tcp" {
 		for _, d := range dumps {
 			b, _ := os.ReadFile(d.File)
 			os.WriteFile(filepath.Join(out, filepath.Base(d.File)), b, 0o644)
