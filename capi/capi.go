@@ -229,6 +229,33 @@ func capi_CommGetTopology(comm C.uintptr_t, buf *C.char, length C.size_t, needed
 	return copyText(name, cs, text, buf, length, needed)
 }
 
+//export capi_CommDumpState
+func capi_CommDumpState(comm C.uintptr_t, path *C.char, length C.size_t) (rc C.int) {
+	const name = "gocollCommDumpState"
+	defer guard(name, &rc)
+	cs, err := handles.comm(uintptr(comm))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if path == nil && length != 0 {
+		return fail(name, cs, argErr("path is NULL but len is %d", uint64(length)))
+	}
+	file, err := cs.c.DumpStateFile()
+	if err != nil {
+		return fail(name, cs, err)
+	}
+	if path == nil {
+		return resSuccess
+	}
+	if uint64(length) < uint64(len(file)+1) {
+		return fail(name, cs, argErr("path holds %d bytes; %s needs %d (with its NUL); the dump was written", uint64(length), file, len(file)+1))
+	}
+	out := unsafe.Slice((*byte)(unsafe.Pointer(path)), len(file)+1)
+	copy(out, file)
+	out[len(file)] = 0
+	return resSuccess
+}
+
 // copyText hands JSON text to C: *needed gets its size with the NUL (when
 // needed is not NULL); buf NULL with len 0 asks for the size only; text
 // that does not fit is an error (nothing is written to buf).

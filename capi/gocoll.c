@@ -103,6 +103,10 @@ gocollResult_t gocollCommGetTopology(gocollComm_t comm, char* buf, size_t len, s
   return (gocollResult_t)capi_CommGetTopology(h(comm), buf, len, needed);
 }
 
+gocollResult_t gocollCommDumpState(gocollComm_t comm, char* path, size_t len) {
+  return (gocollResult_t)capi_CommDumpState(h(comm), path, len);
+}
+
 gocollResult_t gocollCommGetAsyncError(gocollComm_t comm, gocollResult_t* asyncError) {
   int code = 0;
   gocollResult_t rc = (gocollResult_t)capi_CommGetAsyncError(h(comm), asyncError != NULL, &code);

@@ -278,6 +278,24 @@ gocollResult_t gocollCommUserRank(const gocollComm_t comm, int* rank);
  * gocollInvalidUsage (comm destroyed). */
 gocollResult_t gocollCommGetTopology(gocollComm_t comm, char* buf, size_t len, size_t* needed);
 
+/* Writes comm's flight recorder - its last GOCOLL_FLIGHT_RECORDS operations
+ * (default 256), oldest first, each with its sequence number, bytes,
+ * datatype, algorithm, start and end times, the peer it last waited for and
+ * its outcome, and those still in flight - as JSON to a file in
+ * GOCOLL_DUMP_DIR (default: the temp dir) named
+ * gocoll-dump-<host>-<pid>-r<rank>-c<comm id>.json, replacing this
+ * communicator's earlier dump, and copies the file's path, NUL-terminated,
+ * into path (len bytes). path NULL with len 0: write the file only. The
+ * library writes the same file by itself on comm's first failure and, for
+ * every live communicator of the process, on SIGUSR1; gocoll-doctor reads
+ * the files of all ranks and says which rank did not arrive where. Safe to
+ * call while operations run on other threads, and after a failure.
+ * Errors: gocollInvalidArgument (comm not valid; path NULL with len > 0;
+ * len too small for the path - the file is written all the same),
+ * gocollInvalidUsage (comm destroyed), gocollSystemError (the file could not
+ * be written). */
+gocollResult_t gocollCommDumpState(gocollComm_t comm, char* path, size_t len);
+
 /* Stores in *asyncError the error that made comm unusable (the result code
  * its failing operation returned), or gocollSuccess if it is healthy.
  * Returns gocollSuccess itself whenever comm and asyncError are valid.

@@ -131,7 +131,7 @@ func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp)
 	send, recv = send[:n], recv[:n]
 	a := c.choose(sched.AllReduce, n)
 	sig := signature(sched.AllReduce, dt, count, op, -1, a.name)
-	return c.newReq(sched.AllReduce, func(x *execCtx) error {
+	return c.newReq(sched.AllReduce, a, dt, n, func(x *execCtx) error {
 		x.start(sig, a, n)
 		if a.build == nil {
 			return x.shm(c.arena.AllReduce(x.light(), x.call(), send, recv, dt, op))
@@ -181,7 +181,7 @@ func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, ro
 	send = send[:n]
 	a := c.choose(sched.Reduce, n)
 	sig := signature(sched.Reduce, dt, count, op, root, a.name)
-	return c.newReq(sched.Reduce, func(x *execCtx) error {
+	return c.newReq(sched.Reduce, a, dt, n, func(x *execCtx) error {
 		x.start(sig, a, n)
 		if a.build == nil {
 			return x.shm(c.arena.Reduce(x.light(), x.call(), send, recv, dt, op, root))
@@ -243,7 +243,7 @@ func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int)
 	recv = recv[:n]
 	a := c.choose(sched.Broadcast, n)
 	sig := signature(sched.Broadcast, dt, count, 0, root, a.name)
-	return c.newReq(sched.Broadcast, func(x *execCtx) error {
+	return c.newReq(sched.Broadcast, a, dt, n, func(x *execCtx) error {
 		x.start(sig, a, n)
 		if c.rank == root && !inPlace {
 			copy(recv, send)
@@ -287,7 +287,7 @@ func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (*Req
 	send, recv = send[:block], recv[:block*c.size]
 	a := c.choose(sched.AllGather, block*c.size)
 	sig := signature(sched.AllGather, dt, sendcount, 0, -1, a.name)
-	return c.newReq(sched.AllGather, func(x *execCtx) error {
+	return c.newReq(sched.AllGather, a, dt, block*c.size, func(x *execCtx) error {
 		x.start(sig, a, block*c.size)
 		if a.build == nil {
 			return x.shm(c.arena.AllGather(x.light(), x.call(), send, recv))
@@ -332,7 +332,7 @@ func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, o
 	send, recv = send[:block*c.size], recv[:block]
 	a := c.choose(sched.ReduceScatter, block*c.size)
 	sig := signature(sched.ReduceScatter, dt, recvcount, op, -1, a.name)
-	return c.newReq(sched.ReduceScatter, func(x *execCtx) error {
+	return c.newReq(sched.ReduceScatter, a, dt, block*c.size, func(x *execCtx) error {
 		x.start(sig, a, block*c.size)
 		if a.build == nil {
 			return x.shm(c.arena.ReduceScatter(x.light(), x.call(), send, recv, dt, op))
@@ -387,7 +387,7 @@ func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (*Request,
 	send, recv = send[:total], recv[:total]
 	a := c.choose(sched.AllToAll, total)
 	sig := signature(sched.AllToAll, dt, count, 0, -1, a.name)
-	return c.newReq(sched.AllToAll, func(x *execCtx) error {
+	return c.newReq(sched.AllToAll, a, dt, total, func(x *execCtx) error {
 		x.start(sig, a, total)
 		if a.build == nil {
 			return x.shm(c.arena.AllToAll(x.light(), x.call(), send, recv))
@@ -452,7 +452,11 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 	sig := signature(sched.AllToAllv, dt, 0, 0, -1, a.name)
 	p := c.params(sched.AllToAllv, dt, 0, 0, -1)
 	p.SendBlocks, p.RecvBlocks, p.Mine = sl, rl, c.rank
-	return c.newReq(sched.AllToAllv, func(x *execCtx) error {
+	sent := 0
+	for _, b := range sl {
+		sent += b.Len
+	}
+	return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
 		x.start(sig, a, 0)
 		return x.schedule(a, p, recv, send, dt, 0)
 	})
@@ -500,7 +504,7 @@ func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer int) (*Request, 
 	}
 	buf = buf[:count*dt.Size()]
 	sig := signature(pointToPoint, dt, count, 0, -1, "")
-	return &Request{op: "send", peer: peer, isSend: true, run: func(x *execCtx) error {
+	return &Request{op: "send", peer: peer, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return x.send(peer, 0, buf)
 	}}, nil
@@ -530,7 +534,7 @@ func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer int) (*Request, 
 	}
 	buf = buf[:count*dt.Size()]
 	sig := signature(pointToPoint, dt, count, 0, -1, "")
-	return &Request{op: "recv", peer: peer, run: func(x *execCtx) error {
+	return &Request{op: "recv", peer: peer, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return x.recv(peer, 0, buf)
 	}}, nil
@@ -548,7 +552,7 @@ func (c *Comm) BarrierOp() Op { return c.op(c.barrierReq()) }
 func (c *Comm) barrierReq() (*Request, error) {
 	a := c.choose(sched.Barrier, 0)
 	sig := signature(sched.Barrier, 0, 0, 0, -1, a.name)
-	return c.newReq(sched.Barrier, func(x *execCtx) error {
+	return c.newReq(sched.Barrier, a, noType, 0, func(x *execCtx) error {
 		x.start(sig, a, 0)
 		if a.build == nil {
 			return x.shm(c.arena.Barrier(x.light(), x.call()))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
@@ -25,7 +26,8 @@ type Comm struct {
 	opts       Options
 	algo       algoSpec
 	log        *slog.Logger
-	id         uint64 // communicator id, for logs
+	id         uint64    // communicator id, equal on every rank (0: none)
+	flight     *recorder // nil when Options.FlightRecords < 0
 
 	queue    chan *Request
 	worker   sync.WaitGroup
@@ -70,6 +72,11 @@ type Comm struct {
 // Request is a non-blocking operation in flight.
 type Request struct {
 	op string
+	// What the flight recorder notes (see recorder.begin).
+	algo    string
+	bytes   int
+	dt      DataType
+	hasType bool
 	// Point-to-point requests (peer ≥ 0) are not numbered in the collective
 	// sequence and do not wait for each other unless they share a peer and
 	// direction, so a send and a receive issued back to back both progress.
@@ -118,6 +125,9 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 	c.log = opts.Logger.With("rank", rank, "nranks", size)
 	c.place(nil, nil)
 	c.abortCtx, c.abort = context.WithCancelCause(context.Background())
+	if c.flight = newRecorder(opts.FlightRecords); c.flight != nil {
+		processDumps.add(c)
+	}
 	c.worker.Add(1)
 	go c.loop()
 	return c, nil
@@ -168,12 +178,18 @@ func (c *Comm) finished() {
 func (c *Comm) execute(r *Request, x *execCtx) {
 	began := time.Now()
 	x.deadline = began.Add(c.opts.Timeout)
+	x.peer.Store(-1)
+	c.flight.begin(x, r, began)
 	err := r.run(x)
 	if x.cancel != nil {
 		x.cancel()
 	}
 	if err != nil {
 		err = c.opError(x, err)
+	}
+	// Before fail, whose dump must show this operation's outcome.
+	c.flight.end(x, err, time.Now())
+	if err != nil {
 		c.fail(err)
 	}
 	if c.opts.Metrics != nil {
@@ -190,7 +206,7 @@ func (c *Comm) startP2P(r *Request) {
 	if r.isSend {
 		key, seqs = key+1, c.sendSeq
 	}
-	x := &execCtx{c: c, op: r.op, seq: seqs[r.peer] | 1<<63}
+	x := &execCtx{c: c, op: r.op, seq: seqs[r.peer] | p2pSeqBit}
 	seqs[r.peer]++
 	prev := c.p2pChain[key]
 	c.p2pChain[key] = r.done
@@ -238,6 +254,8 @@ func (c *Comm) fail(err error) {
 			c.arena.Abort(err)
 		}
 		c.abort(err)
+		// After the abort: the peers stop waiting on this rank first.
+		c.dumpOnFailure()
 	}
 }
 
@@ -281,9 +299,14 @@ func (o Op) Start() (*Request, error) {
 	return o.c.start(o.r, nil)
 }
 
-func (c *Comm) newReq(coll sched.Coll, run func(x *execCtx) error) (*Request, error) {
-	return &Request{op: coll.String(), peer: -1, run: run}, nil
+// newReq makes the request of a collective that runs a with bytes of dt
+// (noType: none).
+func (c *Comm) newReq(coll sched.Coll, a *algorithm, dt DataType, bytes int, run func(x *execCtx) error) (*Request, error) {
+	return &Request{op: coll.String(), algo: a.name, dt: dt, hasType: dt != noType, bytes: bytes, peer: -1, run: run}, nil
 }
+
+// noType stands for the datatype of a call that has none (barrier).
+const noType = DataType(-1)
 
 // usable says why no operation may be issued now, if so. Called with mu held.
 func (c *Comm) usable(op string) error {
@@ -364,6 +387,7 @@ func (c *Comm) Destroy() error {
 	c.destroyed = true
 	close(c.queue)
 	c.mu.Unlock()
+	processDumps.remove(c)
 	c.worker.Wait()
 	c.execMu.Lock() // an inline call may still run
 	c.execMu.Unlock()
@@ -390,6 +414,12 @@ type execCtx struct {
 	algo     string // for logs and metrics
 	bytes    int
 	locked   bool // running on the caller's goroutine, locked to its thread (Options.LockedCallers)
+
+	// For the flight recorder: the peer waited on now (-1: none), and the
+	// ring slot and operation number (recorder.begin).
+	peer  atomic.Int32
+	slot  int
+	slotN uint64
 }
 
 func (x *execCtx) rank() int { return x.c.rank }
@@ -434,10 +464,12 @@ func (l lightCtx) Err() error {
 }
 
 func (x *execCtx) send(peer, step int, data []byte) error {
+	x.waitingFor(peer)
 	return wrapPeer(peer, x.c.tr.Send(x.context(), peer, x.header(step, len(data)), data), x.c.opts.Timeout)
 }
 
 func (x *execCtx) recv(peer, step int, buf []byte) error {
+	x.waitingFor(peer)
 	return wrapPeer(peer, x.c.tr.Recv(x.context(), peer, x.header(step, len(buf)), buf), x.c.opts.Timeout)
 }
 

@@ -178,7 +178,7 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 		l.close()
 		return nil, err
 	}
-	c.arena = l.arena
+	c.arena, c.id = l.arena, l.id
 	c.place(l.hosts, l.names)
 	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
@@ -204,6 +204,7 @@ type links struct {
 	arena *shmcoll.Arena
 	hosts [][]int
 	names []string // host names, as the ranks reported them
+	id    uint64   // names the communicator in dumps, equal on every rank
 }
 
 func (l links) close() {
@@ -364,7 +365,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	}
 	log.Debug("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
 	hosts, names := hostsOf(infos)
-	return links{tr, arena, hosts, names}, nil
+	return links{tr, arena, hosts, names, binary.BigEndian.Uint64(tag[:])}, nil
 }
 
 // hostsOf groups the ranks by host: the ranks that share memory with each

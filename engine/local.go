@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -23,6 +25,7 @@ func newLocalWorld(w *mem.World, hosts [][]int, opts Options) ([]*Comm, error) {
 	n := w.Size()
 	comms := make([]*Comm, n)
 	hub := newLocalHub()
+	id := randomID()
 	for r := range comms {
 		c, err := newComm(r, n, w.Endpoint(r), opts)
 		if err != nil {
@@ -32,9 +35,17 @@ func newLocalWorld(w *mem.World, hosts [][]int, opts Options) ([]*Comm, error) {
 			}
 			return nil, fmt.Errorf("local communicator rank %d: %w", r, errors.Unwrap(err))
 		}
-		c.split = &localSplitter{world: w, hub: hub}
+		c.split, c.id = &localSplitter{world: w, hub: hub, id: id}, id
 		c.place(hosts, nil)
 		comms[r] = c
 	}
 	return comms, nil
+}
+
+// randomID names an in-process world, which has no rendezvous tag to be
+// named by, so that its ranks' dumps do not mix with another world's.
+func randomID() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:])
 }

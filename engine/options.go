@@ -48,6 +48,14 @@ type Options struct {
 	// the core only: runtime.Gosched there hands the thread's goroutine
 	// through another thread, ~5 µs a round.
 	LockedCallers bool
+	// FlightRecords is how many of its last operations a communicator
+	// keeps for its dumps (GOCOLL_FLIGHT_RECORDS; zero: DefaultFlightRecords;
+	// negative, or GOCOLL_FLIGHT_RECORDS=0: no recorder, no SIGUSR1 handler
+	// and no dump on failure).
+	FlightRecords int
+	// DumpDir is where dumps are written (GOCOLL_DUMP_DIR; empty: the temp
+	// dir, os.TempDir, at the time of the dump).
+	DumpDir string
 	// Logger receives debug and warning output; nil discards it.
 	Logger *slog.Logger
 	// Metrics, when set, is updated after every operation (see NewMetrics).
@@ -67,6 +75,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Transport == "" {
 		o.Transport = "auto"
+	}
+	if o.FlightRecords == 0 {
+		o.FlightRecords = DefaultFlightRecords
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -109,6 +120,17 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 			*iv.dst = n
 		}
 	}
+	if v := getenv("GOCOLL_FLIGHT_RECORDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1<<20 {
+			return o, fmt.Errorf("%w: GOCOLL_FLIGHT_RECORDS=%q: want an integer from 0 (off) to 1048576", ErrInvalidArgument, v)
+		}
+		o.FlightRecords = n
+		if n == 0 {
+			o.FlightRecords = -1
+		}
+	}
+	o.DumpDir = getenv("GOCOLL_DUMP_DIR")
 	if v := getenv("GOCOLL_NET_BANDWIDTH"); v != "" {
 		bw, err := topology.ParseRate(v)
 		if err != nil {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 // Child processes: the test binary re-executed with GOCOLL_TEST_ROLE set.
@@ -21,7 +23,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv("GOCOLL_TEST_ROLE"); role != "" {
 		os.Exit(childMain(role))
 	}
-	os.Exit(m.Run())
+	os.Exit(proctest.RunInTempDir(m))
 }
 
 func childMain(role string) int {

@@ -70,7 +70,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		l.close()
 		return nil, err
 	}
-	child.split, child.arena = sp, l.arena
+	child.split, child.arena, child.id = sp, l.arena, l.id
 	child.place(l.hosts, l.names)
 	return child, nil
 }
@@ -80,6 +80,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 type localSplitter struct {
 	world *mem.World
 	hub   *localHub
+	id    uint64 // the communicator id of the world's ranks
 }
 
 // localHub is shared by the ranks of one in-process communicator; each
@@ -99,11 +100,11 @@ func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, chi
 	s.hub.mu.Lock()
 	ch, ok := s.hub.children[key]
 	if !ok {
-		ch = &localSplitter{world: mem.NewWorld(len(members)), hub: newLocalHub()}
+		ch = &localSplitter{world: mem.NewWorld(len(members)), hub: newLocalHub(), id: randomID()}
 		s.hub.children[key] = ch
 	}
 	s.hub.mu.Unlock()
-	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members)}, ch, nil
+	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members), id: ch.id}, ch, nil
 }
 
 // restrictHosts is the placement of a child whose ranks are members (parent

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(proctest.RoleVar); role != "" {
 		os.Exit(child(role))
 	}
-	os.Exit(m.Run())
+	os.Exit(proctest.RunInTempDir(m))
 }
 
 // child is one rank of a migration job: 8 virtual devices placed by

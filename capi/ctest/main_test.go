@@ -30,6 +30,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
+	// The ranks' flight-recorder dumps (gocollCommDumpState, failures in
+	// the fault tests) go to their temp dir: keep them inside this run's
+	// directory (harness.Env drops GOCOLL_ variables, not TMPDIR).
+	os.Setenv("TMPDIR", tmp)
 	if lib, err = harness.Build(filepath.Join(tmp, "prefix")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

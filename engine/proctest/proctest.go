@@ -121,3 +121,19 @@ func ExitCode(err error) int {
 	}
 	return 0
 }
+
+// RunInTempDir runs a package's tests (m.Run) with TMPDIR pointing at a
+// directory of their own, removed afterwards, and returns the exit code.
+// Communicators that fail or abort write flight-recorder dumps to the temp
+// dir by default: a test binary that makes them fail on purpose, and the
+// ranks it starts (they inherit TMPDIR), leave nothing behind this way.
+func RunInTempDir(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "gocoll-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer os.RemoveAll(tmp)
+	os.Setenv("TMPDIR", tmp)
+	return m.Run()
+}

@@ -64,6 +64,7 @@ SIGNATURES = {
     "gocollCommUserRank": (Result, [Comm, p_int]),
     "gocollCommGetAsyncError": (Result, [Comm, p_int]),
     "gocollCommGetTopology": (Result, [Comm, ctypes.c_char_p, c_size_t, p_size_t]),
+    "gocollCommDumpState": (Result, [Comm, ctypes.c_char_p, c_size_t]),
     "gocollMemAlloc": (Result, [p_void_p, c_size_t, Comm]),
     "gocollMemFree": (Result, [c_void_p, Comm]),
     # blocking collectives

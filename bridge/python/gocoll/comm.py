@@ -476,6 +476,17 @@ class Comm:
                     "gocollCommGetTopology")
         return json.loads(buf.value.decode("utf-8"))
 
+    def dump_state(self):
+        """Write the flight recorder's dump (gocollCommDumpState) - the last
+        GOCOLL_FLIGHT_RECORDS operations and those in flight, as JSON - to
+        GOCOLL_DUMP_DIR (default: the temp dir) and return the file's path.
+        ``gocoll-doctor DIR`` reads every rank's dump and says which rank
+        did not arrive where."""
+        buf = ctypes.create_string_buffer(4096)
+        self._check(self._lib.gocollCommDumpState(self._handle(), buf, len(buf)),
+                    "gocollCommDumpState")
+        return buf.value.decode("utf-8", "surrogateescape")
+
     def split(self, color, key=None):
         """Collective: ranks passing the same ``color`` form a new
         communicator ranked by ``key`` (default: this rank). ``color=None``

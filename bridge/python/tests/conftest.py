@@ -67,3 +67,13 @@ def no_leftover_processes():
     yield
     left = _children()
     assert not left, "test left child processes behind: %s" % left
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _dump_dir(tmp_path_factory):
+    """Workers that fail on purpose write flight-recorder dumps: keep them in
+    the session's temp dir rather than the system's (a test may still set
+    GOCOLL_DUMP_DIR for its own ranks)."""
+    if "GOCOLL_DUMP_DIR" not in os.environ:
+        os.environ["GOCOLL_DUMP_DIR"] = str(tmp_path_factory.mktemp("dumps"))
+    yield

@@ -474,6 +474,29 @@ static void test_topology(void) {
   free(text);
 }
 
+/* The flight recorder's dump: a file whose path comes back, holding JSON
+ * with this rank and the collectives just run; a path buffer too small is
+ * refused, NULL with length 0 only writes. */
+static void test_dump_state(void) {
+  char path[4096], small[8], want[32];
+  CHECK_COMM(gocollCommDumpState(comm, path, sizeof path), comm);
+  FILE* f = fopen(path, "r");
+  if (!f) FAIL("dump %s: cannot open", path);
+  static char text[1 << 20];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  snprintf(want, sizeof want, "\"rank\": %d,", g_rank);
+  if (n == 0 || text[0] != '{' || !strstr(text, want) || !strstr(text, "\"records\": [") ||
+      !strstr(text, "\"op\": \"allreduce\"") || !strstr(text, "\"state\": \"ok\"") || !strstr(text, "\"in_flight\": ["))
+    FAIL("dump %s: %.300s", path, text);
+  if (!strstr(path, "gocoll-dump-")) FAIL("dump path %s", path);
+  if (gocollCommDumpState(comm, small, sizeof small) != gocollInvalidArgument) FAIL("8-byte path buffer accepted");
+  if (gocollCommDumpState(comm, NULL, 16) != gocollInvalidArgument) FAIL("NULL path with len 16 accepted");
+  CHECK_COMM(gocollCommDumpState(comm, NULL, 0), comm);
+  if (gocollCommDumpState(NULL, path, sizeof path) != gocollInvalidArgument) FAIL("NULL comm accepted");
+}
+
 int main(int argc, char** argv) {
   int version = 0, count = 0, rank = -1;
   gocollResult_t async = gocollInternalError;
@@ -527,6 +550,7 @@ int main(int argc, char** argv) {
     if (rank == 0) fprintf(stderr, "mode %s: %.2fs\n", mode_names[mode], now_seconds() - t);
   }
   test_topology();
+  test_dump_state();
   mode = 1;
   test_outstanding();
   test_split();

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gocoll/gocoll/engine"
 	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 // The -procs test re-executes this test binary as the ranks; they carry
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	os.Exit(proctest.RunInTempDir(m))
 }
 
 // bench runs gocoll-bench in this process and returns its exit status,
