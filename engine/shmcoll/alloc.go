@@ -5,7 +5,6 @@ package shmcoll
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -15,14 +14,16 @@ import (
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
-// Registered buffers. Alloc puts each allocation in a file of its own,
-// <segment path>-m<id>, listed in the owner's table of registered
-// allocations. When a call's send buffer lies in one, the owner publishes
-// (id, offset) in its call record instead of copying the data into its
-// slot; at the barrier every peer maps the file (once, kept until the owner
-// frees it or the arena closes) and reads the data in place. The first call
-// that references an allocation ends with all peers having mapped it, so
-// the owner unlinks the file then: a crash later leaves nothing behind.
+// Registered buffers. Alloc puts each allocation in an anonymous memory
+// file of its own (memfd), listed in the owner's table of registered
+// allocations with the descriptor that holds it open. When a call's send
+// buffer lies in one, the owner publishes (id, offset) in its call record
+// instead of copying the data into its slot; at the barrier every peer
+// opens the file through /proc/<owner pid>/fd/<fd> and maps it (once, kept
+// until the owner frees it or the arena closes) and reads the data in
+// place. A memory file has no name: nothing of an allocation outlives the
+// processes that map it, however they end (a named file in /dev/shm stayed
+// when a rank was killed before a large collective had used it).
 //
 // Only the paths that end with a barrier use it (the peers' reads must end
 // before the owner returns and may change the buffer): AllReduce and Reduce
@@ -32,17 +33,15 @@ import (
 
 // regAlloc is one of this rank's allocations.
 type regAlloc struct {
-	id       uint64
-	mem      []byte
-	path     string
-	entry    int         // index in the table
-	unlinked atomic.Bool // the file name is gone
+	id    uint64
+	mem   []byte
+	fd    int // the memory file, open until Free
+	entry int // index in the table
 }
 
-// regPath is the file of rank's allocation id.
-func (a *Arena) regPath(rank int, id uint64) string {
-	return SegmentPath(a.tag, rank) + "-m" + strconv.FormatUint(id, 10)
-}
+// A table entry's first word holds the allocation id (low 32 bits) and the
+// owner's descriptor of its memory file (high 32 bits); the second its size.
+func regWord(id uint64, fd int) uint64 { return id&0xffff_ffff | uint64(fd)<<32 }
 
 func regEntry(m []byte, i int) (id, size *atomic.Uint64) {
 	off := regTableOff + 16*i
@@ -63,19 +62,23 @@ func (a *Arena) Alloc(size int) ([]byte, error) {
 	a.allocMu.Lock()
 	defer a.allocMu.Unlock()
 	a.nextReg++
-	r := &regAlloc{id: a.nextReg, path: a.regPath(a.rank, a.nextReg)}
+	r := &regAlloc{id: a.nextReg & 0xffff_ffff}
+	if r.id == 0 { // ids wrap at 2^32; 0 marks a free entry
+		a.nextReg++
+		r.id = a.nextReg & 0xffff_ffff
+	}
 	n := roundUp(size, pageSize)
-	m, err := shmsync.CreateMapped(r.path, n)
+	m, fd, err := shmsync.CreateMemfd(fmt.Sprintf("gocoll-r%d-m%d", a.rank, r.id), n)
 	if err != nil {
 		return nil, fmt.Errorf("shmcoll: rank %d: alloc: %w", a.rank, err)
 	}
-	r.mem = m
+	r.mem, r.fd = m, fd
 	// Enter it in the table (the own segment is mapped until Close).
 	a.shutMu.Lock()
 	defer a.shutMu.Unlock()
 	undo := func(err error) ([]byte, error) {
 		syscall.Munmap(m)
-		syscall.Unlink(r.path)
+		syscall.Close(fd)
 		return nil, err
 	}
 	if a.closed.Load() {
@@ -93,7 +96,7 @@ func (a *Arena) Alloc(size int) ([]byte, error) {
 	}
 	id, sz := regEntry(a.own, r.entry)
 	sz.Store(uint64(n))
-	id.Store(r.id)
+	id.Store(regWord(r.id, fd))
 	regs := append(append([]*regAlloc(nil), a.regList()...), r)
 	a.regs.Store(&regs)
 	return m[:size:size], nil
@@ -119,9 +122,7 @@ func (a *Arena) Free(b []byte) error {
 			id.Store(0)
 		}
 		a.shutMu.Unlock()
-		if !r.unlinked.Swap(true) {
-			syscall.Unlink(r.path)
-		}
+		syscall.Close(r.fd)
 		if err := syscall.Munmap(r.mem); err != nil {
 			return fmt.Errorf("shmcoll: rank %d: free: %w", a.rank, err)
 		}
@@ -160,11 +161,15 @@ func (a *Arena) peerReg(j int, id, need uint64) ([]byte, error) {
 		return m, nil
 	}
 	s := a.segs[j]
-	live := map[uint64]uint64{}
+	type entry struct {
+		size uint64
+		fd   int
+	}
+	live := map[uint64]entry{}
 	for i := range regMax {
 		eid, esz := regEntry(s.m, i)
 		if v := eid.Load(); v != 0 {
-			live[v] = esz.Load()
+			live[v&0xffff_ffff] = entry{esz.Load(), int(v >> 32)}
 		}
 	}
 	for old, m := range a.peerRegs[j] {
@@ -173,16 +178,18 @@ func (a *Arena) peerReg(j int, id, need uint64) ([]byte, error) {
 			delete(a.peerRegs[j], old)
 		}
 	}
-	size, ok := live[id]
-	if !ok || size < need {
-		return nil, fmt.Errorf("%w: rank %d refers to registered buffer %d (%d bytes), not in its table (size %d)", transport.ErrProtocol, j, id, need, size)
+	e, ok := live[id]
+	if !ok || e.size < need {
+		return nil, fmt.Errorf("%w: rank %d refers to registered buffer %d (%d bytes), not in its table (size %d)", transport.ErrProtocol, j, id, need, e.size)
 	}
-	path := a.regPath(j, id)
+	// The owner is inside the call that references the buffer, so the
+	// descriptor still holds it (Free comes after the closing barrier).
+	path := fmt.Sprintf("/proc/%d/fd/%d", s.proc.Pid, e.fd)
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d registered buffer: %v", transport.ErrProtocol, j, &os.PathError{Op: "open", Path: path, Err: err})
 	}
-	mem, err := syscall.Mmap(fd, 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	mem, err := syscall.Mmap(fd, 0, int(e.size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	syscall.Close(fd)
 	if err != nil {
 		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
@@ -191,17 +198,8 @@ func (a *Arena) peerReg(j int, id, need uint64) ([]byte, error) {
 		a.peerRegs[j] = map[uint64][]byte{}
 	}
 	a.peerRegs[j][id] = mem
-	a.log.Debug("shmcoll: mapped registered buffer", "rank", a.rank, "peer", j, "id", id, "bytes", size)
+	a.log.Debug("shmcoll: mapped registered buffer", "rank", a.rank, "peer", j, "id", id, "bytes", e.size)
 	return mem, nil
-}
-
-// unlinkRegs removes the file names of all own allocations (Close).
-func (a *Arena) unlinkRegs() {
-	for _, r := range a.regList() {
-		if !r.unlinked.Swap(true) {
-			syscall.Unlink(r.path)
-		}
-	}
 }
 
 // unmapPeerRegs releases the mappings of the peers' allocations (Close).

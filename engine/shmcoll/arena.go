@@ -269,7 +269,6 @@ func (a *Arena) Close() error {
 	}
 	a.segs = nil
 	a.unmapPeerRegs()
-	a.unlinkRegs()
 	syscall.Munmap(a.own)
 	a.own, a.me = nil, nil
 	a.unmapped = true

@@ -5,7 +5,6 @@ package shmcoll
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine/kernel"
@@ -160,10 +159,6 @@ func (a *Arena) reducePiece(ctx context.Context, send, recv []byte, dt kernel.Da
 	}
 	if err := a.barrier(ctx); err != nil {
 		return err
-	}
-	if reg != nil && !reg.unlinked.Swap(true) {
-		// Every peer mapped it before arriving at that barrier.
-		syscall.Unlink(reg.path)
 	}
 	if recv == nil {
 		return nil
@@ -403,9 +398,6 @@ func (a *Arena) ReduceScatter(ctx context.Context, c Call, send, recv []byte, dt
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
-		if reg != nil && !reg.unlinked.Swap(true) {
-			syscall.Unlink(reg.path)
-		}
 	}
 	return nil
 }
@@ -533,9 +525,6 @@ func (a *Arena) source(j, set, slotOff, lo, hi int, need uint64) ([]byte, error)
 func (a *Arena) closeReg(ctx context.Context, reg *regAlloc) error {
 	if err := a.barrier(ctx); err != nil {
 		return err
-	}
-	if reg != nil && !reg.unlinked.Swap(true) {
-		syscall.Unlink(reg.path)
 	}
 	return nil
 }

@@ -97,6 +97,21 @@ func TestChild(t *testing.T) {
 	case "sleep": // wait to be killed
 		fmt.Println("@@READY")
 		time.Sleep(time.Minute)
+	case "alloc": // allocations only small calls touched, then wait to be killed
+		for _, n := range []int{4096, 1 << 20} {
+			m, err := a.Alloc(n)
+			if err != nil {
+				report(err)
+				return
+			}
+			// Below the in-place threshold: the peers never map it.
+			if err := a.AllReduce(ctx, Call{Seq: uint64(n)}, m[:64], m[:64], kernel.Int8, kernel.Sum); err != nil {
+				report(err)
+				return
+			}
+		}
+		fmt.Println("@@READY")
+		time.Sleep(time.Minute)
 	case "wait": // an allreduce that a peer never joins
 		fmt.Println("@@READY")
 		report(allReduce(ctx, a, 1, 1<<20))
@@ -369,6 +384,22 @@ func TestProcessKilled(t *testing.T) {
 			t.Errorf("rank %d noticed after %v", c.rank, d)
 		}
 		t.Logf("rank %d after %v: %s", c.rank, d, l)
+	}
+}
+
+// Ranks killed while holding allocations leave nothing in /dev/shm (the
+// cleanup's checkNoFiles): named files stayed there for good when only
+// small calls had used them.
+func TestProcessKilledLeavesNoFiles(t *testing.T) {
+	kids := startRanks(t, 3, testSlot, roles(3, "alloc"), "")
+	for _, c := range kids {
+		if l := c.next(t, time.Minute); l != "@@READY" {
+			t.Fatalf("rank %d: %s", c.rank, l)
+		}
+	}
+	for _, c := range kids {
+		c.cmd.Process.Signal(syscall.SIGKILL)
+		c.cmd.Wait()
 	}
 }
 

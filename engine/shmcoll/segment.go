@@ -19,7 +19,7 @@ import (
 // written before the magic is published and read after it was seen.
 const (
 	segMagic   uint64 = 0x414e4552_41434f47 // "GOCARENA"
-	segVersion uint64 = 2
+	segVersion uint64 = 3                   // 3: registered allocations are memory files named by descriptor
 	pageSize          = shmseg.PageSize
 
 	offSlotBytes = shmseg.OffLayout
@@ -57,7 +57,7 @@ type record struct {
 const recordWords = int(unsafe.Sizeof(record{}) / 8)
 
 // The table of registered allocations on the synchronisation page: regMax
-// entries of (id, size), id 0 for a free entry; written by the owner (size,
+// entries of (id | fd<<32, size), 0 for a free entry; written by the owner (size,
 // then id) under its allocation lock, read by peers mapping an allocation.
 const (
 	regTableOff = syncOff + 1024
