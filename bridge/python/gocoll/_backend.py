@@ -296,7 +296,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             if red == getattr(dist.ReduceOp, name):
                 return ours
         raise errors.InvalidArgument("gocoll: %s on rank %d: reduction %s is not supported "
-                                     "(SUM, PRODUCT, MIN, MAX, AVG)" % (op, self._grank, red))
+                                     "(SUM, PRODUCT, MIN, MAX, AVG)" % (op, self._grank, getattr(red, "op", red)))
 
     @staticmethod
     def _staged(t):
