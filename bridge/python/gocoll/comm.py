@@ -728,6 +728,45 @@ class Comm:
     def ibarrier(self):
         return self.barrier(async_op=True)
 
+    # -- torch.distributed's names and argument orders (output first) -------
+
+    all_reduce = allreduce
+
+    def all_gather_into_tensor(self, output, input, *, async_op=False):
+        """torch's form of :meth:`allgather`: ``output`` holds size × input."""
+        return self.allgather(input, out=output, async_op=async_op)
+
+    def reduce_scatter_tensor(self, output, input, op="sum", *, async_op=False):
+        """torch's form of :meth:`reduce_scatter`: ``input`` holds size × output."""
+        return self.reduce_scatter(input, op, out=output, async_op=async_op)
+
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *,
+                          async_op=False):
+        """torch's all_to_all_single: ``input`` split along dim 0 (equally, or
+        in ``input_split_sizes`` rows) goes to the ranks in order; the
+        received rows fill ``output`` (split by ``output_split_sizes``)."""
+        n = self._size
+
+        def counts(t, splits, what):
+            shape = tuple(t.shape)
+            rows = shape[0] if shape else 1
+            numel = t.numel() if callable(t.size) else int(t.size)  # torch or numpy
+            per_row = numel // rows if rows else 0
+            if not splits:
+                if rows % n:
+                    raise errors.InvalidArgument("gocoll: all_to_all_single: %s has %d rows, not "
+                                                 "divisible by the %d ranks" % (what, rows, n))
+                return [rows // n * per_row] * n
+            splits = [int(s) for s in splits]
+            if len(splits) != n or sum(splits) != rows:
+                raise errors.InvalidArgument("gocoll: all_to_all_single: %s split sizes %s must be "
+                                             "%d row counts adding up to %d" % (what, splits, n, rows))
+            return [s * per_row for s in splits]
+
+        sc = counts(input, input_split_sizes, "input")
+        rc = counts(output, output_split_sizes, "output")
+        return self.alltoallv(input, sc, rc, out=output, async_op=async_op)
+
     # -- completion callbacks -----------------------------------------------
 
     def on_complete(self, work, callback):

@@ -10,6 +10,8 @@
   ``ddp.register_comm_hook(comm, gocoll.torch.allreduce_hook)``.
 - :func:`broadcast_parameters` gives every rank the root's weights.
 - :func:`empty` allocates a tensor in gocollMemAlloc memory.
+- Importing this module registers the torch.distributed backend "gocoll"
+  (:class:`ProcessGroupGocoll`): ``dist.init_process_group("gocoll")``.
 
 Every rank must run the same model and call these in the same order: the
 collectives they issue must be identical on every rank.
@@ -434,3 +436,14 @@ class DistributedOptimizer:
 
     def __repr__(self):
         return "DistributedOptimizer(%r)" % (self.optimizer,)
+
+
+# ---------------------------------------------------------------------------
+# The torch.distributed backend: importing this module registers "gocoll", so
+# that dist.init_process_group("gocoll") and new_group(backend="gocoll") work.
+
+from ._backend import ProcessGroupGocoll  # noqa: E402
+from ._backend import register as _register_backend  # noqa: E402
+
+_register_backend()
+__all__.append("ProcessGroupGocoll")

@@ -1,0 +1,599 @@
+"""gocoll as a torch.distributed backend: ``dist.init_process_group("gocoll")``.
+
+Pure Python over the ctypes bridge, using what torch 1.13 exposes:
+``Backend.register_backend(name, creator)`` and the pybind11 trampolines of
+``torch._C._distributed_c10d.ProcessGroup`` and ``Work``, through which the
+C++ side (DDP's reducer, ``_broadcast_coalesced``, parameter verification)
+calls the methods defined here.
+
+Rendezvous goes through the c10d store torch hands the creator (already
+prefixed per group by torch): rank 0 of the group makes a unique id and
+publishes its 128 bytes there, the others read it. No second port.
+
+Things torch 1.13 forces on the design, found by experiment:
+
+- A Python ``Work`` returned to C++ only keeps its Python overrides while the
+  Python object lives; once it is garbage, C++ ``wait()`` falls back to the
+  base class, which never completes. So each work is kept alive by its
+  process group until it finished *and* was consumed (waited on or its
+  future taken).
+- ``Future.set_exception`` stores the exception as a *value*; C++ consumers
+  (DDP) then crash or fail with "Unable to cast". The future handed out is a
+  ``then`` of the one completed here whose callback raises the error, which
+  torch turns into a real error carrying gocoll's message.
+- C++ calls ``wait`` with a zero timedelta meaning "no timeout".
+"""
+
+import datetime
+import threading
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
+
+from . import errors
+from .comm import init as _init, get_unique_id as _get_unique_id
+
+BACKEND = "gocoll"
+
+_RED = (("SUM", "sum"), ("PRODUCT", "prod"), ("MIN", "min"), ("MAX", "max"), ("AVG", "avg"))
+
+
+def register():
+    """Register the "gocoll" backend with torch.distributed (idempotent)."""
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND, _create)
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupGocoll(store, rank, size, timeout)
+
+
+def _seconds(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        s = timeout.total_seconds()
+    else:
+        s = float(timeout)
+    return s if s > 0 else None  # C++ passes 0 for "no timeout"
+
+
+def _unwrap(fut):
+    # Runs as a then-callback: raising here makes torch mark the child future
+    # with a real error (see the module docstring).
+    return fut.wait()
+
+
+class _Work(_c10d.Work):
+    """One torch.distributed operation: the gocoll works it issued (in
+    order), a step run once after they all finished (copying out of a
+    staging buffer), and the value its future completes with."""
+
+    def __init__(self, pg, op, gworks, result, post=None):
+        super().__init__()
+        self._pg = pg
+        self._op = op
+        self._gworks = list(gworks)
+        self._post = post
+        self._result = result
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._exc = None
+        self._consumed = False
+        self._base = torch.futures.Future()
+        self._fut = None
+        pg._keep(self)
+        if self._gworks:
+            pg._comm.on_complete(self._gworks[-1], lambda _w: self._complete())
+        else:
+            self._complete()
+
+    def _complete(self):
+        """Idempotent: collect errors, run the post step once, complete the
+        future. Called by the waiter thread and by wait()."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            exc = None
+            for w in self._gworks:
+                try:
+                    w.wait()
+                except Exception as e:  # the first error is the operation's
+                    exc = exc or e
+            if exc is None and self._post is not None:
+                try:
+                    self._post()
+                except Exception as e:
+                    exc = e
+            if exc is not None:
+                exc = self._pg._named(exc, self._op)
+            self._exc = exc
+            self._gworks = None
+            self._post = None
+            self._done.set()
+        # outside the lock: then-callbacks (DDP's) run here
+        if exc is not None:
+            self._base.set_exception(exc)
+        else:
+            self._base.set_result(self._result)
+        self._maybe_release()
+
+    def _maybe_release(self):
+        if self._consumed and self._done.is_set():
+            self._pg._release(self)
+
+    # -- torch's Work API ---------------------------------------------------
+
+    def wait(self, timeout=None):
+        """Block until the operation finished and raise its error (gocoll's
+        exception). ``timeout`` (timedelta or seconds; zero or None: no limit
+        beyond GOCOLL_TIMEOUT) raises :class:`gocoll.Timeout` when it passes;
+        the operation itself goes on."""
+        secs = _seconds(timeout)
+        if secs is None:
+            gworks = self._gworks
+            for w in gworks or ():
+                try:
+                    w.wait()  # on this thread: Ctrl-C can interrupt it
+                except Exception:
+                    pass  # reported by _complete
+            self._complete()
+        elif not self._done.wait(secs):
+            raise errors.Timeout("gocoll: %s on rank %d did not finish within %gs (Work.wait "
+                                 "timeout); the operation is still pending"
+                                 % (self._op, self._pg._grank, secs), op=self._op)
+        self._consumed = True
+        self._maybe_release()
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        if not self._done.is_set():
+            raise RuntimeError("gocoll: %s: is_success() called before the work completed"
+                               % self._op)
+        return self._exc is None
+
+    def exception(self):
+        return self._exc
+
+    def result(self):
+        self.wait()
+        return list(self._result) if isinstance(self._result, list) else [self._result]
+
+    def source_rank(self):
+        raise RuntimeError("gocoll: source_rank() is only meaningful for recv from any source, "
+                           "which gocoll does not support")
+
+    def synchronize(self):
+        pass  # CPU only: nothing to synchronise with
+
+    def get_future(self):
+        """A torch.futures.Future completed with the output tensors when the
+        operation finished, or with gocoll's error (a real error for C++
+        consumers such as DDP)."""
+        with self._lock:
+            if self._fut is None:
+                self._fut = self._base.then(_unwrap)
+        self._consumed = True
+        self._maybe_release()
+        return self._fut
+
+    def __repr__(self):
+        return "<gocoll torch Work %s %s>" % (self._op, "done" if self._done.is_set() else "pending")
+
+
+def _check_dense(t, op, what="tensor"):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("gocoll: %s: %s must be a tensor, got %s" % (op, what, type(t).__name__))
+    if t.layout is not torch.strided:
+        raise errors.InvalidArgument("gocoll: %s: %s is %s; gocoll reduces dense tensors only "
+                                     "(call .to_dense())" % (op, what, t.layout))
+    if t.device.type != "cpu":
+        raise errors.InvalidArgument("gocoll: %s: %s is on %s; the gocoll backend works on CPU "
+                                     "tensors only (use .cpu(), or the nccl backend for CUDA)"
+                                     % (op, what, t.device))
+
+
+def _one(tensors, op, what="tensors"):
+    if len(tensors) != 1:
+        raise errors.InvalidArgument("gocoll: %s: expected one tensor per process, got %d (multiple "
+                                     "devices per process are not supported)" % (op, len(tensors)))
+    return tensors[0]
+
+
+class ProcessGroupGocoll(_c10d.ProcessGroup):
+    """A torch.distributed process group backed by one gocoll communicator.
+
+    Made by torch through ``init_process_group("gocoll")`` or
+    ``new_group(ranks, backend="gocoll")``; use ``.comm`` for gocoll's own
+    API on the same communicator."""
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self._grank = rank
+        self._timeout = timeout
+        self._live = {}
+        self._live_lock = threading.Lock()
+        # A store may see several groups made under one prefix (destroy and
+        # init again): every member counts itself in, so the n-th creation
+        # reads the n-th key. Creation is collective, so no member of
+        # creation n+1 counts before all of creation n did.
+        gen = (store.add("gocoll/members", 1) - 1) // size
+        key = "gocoll/unique_id/%d" % gen
+        secs = _seconds(timeout)
+        if rank == 0:
+            uid = _get_unique_id()
+            store.set(key, uid)
+        else:
+            try:
+                if secs is not None:
+                    store.wait([key], datetime.timedelta(seconds=secs))
+                uid = store.get(key)
+            except RuntimeError as e:
+                raise errors.Timeout("gocoll: init_process_group on rank %d: rank 0 did not "
+                                     "publish the unique id in the store within %s: %s"
+                                     % (rank, timeout, e), op="init") from e
+        # The communicator's deadline is GOCOLL_TIMEOUT (read here); the C
+        # ABI has no per-communicator setting yet, and setting the variable
+        # here would change it for the whole process.
+        self.comm = _init(rank=rank, size=size, unique_id=bytes(uid))
+
+    def getBackendName(self):
+        return BACKEND
+
+    def __repr__(self):
+        return "<ProcessGroupGocoll rank %d of %d>" % (self.rank(), self.size())
+
+    # -- bookkeeping ----------------------------------------------------------
+
+    @property
+    def _comm(self):
+        return self.comm
+
+    def _keep(self, work):
+        with self._live_lock:
+            self._live[id(work)] = work
+
+    def _release(self, work):
+        with self._live_lock:
+            self._live.pop(id(work), None)
+
+    def _named(self, exc, op):
+        """``exc`` with its message naming the torch operation and rank."""
+        text = str(exc)
+        tag = "rank %d" % self._grank
+        if op in text and tag in text:
+            return exc
+        msg = "gocoll: %s on rank %d: %s" % (op, self._grank, text)
+        if isinstance(exc, errors.Error):
+            new = type(exc)(msg, code=exc.code, reason=exc.reason, op=exc.op or op)
+        else:
+            try:
+                new = type(exc)(msg)
+            except Exception:
+                return exc
+        new.__cause__ = exc
+        return new
+
+    def _issue(self, op, fn, result):
+        """Run ``fn()`` (which issues gocoll works and returns (works, post)),
+        naming op and rank in any error raised at the call."""
+        try:
+            gworks, post = fn()
+        except (errors.Error, TypeError, ValueError) as e:
+            raise self._named(e, op) from None
+        return _Work(self, op, gworks, result, post)
+
+    def _redop(self, opts, op):
+        red = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
+        for name, ours in _RED:
+            if red == getattr(dist.ReduceOp, name):
+                return ours
+        raise errors.InvalidArgument("gocoll: %s on rank %d: reduction %s is not supported "
+                                     "(SUM, PRODUCT, MIN, MAX, AVG)" % (op, self._grank, getattr(red, "op", red)))
+
+    @staticmethod
+    def _staged(t):
+        """(buffer gocoll can use, step copying it back to ``t`` or None)."""
+        if t.is_contiguous():
+            return t, None
+        c = t.contiguous()
+        return c, (lambda: t.copy_(c))
+
+    @staticmethod
+    def _chain(*steps):
+        steps = [s for s in steps if s is not None]
+        if not steps:
+            return None
+
+        def run():
+            for s in steps:
+                s()
+        return run
+
+    # -- collectives ----------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        op = "all_reduce"
+
+        def go():
+            t = _one(tensors, op)
+            _check_dense(t, op)
+            b, back = self._staged(t)
+            return [self.comm.allreduce(b, self._redop(opts, op), async_op=True)], back
+        return self._issue(op, go, tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = "all_reduce_coalesced"
+
+        def go():
+            for t in tensors:
+                _check_dense(t, op)
+            if len({t.dtype for t in tensors}) > 1:
+                raise errors.InvalidArgument("gocoll: %s: tensors have different dtypes" % op)
+            flat = torch.cat([t.reshape(-1) for t in tensors])
+            w = self.comm.allreduce(flat, self._redop(opts, op), async_op=True)
+
+            def back():
+                off = 0
+                for t in tensors:
+                    n = t.numel()
+                    t.copy_(flat[off:off + n].view_as(t))
+                    off += n
+            return [w], back
+        return self._issue(op, go, tensors)
+
+    def broadcast(self, tensors, opts=None):
+        op = "broadcast"
+
+        def go():
+            t = _one(tensors, op)
+            _check_dense(t, op)
+            if getattr(opts, "rootTensor", 0) != 0:
+                raise errors.InvalidArgument("gocoll: broadcast: rootTensor must be 0")
+            b, back = self._staged(t)
+            return [self.comm.broadcast(b, root=opts.rootRank, async_op=True)], back
+        return self._issue(op, go, tensors)
+
+    def reduce(self, tensors, opts=None):
+        op = "reduce"
+
+        def go():
+            t = _one(tensors, op)
+            _check_dense(t, op)
+            b, back = self._staged(t)
+            w = self.comm.reduce(b, root=opts.rootRank, op=self._redop(opts, op), async_op=True)
+            return [w], back
+        return self._issue(op, go, tensors)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        op = "all_gather"
+
+        def go():
+            outs = _one(output_tensors, op, "output lists")
+            t = _one(input_tensors, op)
+            _check_dense(t, op)
+            self._check_list(outs, t, op, "output_tensor_list")
+            b = t.contiguous()
+            flat = torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype)
+            w = self.comm.allgather(b, out=flat, async_op=True)
+
+            def back():
+                for i, o in enumerate(outs):
+                    o.copy_(flat[i])
+            return [w], back
+        return self._issue(op, go, output_tensors)
+
+    def _allgather_base(self, output, input, opts=None):
+        op = "all_gather_into_tensor"
+
+        def go():
+            _check_dense(output, op, "output")
+            _check_dense(input, op, "input")
+            if output.numel() != input.numel() * self.size():
+                raise errors.InvalidArgument(
+                    "gocoll: %s: output has %d elements, want world size (%d) x input (%d)"
+                    % (op, output.numel(), self.size(), input.numel()))
+            o, back = self._staged(output)
+            return [self.comm.allgather(input.contiguous(), out=o, async_op=True)], back
+        return self._issue(op, go, [output])
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op = "reduce_scatter"
+
+        def go():
+            out = _one(output_tensors, op)
+            ins = _one(input_tensors, op, "input lists")
+            _check_dense(out, op, "output")
+            self._check_list(ins, out, op, "input_list")
+            flat = torch.cat([x.reshape(-1) for x in ins])
+            o, back = self._staged(out)
+            return [self.comm.reduce_scatter(flat, self._redop(opts, op), out=o,
+                                             async_op=True)], back
+        return self._issue(op, go, output_tensors)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = "reduce_scatter_tensor"
+
+        def go():
+            _check_dense(output, op, "output")
+            _check_dense(input, op, "input")
+            if input.numel() != output.numel() * self.size():
+                raise errors.InvalidArgument(
+                    "gocoll: %s: input has %d elements, want world size (%d) x output (%d)"
+                    % (op, input.numel(), self.size(), output.numel()))
+            o, back = self._staged(output)
+            return [self.comm.reduce_scatter(input.contiguous(), self._redop(opts, op), out=o,
+                                             async_op=True)], back
+        return self._issue(op, go, [output])
+
+    def _rows(self, t, splits, op, what):
+        """Element counts per rank for a dim-0 split of ``t`` (equal when
+        ``splits`` is empty)."""
+        n = self.size()
+        rows = t.shape[0] if t.dim() else 1
+        per_row = t.numel() // rows if rows else 0
+        if not splits:
+            if rows % n:
+                raise errors.InvalidArgument("gocoll: %s: %s has %d rows, not divisible by the %d "
+                                             "ranks (pass split sizes)" % (op, what, rows, n))
+            return [rows // n * per_row] * n
+        splits = [int(s) for s in splits]
+        if len(splits) != n or sum(splits) != rows or min(splits) < 0:
+            raise errors.InvalidArgument("gocoll: %s: %s split sizes %s must be %d non-negative "
+                                         "row counts adding up to its %d rows"
+                                         % (op, what, splits, n, rows))
+        return [s * per_row for s in splits]
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        op = "all_to_all_single"
+
+        def go():
+            _check_dense(output, op, "output")
+            _check_dense(input, op, "input")
+            sc = self._rows(input, input_split_sizes, op, "input")
+            rc = self._rows(output, output_split_sizes, op, "output")
+            o, back = self._staged(output)
+            w = self.comm.alltoallv(input.contiguous(), sc, rc, out=o.view(-1), async_op=True)
+            return [w], back
+        return self._issue(op, go, [output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        op = "all_to_all"
+
+        def go():
+            n = self.size()
+            if len(output_tensors) != n or len(input_tensors) != n:
+                raise errors.InvalidArgument("gocoll: %s: need %d input and output tensors, got %d "
+                                             "and %d" % (op, n, len(input_tensors),
+                                                         len(output_tensors)))
+            for t in list(output_tensors) + list(input_tensors):
+                _check_dense(t, op)
+            if len({t.dtype for t in list(output_tensors) + list(input_tensors)}) > 1:
+                raise errors.InvalidArgument("gocoll: %s: tensors have different dtypes" % op)
+            flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
+            rc = [t.numel() for t in output_tensors]
+            flat_out = torch.empty(sum(rc), dtype=flat_in.dtype)
+            w = self.comm.alltoallv(flat_in, [t.numel() for t in input_tensors], rc, out=flat_out,
+                                    async_op=True)
+
+            def back():
+                off = 0
+                for t, c in zip(output_tensors, rc):
+                    t.copy_(flat_out[off:off + c].view_as(t))
+                    off += c
+            return [w], back
+        return self._issue(op, go, output_tensors)
+
+    # gather and scatter are all-to-alls where only the root sends or
+    # receives: a collective of its own, so they never match a user's
+    # pending send/recv between the same two ranks.
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        op = "gather"
+
+        def go():
+            n, root, me = self.size(), opts.rootRank, self.rank()
+            t = _one(input_tensors, op)
+            _check_dense(t, op)
+            k = t.numel()
+            sc = [k if j == root else 0 for j in range(n)]
+            if me == root:
+                outs = _one(output_tensors, op, "gather lists")
+                self._check_list(outs, t, op, "gather_list")
+                flat = torch.empty(n * k, dtype=t.dtype)
+                rc = [k] * n
+            else:
+                if output_tensors and any(len(x) for x in output_tensors):
+                    raise errors.InvalidArgument("gocoll: gather: gather_list must be given on "
+                                                 "the destination rank only")
+                flat, rc, outs = torch.empty(0, dtype=t.dtype), [0] * n, None
+            w = self.comm.alltoallv(t.contiguous(), sc, rc, out=flat, async_op=True)
+
+            def back():
+                if outs is not None:
+                    for i, o in enumerate(outs):
+                        o.copy_(flat[i * k:(i + 1) * k].view_as(o))
+            return [w], back
+        return self._issue(op, go, output_tensors)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        op = "scatter"
+
+        def go():
+            n, root, me = self.size(), opts.rootRank, self.rank()
+            t = _one(output_tensors, op)
+            _check_dense(t, op)
+            k = t.numel()
+            rc = [k if j == root else 0 for j in range(n)]
+            if me == root:
+                ins = _one(input_tensors, op, "scatter lists")
+                self._check_list(ins, t, op, "scatter_list")
+                flat = torch.cat([x.reshape(-1) for x in ins])
+                sc = [k] * n
+            else:
+                if input_tensors and any(len(x) for x in input_tensors):
+                    raise errors.InvalidArgument("gocoll: scatter: scatter_list must be given on "
+                                                 "the source rank only")
+                flat, sc = torch.empty(0, dtype=t.dtype), [0] * n
+            o, back = self._staged(t)
+            return [self.comm.alltoallv(flat, sc, rc, out=o.view(-1), async_op=True)], back
+        return self._issue(op, go, output_tensors)
+
+    def _check_list(self, lst, like, op, what):
+        if len(lst) != self.size():
+            raise errors.InvalidArgument("gocoll: %s: %s has %d tensors, want one per rank (%d)"
+                                         % (op, what, len(lst), self.size()))
+        for x in lst:
+            _check_dense(x, op, what)
+            if x.numel() != like.numel() or x.dtype != like.dtype:
+                raise errors.InvalidArgument(
+                    "gocoll: %s: %s holds a %s tensor of %d elements, want %s of %d (the "
+                    "gocoll backend needs equal sizes)" % (op, what, x.dtype, x.numel(),
+                                                           like.dtype, like.numel()))
+
+    # -- point to point -------------------------------------------------------
+
+    def _tag(self, tag, op):
+        if tag:
+            raise errors.InvalidArgument(
+                "gocoll: %s on rank %d: tag %d: gocoll has no message tags; messages between two "
+                "ranks match in the order they were posted, so pass tag=0" % (op, self._grank, tag))
+
+    def send(self, tensors, dst, tag=0):
+        op = "send"
+
+        def go():
+            self._tag(tag, op)
+            t = _one(tensors, op)
+            _check_dense(t, op)
+            return [self.comm.send(t.contiguous(), dst, async_op=True)], None
+        return self._issue(op, go, tensors)
+
+    def recv(self, tensors, src, tag=0):
+        op = "recv"
+
+        def go():
+            self._tag(tag, op)
+            t = _one(tensors, op)
+            _check_dense(t, op)
+            b, back = self._staged(t)
+            return [self.comm.recv(b, src, async_op=True)], back
+        return self._issue(op, go, tensors)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise errors.InvalidArgument("gocoll: recv on rank %d: receiving from any source is not "
+                                     "supported; pass src" % self._grank)
+
+    def barrier(self, opts=None):
+        return self._issue("barrier", lambda: ([self.comm.barrier(async_op=True)], None), [])
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        raise errors.InvalidArgument("gocoll: all_gather_coalesced is not supported by the gocoll "
+                                     "backend; call all_gather per tensor")
