@@ -92,8 +92,8 @@ func runHosts(t *testing.T, nhosts int, wantLog string, env ...string) {
 			fmt.Sprintf("GOCOLL_RANK=%d", r), fmt.Sprintf("GOCOLL_SIZE=%d", len(kids)), fmt.Sprintf("GOCOLL_ROOT_ADDR=%s:%d", hosts[0].addr, port),
 			"GOCOLL_SECRET=two-hosts", "GOCOLL_SOCKET_IFNAME="+h.veth, "GOCOLL_DEBUG=DEBUG", "GOCOLL_TIMEOUT=60s")
 		cmd.Env = append(cmd.Env, env...)
-		k := &child{cmd: cmd}
-		cmd.Stdout, cmd.Stderr = &k.out, &k.out
+		k := &child{Cmd: cmd}
+		cmd.Stdout, cmd.Stderr = &k.Out, &k.Out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -102,9 +102,9 @@ func runHosts(t *testing.T, nhosts int, wantLog string, env ...string) {
 	}
 	waitRanks(t, kids, 3*time.Minute)
 	for r, k := range kids {
-		out := k.out.String()
-		if k.err != nil {
-			t.Errorf("rank %d: %v\n%s", r, k.err, lastLines(out, 30))
+		out := k.Out.String()
+		if k.Err != nil {
+			t.Errorf("rank %d: %v\n%s", r, k.Err, lastLines(out, 30))
 			continue
 		}
 		if !strings.Contains(out, wantLog) {

@@ -1,15 +1,12 @@
 package engine
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -87,103 +84,18 @@ func childMain(role string) int {
 	return 0
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	// The root binds port; rank listeners use kernel-chosen ports.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+// The launching helpers are proctest's; these names keep the tests short.
+var (
+	freePort  = proctest.FreePort
+	waitRanks = proctest.Wait
+	exitCode  = proctest.ExitCode
+)
 
-type child struct {
-	cmd *exec.Cmd
-	out syncBuffer
-	err error
-}
+type child = proctest.Child
 
-// syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startRanks launches n ranks of role with the GOCOLL_RANK/SIZE/ROOT_ADDR
-// launcher variables; extra adds variables (per rank).
 func startRanks(t *testing.T, role string, n int, env []string, extra func(rank int) []string) []*child {
 	t.Helper()
-	port := freePort(t)
-	kids := make([]*child, n)
-	for r := 0; r < n; r++ {
-		ch := &child{cmd: exec.Command(os.Args[0], "-test.run=^$")}
-		ch.cmd.Env = append(os.Environ(), "GOCOLL_TEST_ROLE="+role,
-			"GOCOLL_RANK="+strconv.Itoa(r), "GOCOLL_SIZE="+strconv.Itoa(n),
-			fmt.Sprintf("GOCOLL_ROOT_ADDR=127.0.0.1:%d", port), "GOCOLL_SECRET=test-secret")
-		ch.cmd.Env = append(ch.cmd.Env, env...)
-		if extra != nil {
-			ch.cmd.Env = append(ch.cmd.Env, extra(r)...)
-		}
-		ch.cmd.Stdout, ch.cmd.Stderr = &ch.out, &ch.out
-		if err := ch.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		kids[r] = ch
-	}
-	t.Cleanup(func() {
-		for _, k := range kids {
-			k.cmd.Process.Kill()
-		}
-	})
-	return kids
-}
-
-// waitRanks waits for every child, failing the test after limit.
-func waitRanks(t *testing.T, kids []*child, limit time.Duration) {
-	t.Helper()
-	var wg sync.WaitGroup
-	for _, k := range kids {
-		wg.Add(1)
-		go func() { defer wg.Done(); k.err = k.cmd.Wait() }()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(limit):
-		for _, k := range kids {
-			k.cmd.Process.Kill()
-		}
-		<-done
-		for r, k := range kids {
-			t.Logf("rank %d output:\n%s", r, k.out.String())
-		}
-		t.Fatalf("ranks still running after %v", limit)
-	}
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
+	return proctest.Start(t, role, n, env, extra)
 }
 
 // The conformance suite across real processes, over TCP and over shared memory.
@@ -199,8 +111,8 @@ func TestConformanceProcesses(t *testing.T) {
 					kids := startRanks(t, "conformance", n, env, nil)
 					waitRanks(t, kids, 3*time.Minute)
 					for r, k := range kids {
-						if k.err != nil {
-							t.Errorf("rank %d: %v\n%s", r, k.err, k.out.String())
+						if k.Err != nil {
+							t.Errorf("rank %d: %v\n%s", r, k.Err, k.Out.String())
 						}
 					}
 				})
@@ -221,14 +133,14 @@ func TestKilledPeerProcesses(t *testing.T) {
 			env := []string{"GOCOLL_TRANSPORT=" + tr, "GOCOLL_TIMEOUT=120s"}
 			kids := startRanks(t, "loop", 4, env, nil)
 			deadline := time.Now().Add(60 * time.Second)
-			for !strings.Contains(kids[0].out.String(), "READY") {
+			for !strings.Contains(kids[0].Out.String(), "READY") {
 				if time.Now().After(deadline) {
-					t.Fatalf("ranks never got going: %s", kids[0].out.String())
+					t.Fatalf("ranks never got going: %s", kids[0].Out.String())
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 			killed := time.Now()
-			kids[2].cmd.Process.Signal(syscall.SIGKILL)
+			kids[2].Cmd.Process.Signal(syscall.SIGKILL)
 			waitRanks(t, kids, 30*time.Second)
 			if el := time.Since(killed); el > 20*time.Second {
 				t.Errorf("survivors took %v to fail", el)
@@ -237,11 +149,11 @@ func TestKilledPeerProcesses(t *testing.T) {
 				if r == 2 {
 					continue
 				}
-				if code := exitCode(k.err); code != 4 {
-					t.Errorf("rank %d: exit %d, want 4 (collective error)\n%s", r, code, k.out.String())
+				if code := exitCode(k.Err); code != 4 {
+					t.Errorf("rank %d: exit %d, want 4 (collective error)\n%s", r, code, k.Out.String())
 				}
-				if !strings.Contains(k.out.String(), "rank") {
-					t.Errorf("rank %d: error does not name ranks: %s", r, k.out.String())
+				if !strings.Contains(k.Out.String(), "rank") {
+					t.Errorf("rank %d: error does not name ranks: %s", r, k.Out.String())
 				}
 			}
 		})
@@ -256,8 +168,8 @@ func TestMismatchProcesses(t *testing.T) {
 	kids := startRanks(t, "mismatch", 3, []string{"GOCOLL_TIMEOUT=60s"}, nil)
 	waitRanks(t, kids, time.Minute)
 	for r, k := range kids {
-		if code := exitCode(k.err); code != 5 {
-			t.Errorf("rank %d: exit %d, want 5 (mismatch reported)\n%s", r, code, k.out.String())
+		if code := exitCode(k.Err); code != 5 {
+			t.Errorf("rank %d: exit %d, want 5 (mismatch reported)\n%s", r, code, k.Out.String())
 		}
 	}
 }
@@ -270,32 +182,32 @@ func TestWrongSecretProcesses(t *testing.T) {
 	port := freePort(t)
 	root := fmt.Sprintf("GOCOLL_ROOT_ADDR=127.0.0.1:%d", port)
 	launch := func(rank int, secret string) *child {
-		ch := &child{cmd: exec.Command(os.Args[0], "-test.run=^$")}
-		ch.cmd.Env = append(os.Environ(), "GOCOLL_TEST_ROLE=conformance", "GOCOLL_RANK="+strconv.Itoa(rank),
+		ch := &child{Cmd: exec.Command(os.Args[0], "-test.run=^$")}
+		ch.Cmd.Env = append(os.Environ(), "GOCOLL_TEST_ROLE=conformance", "GOCOLL_RANK="+strconv.Itoa(rank),
 			"GOCOLL_SIZE=3", root, "GOCOLL_SECRET="+secret, "GOCOLL_TIMEOUT=20s", "GOCOLL_DEBUG=WARN")
-		ch.cmd.Stdout, ch.cmd.Stderr = &ch.out, &ch.out
-		if err := ch.cmd.Start(); err != nil {
+		ch.Cmd.Stdout, ch.Cmd.Stderr = &ch.Out, &ch.Out
+		if err := ch.Cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { ch.cmd.Process.Kill() })
+		t.Cleanup(func() { ch.Cmd.Process.Kill() })
 		return ch
 	}
 	r0 := launch(0, "right")
 	time.Sleep(200 * time.Millisecond)
 	imposter := launch(1, "wrong")
 	waitRanks(t, []*child{imposter}, time.Minute)
-	if imposter.err == nil {
-		t.Fatalf("imposter joined: %s", imposter.out.String())
+	if imposter.Err == nil {
+		t.Fatalf("imposter joined: %s", imposter.Out.String())
 	}
 	kids := []*child{r0, launch(1, "right"), launch(2, "right")}
 	waitRanks(t, kids[1:], 2*time.Minute)
 	waitRanks(t, kids[:1], time.Minute)
 	for r, k := range kids {
-		if k.err != nil {
-			t.Errorf("rank %d: %v\n%s", r, k.err, k.out.String())
+		if k.Err != nil {
+			t.Errorf("rank %d: %v\n%s", r, k.Err, k.Out.String())
 		}
 	}
-	if !strings.Contains(strings.ToLower(r0.out.String()), "secret") && !strings.Contains(strings.ToLower(r0.out.String()), "refused") {
-		t.Errorf("root did not log the refused connection:\n%s", r0.out.String())
+	if !strings.Contains(strings.ToLower(r0.Out.String()), "secret") && !strings.Contains(strings.ToLower(r0.Out.String()), "refused") {
+		t.Errorf("root did not log the refused connection:\n%s", r0.Out.String())
 	}
 }

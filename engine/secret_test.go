@@ -32,16 +32,16 @@ func TestGuessedSecretRefused(t *testing.T) {
 		}
 	}
 	start := func(r int) *child {
-		ch := &child{cmd: exec.Command(os.Args[0], "-test.run=^$")}
-		ch.cmd.Env = append(os.Environ(), "GOCOLL_TEST_ROLE=join", "GOCOLL_SECRET=", "XDG_RUNTIME_DIR=", "TMPDIR="+tmp, "GOCOLL_TIMEOUT=30s")
+		ch := &child{Cmd: exec.Command(os.Args[0], "-test.run=^$")}
+		ch.Cmd.Env = append(os.Environ(), "GOCOLL_TEST_ROLE=join", "GOCOLL_SECRET=", "XDG_RUNTIME_DIR=", "TMPDIR="+tmp, "GOCOLL_TIMEOUT=30s")
 		for k, v := range env(r) {
-			ch.cmd.Env = append(ch.cmd.Env, k+"="+v)
+			ch.Cmd.Env = append(ch.Cmd.Env, k+"="+v)
 		}
-		ch.cmd.Stdout, ch.cmd.Stderr = &ch.out, &ch.out
-		if err := ch.cmd.Start(); err != nil {
+		ch.Cmd.Stdout, ch.Cmd.Stderr = &ch.Out, &ch.Out
+		if err := ch.Cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { ch.cmd.Process.Kill() })
+		t.Cleanup(func() { ch.Cmd.Process.Kill() })
 		return ch
 	}
 	kids := []*child{start(0), start(1)}
@@ -60,8 +60,8 @@ func TestGuessedSecretRefused(t *testing.T) {
 	kids = append(kids, start(n-1))
 	waitRanks(t, kids, time.Minute)
 	for r, k := range kids {
-		if k.err != nil {
-			t.Errorf("rank %d: %v\n%s", r, k.err, k.out.String())
+		if k.Err != nil {
+			t.Errorf("rank %d: %v\n%s", r, k.Err, k.Out.String())
 		}
 	}
 	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {

@@ -558,6 +558,24 @@ func exchange(sub *engine.Comm, out [][]byte, inLens []int) ([][]byte, error) {
 	return in, nil
 }
 
+// transpose sends block w (n bytes) of every local device's send to the
+// rank of device w. What comes back from hosting rank i holds, for each
+// local device x (in order) and the j-th device v of rank i, block x of
+// v's send at (x·|devs(i)| + j)·n.
+func (s state) transpose(sub *engine.Comm, send [][]byte, n int) ([][]byte, error) {
+	h := len(s.hosts)
+	out, inLens := make([][]byte, h), make([]int, h)
+	for i := range h {
+		for _, w := range s.devs(i) {
+			for k := range s.local {
+				out[i] = append(out[i], send[k][w*n:(w+1)*n]...)
+			}
+		}
+		inLens[i] = len(s.devs(i)) * len(s.local) * n
+	}
+	return exchange(sub, out, inLens)
+}
+
 // fold reduces pieces[0..M-1] (one per device, in device order) into dst:
 // the fixed order that makes results independent of the placement.
 func fold(dst []byte, pieces [][]byte, dt engine.DataType, op engine.RedOp) {
@@ -815,16 +833,7 @@ func (c *Comm) IReduceScatter(send, recv [][]byte, recvcount int, dt engine.Data
 			return err
 		}
 		h := len(s.hosts)
-		out, inLens := make([][]byte, h), make([]int, h)
-		for i := range h {
-			for _, w := range s.devs(i) {
-				for k := range s.local {
-					out[i] = append(out[i], send[k][w*n:(w+1)*n]...)
-				}
-			}
-			inLens[i] = len(s.devs(i)) * len(s.local) * n
-		}
-		in, err := exchange(sub, out, inLens)
+		in, err := s.transpose(sub, send, n)
 		if err != nil {
 			return err
 		}
@@ -869,16 +878,7 @@ func (c *Comm) IAllToAll(send, recv [][]byte, count int, dt engine.DataType) (*R
 			return err
 		}
 		h := len(s.hosts)
-		out, inLens := make([][]byte, h), make([]int, h)
-		for i := range h {
-			for _, w := range s.devs(i) {
-				for k := range s.local {
-					out[i] = append(out[i], send[k][w*n:(w+1)*n]...)
-				}
-			}
-			inLens[i] = len(s.devs(i)) * len(s.local) * n
-		}
-		in, err := exchange(sub, out, inLens)
+		in, err := s.transpose(sub, send, n)
 		if err != nil {
 			return err
 		}

@@ -132,25 +132,15 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 	defer dp.Close()
 	dp.Aux = []float64{0} // the shard loss rides along with the gradients
 
-	var eval *Evaluator
-	if test != nil && !cfg.SkipEval {
-		eb := cfg.EvalBatch
-		if eb <= 0 {
-			eb = 500
-		}
-		if eval, err = model.NewEvaluator(eb); err != nil {
-			return nil, err
-		}
+	eval, err := cfg.evaluator(model, test)
+	if err != nil {
+		return nil, err
+	}
+	if eval != nil {
 		defer eval.Close()
 	}
 
-	res := &RunResult{
-		Ranks: ranks, Hidden: cfg.Hidden, Batch: cfg.Batch, LR: cfg.LR, Momentum: cfg.Momentum, Seed: cfg.Seed,
-		TrainN: train.N, Params: model.NumParams(), Algo: c.Options().Algo, Transport: c.Options().Transport,
-	}
-	if test != nil {
-		res.TestN = test.N
-	}
+	res := newResult(c, cfg, model, train, test)
 	sched := Schedule{N: train.N, Batch: cfg.Batch, Seed: cfg.Seed}
 	steps := sched.StepsPerEpoch()
 	learn := model.Learnables()
@@ -233,6 +223,31 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 		res.params = append(res.params, append([]float64(nil), p...))
 	}
 	return res, nil
+}
+
+// evaluator builds the test-set evaluator (nil when there is nothing to
+// evaluate).
+func (cfg Config) evaluator(model *MLP, test *Dataset) (*Evaluator, error) {
+	if test == nil || cfg.SkipEval {
+		return nil, nil
+	}
+	eb := cfg.EvalBatch
+	if eb <= 0 {
+		eb = 500
+	}
+	return model.NewEvaluator(eb)
+}
+
+// newResult is a run's result before training: what every run records.
+func newResult(c *engine.Comm, cfg Config, model *MLP, train, test *Dataset) *RunResult {
+	res := &RunResult{
+		Ranks: c.Size(), Hidden: cfg.Hidden, Batch: cfg.Batch, LR: cfg.LR, Momentum: cfg.Momentum, Seed: cfg.Seed,
+		TrainN: train.N, Params: model.NumParams(), Algo: c.Options().Algo, Transport: c.Options().Transport,
+	}
+	if test != nil {
+		res.TestN = test.N
+	}
+	return res
 }
 
 // evaluate splits the test set over the ranks and sums loss and hits with

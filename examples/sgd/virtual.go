@@ -74,24 +74,15 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 			return nil, err
 		}
 	}
-	var eval *Evaluator
-	if test != nil && !cfg.SkipEval {
-		eb := cfg.EvalBatch
-		if eb <= 0 {
-			eb = 500
-		}
-		if eval, err = model.NewEvaluator(eb); err != nil {
-			return nil, err
-		}
+	eval, err := cfg.evaluator(model, test)
+	if err != nil {
+		return nil, err
+	}
+	if eval != nil {
 		defer eval.Close()
 	}
-	res := &RunResult{
-		Ranks: c.Size(), Virtual: m, Hidden: cfg.Hidden, Batch: cfg.Batch, LR: cfg.LR, Momentum: cfg.Momentum,
-		Seed: cfg.Seed, TrainN: train.N, Params: np, Algo: c.Options().Algo, Transport: c.Options().Transport,
-	}
-	if test != nil {
-		res.TestN = test.N
-	}
+	res := newResult(c, cfg, model, train, test)
+	res.Virtual = m
 	sched := Schedule{N: train.N, Batch: cfg.Batch, Seed: cfg.Seed}
 	steps := sched.StepsPerEpoch()
 	learn := model.Learnables()
