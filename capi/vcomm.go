@@ -107,45 +107,52 @@ func capi_VCommCreate(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.i
 	return resSuccess
 }
 
-//export capi_VCommLocal
-func capi_VCommLocal(vc C.uintptr_t, devices *C.int, maxDevices C.int, n *C.int) (rc C.int) {
-	const name = "gocollVCommLocal"
+// vcall is the body of an entry point on a virtual communicator: find the
+// handle, run f, and turn its error (recorded on the parent communicator)
+// into a result code.
+func vcall(name string, vc C.uintptr_t, f func(s *vcommState) error) (rc C.int) {
 	defer guard(name, &rc)
 	s, err := handles.vcomm(uintptr(vc))
 	if err != nil {
 		return fail(name, nil, err)
 	}
-	if n == nil || devices == nil && maxDevices > 0 {
-		return fail(name, s.parent, argErr("n is NULL, or devices is NULL with max %d", int(maxDevices)))
-	}
-	local := s.v.Local()
-	*n = C.int(len(local))
-	if len(local) > int(maxDevices) {
-		return fail(name, s.parent, argErr("%d local devices, room for %d", len(local), int(maxDevices)))
-	}
-	if len(local) > 0 {
-		out := unsafe.Slice(devices, len(local))
-		for k, d := range local {
-			out[k] = C.int(d)
-		}
+	if err := f(s); err != nil {
+		return fail(name, s.parent, err)
 	}
 	return resSuccess
 }
 
+//export capi_VCommLocal
+func capi_VCommLocal(vc C.uintptr_t, devices *C.int, maxDevices C.int, n *C.int) C.int {
+	return vcall("gocollVCommLocal", vc, func(s *vcommState) error {
+		if n == nil || devices == nil && maxDevices > 0 {
+			return argErr("n is NULL, or devices is NULL with max %d", int(maxDevices))
+		}
+		local := s.v.Local()
+		*n = C.int(len(local))
+		if len(local) > int(maxDevices) {
+			return argErr("%d local devices, room for %d", len(local), int(maxDevices))
+		}
+		if len(local) > 0 {
+			out := unsafe.Slice(devices, len(local))
+			for k, d := range local {
+				out[k] = C.int(d)
+			}
+		}
+		return nil
+	})
+}
+
 //export capi_VCommDeviceRank
-func capi_VCommDeviceRank(vc C.uintptr_t, dev C.int, rank *C.int) (rc C.int) {
-	const name = "gocollVCommDeviceRank"
-	defer guard(name, &rc)
-	s, err := handles.vcomm(uintptr(vc))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	place := s.v.Place()
-	if rank == nil || dev < 0 || int(dev) >= len(place) {
-		return fail(name, s.parent, argErr("device %d of %d, or rank NULL", int(dev), len(place)))
-	}
-	*rank = C.int(place[dev])
-	return resSuccess
+func capi_VCommDeviceRank(vc C.uintptr_t, dev C.int, rank *C.int) C.int {
+	return vcall("gocollVCommDeviceRank", vc, func(s *vcommState) error {
+		place := s.v.Place()
+		if rank == nil || dev < 0 || int(dev) >= len(place) {
+			return argErr("device %d of %d, or rank NULL", int(dev), len(place))
+		}
+		*rank = C.int(place[dev])
+		return nil
+	})
 }
 
 //export capi_VCommGetTables
@@ -177,61 +184,46 @@ func capi_VCommGetTables(vc C.uintptr_t, buf *C.char, length C.size_t, needed *C
 }
 
 //export capi_VCommRegister
-func capi_VCommRegister(vc C.uintptr_t, dev C.int, bufName *C.char, buf unsafe.Pointer, size C.size_t) (rc C.int) {
-	const name = "gocollVCommRegister"
-	defer guard(name, &rc)
-	s, err := handles.vcomm(uintptr(vc))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	if bufName == nil {
-		return fail(name, s.parent, argErr("name is NULL"))
-	}
-	b, err := buffer("buf", buf, size, 1, engine.Uint8)
-	if err != nil {
-		return fail(name, s.parent, err)
-	}
-	if err := s.v.Register(int(dev), C.GoString(bufName), b); err != nil {
-		return fail(name, s.parent, err)
-	}
-	return resSuccess
+func capi_VCommRegister(vc C.uintptr_t, dev C.int, bufName *C.char, buf unsafe.Pointer, size C.size_t) C.int {
+	return vcall("gocollVCommRegister", vc, func(s *vcommState) error {
+		if bufName == nil {
+			return argErr("name is NULL")
+		}
+		b, err := buffer("buf", buf, size, 1, engine.Uint8)
+		if err != nil {
+			return err
+		}
+		return s.v.Register(int(dev), C.GoString(bufName), b)
+	})
 }
 
 //export capi_VCommGetBuffer
-func capi_VCommGetBuffer(vc C.uintptr_t, dev C.int, bufName *C.char, buf *unsafe.Pointer, size *C.size_t) (rc C.int) {
-	const name = "gocollVCommGetBuffer"
-	defer guard(name, &rc)
-	s, err := handles.vcomm(uintptr(vc))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	if bufName == nil || buf == nil || size == nil {
-		return fail(name, s.parent, argErr("name, buf or size is NULL"))
-	}
-	b, ok := s.v.Buffer(int(dev), C.GoString(bufName))
-	if !ok {
-		return fail(name, s.parent, argErr("device %d has no buffer %q on this rank", int(dev), C.GoString(bufName)))
-	}
-	*buf, *size = nil, C.size_t(len(b))
-	if len(b) > 0 {
-		*buf = unsafe.Pointer(unsafe.SliceData(b))
-	}
-	return resSuccess
+func capi_VCommGetBuffer(vc C.uintptr_t, dev C.int, bufName *C.char, buf *unsafe.Pointer, size *C.size_t) C.int {
+	return vcall("gocollVCommGetBuffer", vc, func(s *vcommState) error {
+		if bufName == nil || buf == nil || size == nil {
+			return argErr("name, buf or size is NULL")
+		}
+		b, ok := s.v.Buffer(int(dev), C.GoString(bufName))
+		if !ok {
+			return argErr("device %d has no buffer %q on this rank", int(dev), C.GoString(bufName))
+		}
+		*buf, *size = nil, C.size_t(len(b))
+		if len(b) > 0 {
+			*buf = unsafe.Pointer(unsafe.SliceData(b))
+		}
+		return nil
+	})
 }
 
 //export capi_VCommMigrate
-func capi_VCommMigrate(vc C.uintptr_t, place *C.int) (rc C.int) {
-	const name = "gocollVCommMigrate"
-	defer guard(name, &rc)
-	s, err := handles.vcomm(uintptr(vc))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	if err := s.v.Migrate(placement(place, s.v.Size(), s.parent.c.Size())); err != nil {
-		return fail(name, s.parent, err)
-	}
-	s.release(false)
-	return resSuccess
+func capi_VCommMigrate(vc C.uintptr_t, place *C.int) C.int {
+	return vcall("gocollVCommMigrate", vc, func(s *vcommState) error {
+		if err := s.v.Migrate(placement(place, s.v.Size(), s.parent.c.Size())); err != nil {
+			return err
+		}
+		s.release(false)
+		return nil
+	})
 }
 
 //export capi_VCommDestroy
