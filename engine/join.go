@@ -106,9 +106,29 @@ func NewCommFromEnv(opts Options) (*Comm, error) {
 		if secretFile != "" {
 			root.RemoveOnJoin(secretFile)
 		}
-		defer func() { go root.Wait() }()
+		c, err := joinRoot(l.RootAddr, secret, l.Size, l.Rank, opts)
+		if err != nil {
+			// The root writes its verdict to every rank at once; rank 0 may
+			// read its own first. Returning now could end this process
+			// (and the root with it) before the others have theirs, and
+			// they would see a closed connection instead of the cause.
+			waitRoot(root, time.Second)
+			return nil, err
+		}
+		go root.Wait()
+		return c, nil
 	}
 	return joinRoot(l.RootAddr, secret, l.Size, l.Rank, opts)
+}
+
+// waitRoot waits for the root to finish, at most limit.
+func waitRoot(root *bootstrap.Root, limit time.Duration) {
+	done := make(chan struct{})
+	go func() { root.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+	}
 }
 
 // bindHost is the address the root listens on for the advertised root
