@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs every test of gocoll: formatting and vet, the Go tests (engine, C ABI
 # with C programs under torchrun-style variables and mpirun, the C++ trainer,
-# the Gorgonia example), the engine again under the race detector, and the
+# the Gorgonia example), every decoder's fuzz target for a few seconds
+# (FUZZTIME, default 4s), the engine again under the race detector, and the
 # Python bridge's pytest suite with Debian's /usr/bin/python3.
 # Usage: build/test.sh      (installs missing Debian packages when root)
 set -u
@@ -40,6 +41,16 @@ step gofmt gofmt_clean
 step cgo-only-in-capi no_cgo_outside_capi
 step vet go vet ./...
 step go-test go test -count=1 -timeout 15m ./...
+# Every wire-format decoder's fuzz target, a few seconds each (their seed
+# corpora in testdata/fuzz/ also run in go-test above).
+fuzz_all() {
+	for target in engine/bootstrap:FuzzReadFrame engine/bootstrap:FuzzDecodeTable engine/bootstrap:FuzzReplyErr \
+		engine/bootstrap:FuzzUniqueIDParse engine/transport:FuzzDecodeHeader \
+		engine/transport/tcp:FuzzServerHandshake engine/internal/shmseg:FuzzCheckHeader; do
+		go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "${FUZZTIME:-4s}" "./${target%%:*}" || return 1
+	done
+}
+step fuzz fuzz_all
 step race go test -race -short -count=1 -timeout 15m ./engine/...
 if [ -d bridge/python/tests ]; then
 	step build-lib build/build.sh
