@@ -573,10 +573,14 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// start records the collective's signature and algorithm, and logs (at
-// DEBUG) which algorithm runs it.
+// start records the collective's signature and algorithm, and logs which
+// algorithm runs it: at INFO the first time the communicator uses it for
+// this collective, at DEBUG every time.
 func (x *execCtx) start(sig uint64, a *algorithm, bytes int) {
 	x.sig, x.algo, x.bytes = sig, a.name, bytes
+	if _, seen := x.c.announced.LoadOrStore(a, true); !seen {
+		x.c.log.Info("algorithm chosen", "op", x.op, "algo", a.name, "bytes", bytes)
+	}
 	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
 		x.c.log.Debug("collective", "op", x.op, "seq", x.seq, "algo", a.name, "bytes", bytes)
 	}

@@ -28,6 +28,7 @@ type Comm struct {
 	log        *slog.Logger
 	id         uint64    // communicator id, equal on every rank (0: none)
 	flight     *recorder // nil when Options.FlightRecords < 0
+	announced  sync.Map  // *algorithm → true once logged at INFO
 
 	queue    chan *Request
 	worker   sync.WaitGroup

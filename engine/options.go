@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gocoll/gocoll/topology"
@@ -166,9 +168,45 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 			return o, fmt.Errorf("%w: GOCOLL_DEBUG=%q: want DEBUG, INFO, WARN, ERROR or OFF", ErrInvalidArgument, v)
 		}
 	}
-	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	out, err := debugFile(getenv("GOCOLL_DEBUG_FILE"))
+	if err != nil {
+		return o, err
+	}
+	host, _ := os.Hostname()
+	o.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lvl})).With("host", host, "pid", os.Getpid())
 	return o, nil
 }
+
+// debugFile opens GOCOLL_DEBUG_FILE for appending, %h replaced by the host
+// name and %p by the process id as in NCCL_DEBUG_FILE (one file per
+// process: gocoll.%h.%p.log); unset, the log goes to stderr.
+func debugFile(pattern string) (io.Writer, error) {
+	if pattern == "" {
+		return os.Stderr, nil
+	}
+	host, _ := os.Hostname()
+	path := strings.NewReplacer("%h", host, "%p", strconv.Itoa(os.Getpid()), "%%", "%").Replace(pattern)
+	debugFiles.mu.Lock()
+	defer debugFiles.mu.Unlock()
+	if f, ok := debugFiles.open[path]; ok {
+		return f, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: GOCOLL_DEBUG_FILE: %v", ErrInvalidArgument, err)
+	}
+	debugFiles.open[path] = f
+	return f, nil
+}
+
+// debugFiles are the log files of this process, opened once each however
+// many communicators log to them (a per-process resource, like stderr: the
+// C library creates a communicator per init, and each must not cost a
+// descriptor that stays open).
+var debugFiles = struct {
+	mu   sync.Mutex
+	open map[string]*os.File
+}{open: map[string]*os.File{}}
 
 func parseDuration(v string) (time.Duration, error) {
 	if s, err := strconv.ParseFloat(v, 64); err == nil {

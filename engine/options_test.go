@@ -3,7 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,5 +67,56 @@ func TestLockedCallersReachWaits(t *testing.T) {
 			t.Errorf("locked %v: Call.Locked %v, context marked %v", locked, x.call().Locked, shmsync.IsLocked(x.context()))
 		}
 		x.cancel()
+	}
+}
+
+// GOCOLL_DEBUG_FILE: %h and %p become host and pid, every line carries
+// host, pid, rank and the communicator, INFO names the algorithm a
+// communicator first uses for a collective (once), and a second
+// communicator of the process writes to the same open file.
+func TestDebugFile(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"GOCOLL_DEBUG": "INFO", "GOCOLL_DEBUG_FILE": filepath.Join(dir, "gocoll.%h.%p.log")}
+	opts, err := OptionsFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := OptionsFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []Options{opts, again} {
+		comms := newLocal(t, 2, o)
+		mustRanks(t, comms, func(c *Comm) error {
+			b := make([]byte, 64)
+			for range 3 {
+				if err := c.AllReduce(b, b, 16, Float32, Sum); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	host, _ := os.Hostname()
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	want := filepath.Join(dir, fmt.Sprintf("gocoll.%s.%d.log", host, os.Getpid()))
+	if len(files) != 1 || files[0] != want {
+		t.Fatalf("log files %v, want %s", files, want)
+	}
+	text, _ := os.ReadFile(want)
+	chosen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(text)), "\n") {
+		if !strings.Contains(line, "host="+host) || !strings.Contains(line, fmt.Sprintf("pid=%d", os.Getpid())) {
+			t.Errorf("line without host and pid: %s", line)
+		}
+		if strings.Contains(line, "algorithm chosen") {
+			chosen++
+			if !strings.Contains(line, "rank=") || !strings.Contains(line, "comm=") || !strings.Contains(line, "op=allreduce") {
+				t.Errorf("algorithm line without rank, communicator or op: %s", line)
+			}
+		}
+	}
+	if chosen != 4 { // 2 communicators × 2 ranks, once each
+		t.Errorf("%d algorithm lines, want 4:\n%s", chosen, text)
 	}
 }

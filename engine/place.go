@@ -17,6 +17,11 @@ import (
 // a ring crosses each host boundary once; the hierarchical algorithms need
 // every host to hold as many ranks; across hosts the cost model chooses.
 func (c *Comm) place(hosts [][]int, names []string) {
+	// Every line names the communicator once it has an id (equal on every
+	// rank), so the lines of one job's communicators can be told apart.
+	if id := c.commID(); id != "" {
+		c.log = c.opts.Logger.With("rank", c.rank, "nranks", c.size, "comm", id)
+	}
 	if len(hosts) == 0 {
 		all := make([]int, c.size)
 		for i := range all {
