@@ -383,7 +383,7 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	if arena != nil {
 		arena.Unlink()
 	}
-	log.Info("connected", "shm_peers", len(local), "tcp_peers", len(remote), "shm_collectives", arena != nil, "addr", addr)
+	log.Info("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
 	hosts, names := hostsOf(infos)
 	return links{tr, arena, hosts, names, binary.BigEndian.Uint64(tag[:])}, nil
 }
