@@ -263,6 +263,16 @@ func devBuffers(what string, arr unsafe.Pointer, n int, count C.size_t, mult int
 	return out, nil
 }
 
+// sendRecv views the arrays of send and receive buffers of n local
+// devices, count·smult and count·rmult elements each.
+func sendRecv(send, recv unsafe.Pointer, n int, count C.size_t, smult, rmult int, dt engine.DataType) (sb, rb [][]byte, err error) {
+	if sb, err = devBuffers("sendbuffs", send, n, count, smult, dt); err != nil {
+		return nil, nil, err
+	}
+	rb, err = devBuffers("recvbuffs", recv, n, count, rmult, dt)
+	return sb, rb, err
+}
+
 // vcollective is the body of every virtual collective: find the handle,
 // convert the buffers, start the call, then wait or hand back a request.
 func vcollective(name string, vc C.uintptr_t, dtype C.int, nonBlocking C.int, out *C.uintptr_t,
@@ -296,11 +306,7 @@ func vcollective(name string, vc C.uintptr_t, dtype C.int, nonBlocking C.int, ou
 //export capi_VAllReduce
 func capi_VAllReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
 	return vcollective(pick(nb, "gocollVAllReduce", "gocollVIAllReduce"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
-		sb, err := devBuffers("sendbuffs", send, n, count, 1, dt)
-		if err != nil {
-			return nil, err
-		}
-		rb, err := devBuffers("recvbuffs", recv, n, count, 1, dt)
+		sb, rb, err := sendRecv(send, recv, n, count, 1, 1, dt)
 		if err != nil {
 			return nil, err
 		}
@@ -311,11 +317,7 @@ func capi_VAllReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int,
 //export capi_VReduce
 func capi_VReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op, root C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
 	return vcollective(pick(nb, "gocollVReduce", "gocollVIReduce"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
-		sb, err := devBuffers("sendbuffs", send, n, count, 1, dt)
-		if err != nil {
-			return nil, err
-		}
-		rb, err := devBuffers("recvbuffs", recv, n, count, 1, dt)
+		sb, rb, err := sendRecv(send, recv, n, count, 1, 1, dt)
 		if err != nil {
 			return nil, err
 		}
@@ -326,11 +328,7 @@ func capi_VReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op, root C.i
 //export capi_VBroadcast
 func capi_VBroadcast(send, recv unsafe.Pointer, count C.size_t, dtype, root C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
 	return vcollective(pick(nb, "gocollVBroadcast", "gocollVIBroadcast"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
-		sb, err := devBuffers("sendbuffs", send, n, count, 1, dt)
-		if err != nil {
-			return nil, err
-		}
-		rb, err := devBuffers("recvbuffs", recv, n, count, 1, dt)
+		sb, rb, err := sendRecv(send, recv, n, count, 1, 1, dt)
 		if err != nil {
 			return nil, err
 		}
@@ -341,11 +339,7 @@ func capi_VBroadcast(send, recv unsafe.Pointer, count C.size_t, dtype, root C.in
 //export capi_VAllGather
 func capi_VAllGather(send, recv unsafe.Pointer, count C.size_t, dtype C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
 	return vcollective(pick(nb, "gocollVAllGather", "gocollVIAllGather"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
-		sb, err := devBuffers("sendbuffs", send, n, count, 1, dt)
-		if err != nil {
-			return nil, err
-		}
-		rb, err := devBuffers("recvbuffs", recv, n, count, v.Size(), dt)
+		sb, rb, err := sendRecv(send, recv, n, count, 1, v.Size(), dt)
 		if err != nil {
 			return nil, err
 		}
@@ -356,11 +350,7 @@ func capi_VAllGather(send, recv unsafe.Pointer, count C.size_t, dtype C.int, vc 
 //export capi_VReduceScatter
 func capi_VReduceScatter(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
 	return vcollective(pick(nb, "gocollVReduceScatter", "gocollVIReduceScatter"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
-		sb, err := devBuffers("sendbuffs", send, n, count, v.Size(), dt)
-		if err != nil {
-			return nil, err
-		}
-		rb, err := devBuffers("recvbuffs", recv, n, count, 1, dt)
+		sb, rb, err := sendRecv(send, recv, n, count, v.Size(), 1, dt)
 		if err != nil {
 			return nil, err
 		}
@@ -371,11 +361,7 @@ func capi_VReduceScatter(send, recv unsafe.Pointer, count C.size_t, dtype, op C.
 //export capi_VAllToAll
 func capi_VAllToAll(send, recv unsafe.Pointer, count C.size_t, dtype C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
 	return vcollective(pick(nb, "gocollVAllToAll", "gocollVIAllToAll"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
-		sb, err := devBuffers("sendbuffs", send, n, count, v.Size(), dt)
-		if err != nil {
-			return nil, err
-		}
-		rb, err := devBuffers("recvbuffs", recv, n, count, v.Size(), dt)
+		sb, rb, err := sendRecv(send, recv, n, count, v.Size(), v.Size(), dt)
 		if err != nil {
 			return nil, err
 		}

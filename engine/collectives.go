@@ -578,8 +578,11 @@ func firstErr(errs ...error) error {
 // this collective, at DEBUG every time.
 func (x *execCtx) start(sig uint64, a *algorithm, bytes int) {
 	x.sig, x.algo, x.bytes = sig, a.name, bytes
-	if _, seen := x.c.announced.LoadOrStore(a, true); !seen {
-		x.c.log.Info("algorithm chosen", "op", x.op, "algo", a.name, "bytes", bytes)
+	// At the default level (WARN) this costs a level check, nothing more.
+	if x.c.log.Enabled(context.Background(), slog.LevelInfo) {
+		if _, seen := x.c.announced.LoadOrStore(a, true); !seen {
+			x.c.log.Info("algorithm chosen", "op", x.op, "algo", a.name, "bytes", bytes)
+		}
 	}
 	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
 		x.c.log.Debug("collective", "op", x.op, "seq", x.seq, "algo", a.name, "bytes", bytes)

@@ -33,6 +33,24 @@ BLOCKS = 0
 CYCLIC = 1
 
 
+class _Handle:
+    """A library handle freed by ``close()``, by a ``with`` block or when
+    garbage-collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class Map:
     """A regular resource map (gocollMap_t)."""
 
@@ -82,7 +100,7 @@ def _along(extent, dim, x):
     return t
 
 
-class Plan:
+class Plan(_Handle):
     """A redistribution plan (gocollPlan_t). Free it with :meth:`close` or
     a ``with`` block."""
 
@@ -163,21 +181,8 @@ class Plan:
             _check_call(self._lib.gocollPlanDestroy(self._h), "gocollPlanDestroy")
             self._h = None
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class VirtualComm:
+class VirtualComm(_Handle):
     """Virtual devices (gocollVComm_t): ``ndev`` devices with a logical
     topology (``"ring"``, ``"mesh:AxB"``, ``"torus:AxB"``, ``"tree"``,
     ``"full"``) placed on the ranks of ``comm``: device v on rank
@@ -403,16 +408,3 @@ class VirtualComm:
             h, self._h = self._h, None
             self._mine = {}
             _check_call(self._lib.gocollVCommDestroy(h), "gocollVCommDestroy")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -364,8 +364,11 @@ func (m *mesh) acceptLoop(ctx context.Context, want map[int]bool) {
 			m.untrack(c)
 			if err != nil {
 				// (A failed handshake is logged before the connection is
-				// closed, so before the client can tell.)
-				if ctx.Err() == nil && !errors.Is(err, ErrRefused) {
+				// closed, so before the client can tell.) Handshakes cut
+				// because setup ended are no refusal; a client that hung up
+				// is one, even if setup ended before this goroutine saw it
+				// (run waits for it, so the log is complete when New returns).
+				if !errors.Is(err, net.ErrClosed) && !errors.Is(err, ErrRefused) {
 					m.refused.Warn("tcp: refused connection", "rank", m.cfg.Rank, "remote", c.RemoteAddr().String(), "err", err)
 				}
 				c.Close()
