@@ -8,9 +8,8 @@ OUTDIR/meta.txt and OUTDIR/notes.txt, and writes
   OUTDIR/results.md     medians over rounds, ratios gocoll/OpenMPI (plain and MemAlloc buffers) and
                         gocoll/Gloo, and the performance goals (Targets) checked against the run
   OUTDIR/plotdata.json  busbw against size per library, one panel per op x np
-  OUTDIR/results.png    the plot, when matplotlib is importable.
-Exit status 3: everything written but the PNG (no matplotlib; build/compare then
-draws it with build/bench/plotpng from plotdata.json).
+build/compare draws OUTDIR/results.png from plotdata.json with build/bench/compareplot
+(gonum.org/v1/plot): the one plotting path of the repository is Go.
 """
 import csv
 import glob
@@ -286,35 +285,6 @@ def main():
             "cols": len(nps), "xlabel": "size (bytes)", "ylabel": "busbw GB/s", "panels": panels}
     with open(os.path.join(out, "plotdata.json"), "w") as f:
         json.dump(plot, f, indent=1)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 3
-    rows = (len(panels) + plot["cols"] - 1) // max(plot["cols"], 1)
-    fig, axes = plt.subplots(rows, plot["cols"], figsize=(5.5 * plot["cols"], 3.4 * rows), squeeze=False)
-    style = {"gocoll": ("C0", "o", "-"), "gocoll (MemAlloc)": ("C0", "s", "--"), "Gloo": ("C1", "^", "-"),
-             "Open MPI": ("C2", "D", "-")}
-    for i, p in enumerate(panels):
-        ax = axes[i // plot["cols"]][i % plot["cols"]]
-        for s in p["series"]:
-            c, m, ls = style.get(s["name"], (None, "x", "-"))
-            ax.plot([x for x, _ in s["points"]], [y for _, y in s["points"]], marker=m, linestyle=ls, color=c,
-                    label=s["name"])
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(sizes)
-        ax.set_xticklabels([human(s).replace(" ", "") for s in sizes])
-        ax.set_title(p["title"], fontsize=10)
-        ax.set_ylabel("busbw GB/s", fontsize=8)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    for j in range(len(panels), rows * plot["cols"]):
-        axes[j // plot["cols"]][j % plot["cols"]].axis("off")
-    fig.suptitle(plot["title"], fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.98))
-    fig.savefig(os.path.join(out, "results.png"), dpi=90)
     return 0
 
 

@@ -1,9 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"html"
+	"image/color"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // WriteReport writes report.md, loss.svg, loss-time.svg and results.json into dir for the
@@ -22,13 +30,20 @@ func WriteReport(dir string, runs []*RunResult, cmdline string, elapsed time.Dur
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("report: %w", err)
 	}
-	for name, svg := range map[string]string{
-		"loss.svg": lossSVG(runs, "Training loss (global minibatch) against samples seen", "samples seen",
-			func(p CurvePoint) float64 { return float64(p.Samples) }),
-		"loss-time.svg": lossSVG(runs, "Training loss against training time (rank 0's clock)", "seconds",
-			func(p CurvePoint) float64 { return p.Seconds }),
+	for _, f := range []struct {
+		name, title, xlabel string
+		x                   func(CurvePoint) float64
+	}{
+		{"loss.svg", "Training loss (global minibatch) against samples seen", "samples seen",
+			func(p CurvePoint) float64 { return float64(p.Samples) }},
+		{"loss-time.svg", "Training loss against training time (rank 0's clock)", "seconds",
+			func(p CurvePoint) float64 { return p.Seconds }},
 	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(svg), 0o644); err != nil {
+		svg, err := lossSVG(runs, f.title, f.xlabel, f.x)
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(svg), 0o644); err != nil {
 			return "", fmt.Errorf("report: %w", err)
 		}
 	}
@@ -211,121 +226,82 @@ func orDash(s string) string {
 }
 
 // lossSVG plots the global-batch loss (averaged over bins of steps) against
-// the samples seen, one line per run. The lines lie on top of each other
-// when data parallelism changes nothing but the speed, so they are drawn
-// from wide and pale to thin and dashed.
-func lossSVG(runs []*RunResult, title, xlabel string, xof func(CurvePoint) float64) string {
-	const W, H = 760, 440
-	const left, right, top, bottom = 70, 170, 40, 60
-	pw, ph := float64(W-left-right), float64(H-top-bottom)
-	type series struct {
-		label string
-		xs    []float64
-		ys    []float64
-	}
-	var all []series
-	xmax, ymax, ymin := 1.0, 0.0, math.Inf(1)
-	for _, r := range runs {
-		s := series{label: r.short()}
+// x for every run, one line per run, with a dashed marker where a run
+// migrated. Runs that train identically draw on top of one another, so the
+// earlier lines are wider and fainter to stay visible underneath.
+func lossSVG(runs []*RunResult, title, xlabel string, xof func(CurvePoint) float64) (string, error) {
+	pl := plot.New()
+	pl.Title.Text = title
+	pl.X.Label.Text = xlabel
+	pl.Y.Label.Text = "loss"
+	pl.X.Min, pl.Y.Min = 0, 0
+	pl.Add(plotter.NewGrid())
+	pl.Legend.Top = true
+	for i, r := range runs {
+		var pts plotter.XYs
 		bin := max(1, (len(r.Curve)+119)/120)
-		for i := 0; i < len(r.Curve); i += bin {
-			j := min(i+bin, len(r.Curve))
+		for k := 0; k < len(r.Curve); k += bin {
+			j := min(k+bin, len(r.Curve))
 			sum := 0.0
-			for _, p := range r.Curve[i:j] {
+			for _, p := range r.Curve[k:j] {
 				sum += p.Loss
 			}
-			x, y := xof(r.Curve[j-1]), sum/float64(j-i)
-			s.xs, s.ys = append(s.xs, x), append(s.ys, y)
-			xmax, ymax, ymin = math.Max(xmax, x), math.Max(ymax, y), math.Min(ymin, y)
+			pts = append(pts, plotter.XY{X: xof(r.Curve[j-1]), Y: sum / float64(j-k)})
 		}
-		all = append(all, s)
-	}
-	if math.IsInf(ymin, 1) {
-		ymin, ymax = 0, 1
-	}
-	ymin = math.Max(0, ymin-0.05*(ymax-ymin))
-	if ymax <= ymin {
-		ymax = ymin + 1
-	}
-	px := func(x float64) float64 { return float64(left) + x/xmax*pw }
-	py := func(y float64) float64 { return float64(top) + (1-(y-ymin)/(ymax-ymin))*ph }
-
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
-	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15">%s</text>`+"\n", left, html.EscapeString(title))
-	for _, t := range niceTicks(0, xmax, 6) {
-		x := px(t)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e5e5e5"/>`+"\n", x, top, x, H-bottom)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, H-bottom+18, tickLabel(t))
-	}
-	for _, t := range niceTicks(ymin, ymax, 6) {
-		y := py(t)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>`+"\n", left, y, W-right, y)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, tickLabel(t))
-	}
-	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#444"/>`+"\n", left, top, pw, ph)
-	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", float64(left)+pw/2, H-18, html.EscapeString(xlabel))
-	fmt.Fprintf(&b, `<text x="18" y="%.1f" text-anchor="middle" transform="rotate(-90 18 %.1f)">loss</text>`+"\n", float64(top)+ph/2, float64(top)+ph/2)
-	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"}
-	for i, s := range all {
-		width := math.Max(1.2, 7-2.2*float64(i))
-		opacity := math.Min(1, 0.35+0.3*float64(i))
-		dash := ""
+		if len(pts) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return "", fmt.Errorf("report: %s: %w", r.short(), err)
+		}
+		c := plotutil.Color(i)
+		alpha := math.Min(1, 0.35+0.3*float64(i))
+		r8, g8, b8, _ := c.RGBA()
+		l.Color = color.NRGBA{uint8(r8 >> 8), uint8(g8 >> 8), uint8(b8 >> 8), uint8(255 * alpha)}
+		l.Width = vg.Points(math.Max(1.2, 7-2.2*float64(i)))
 		if i >= 2 {
-			dash = ` stroke-dasharray="6 4"`
+			l.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
 		}
-		var pts []string
-		for k := range s.xs {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.xs[k]), py(s.ys[k])))
-		}
-		c := colors[i%len(colors)]
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f" stroke-linejoin="round"%s points="%s"/>`+"\n",
-			c, width, opacity, dash, strings.Join(pts, " "))
-		ly := top + 20 + 22*i
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f"%s/>`+"\n",
-			W-right+14, ly, W-right+44, ly, c, width, opacity, dash)
-		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", W-right+50, ly+4, html.EscapeString(s.label))
+		pl.Add(l)
+		pl.Legend.Add(r.short(), l)
 	}
-	// Where a migration happened, on the x axis of this plot.
 	for _, r := range runs {
 		if m := r.Migration; m != nil && m.Step > 0 && m.Step <= len(r.Curve) {
-			x := px(xof(r.Curve[m.Step-1]))
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" stroke-dasharray="3 3"/>`+"\n", x, top, x, H-bottom)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#d62728">migration %d→%d</text>`+"\n", x+4, top+14, m.From, m.To)
+			x := xof(r.Curve[m.Step-1])
+			vline, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: yMax(runs)}})
+			if err != nil {
+				return "", err
+			}
+			vline.Color = plotutil.Color(3)
+			vline.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+			label, err := plotter.NewLabels(plotter.XYLabels{
+				XYs:    []plotter.XY{{X: x, Y: yMax(runs)}},
+				Labels: []string{fmt.Sprintf(" migration %d→%d", m.From, m.To)},
+			})
+			if err != nil {
+				return "", err
+			}
+			label.TextStyle[0].Color = vline.Color
+			pl.Add(vline, label)
 		}
 	}
-	b.WriteString("</svg>\n")
-	return b.String()
+	var b bytes.Buffer
+	c := vgsvg.New(7.6*vg.Inch, 4.4*vg.Inch)
+	pl.Draw(draw.New(c))
+	if _, err := c.WriteTo(&b); err != nil {
+		return "", fmt.Errorf("report: %w", err)
+	}
+	return b.String(), nil
 }
 
-// niceTicks returns about n round values covering [lo, hi].
-func niceTicks(lo, hi float64, n int) []float64 {
-	span := hi - lo
-	if span <= 0 || n < 1 {
-		return []float64{lo}
-	}
-	step := math.Pow(10, math.Floor(math.Log10(span/float64(n))))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if span/(step*m) <= float64(n) {
-			step *= m
-			break
+// yMax is the highest loss any run recorded: the top of the migration marker.
+func yMax(runs []*RunResult) float64 {
+	y := 0.0
+	for _, r := range runs {
+		for _, p := range r.Curve {
+			y = math.Max(y, p.Loss)
 		}
 	}
-	var out []float64
-	for t := math.Ceil(lo/step) * step; t <= hi+step*1e-9; t += step {
-		out = append(out, t)
-	}
-	return out
-}
-
-func tickLabel(v float64) string {
-	switch a := math.Abs(v); {
-	case a >= 1e6:
-		return fmt.Sprintf("%gM", v/1e6)
-	case a >= 1e3:
-		return fmt.Sprintf("%gk", v/1e3)
-	default:
-		return fmt.Sprintf("%.3g", v)
-	}
+	return y
 }
