@@ -36,10 +36,21 @@
  *      ranks (gocollReduce Max of the float64 times); median/min/p90;
  *   4. back-to-back phase: barrier, same number of iterations, elapsed/iters,
  *      MAX over ranks -> b2b_us.
+ *   Both phases also keep every iteration's time (b2b: each call's time, from
+ *   the end of the previous call, MAX over ranks per call), for the tails:
+ *   p99_us (after a barrier) and b2b_p50_us / b2b_p99_us (back to back).
+ *   With fewer than 100 iterations (the large sizes) p99 is the maximum.
  * -M takes the send and receive buffers from gocollMemAlloc instead of
  * posix_memalign (label "gocoll-memalloc" unless -l says otherwise).
  * Output: markdown tables on stdout (rank 0), optional CSV rows (-c file):
- *   label,op,np,bytes,iters,med_us,min_us,p90_us,b2b_us,algbw_GBps,busbw_GBps,check
+ *   label,op,np,bytes,iters,med_us,min_us,p90_us,b2b_us,algbw_GBps,busbw_GBps,check,
+ *   p99_us,b2b_p50_us,b2b_p99_us
+ * (the first 12 columns are mpi_bench.c's, so ../shared/bench/summarize.py reads them).
+ *
+ * Built with -DBENCH_MPI against an MPI (build/compare: mpicc -DBENCH_MPI, label
+ * "openmpi"), the same measuring code times MPI's collectives, so the tails of
+ * both libraries come from one method; it is then one rank of an mpirun job and
+ * has no -P or -M.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -57,7 +68,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef BENCH_MPI
+#include <mpi.h>
+#else
 #include <gocoll.h>
+#endif
 
 extern char **environ;
 
@@ -65,7 +80,6 @@ enum { OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_ALLTOALL, NOP
 static const char *op_names[NOPS] = {"allreduce", "bcast", "allgather", "reduce_scatter", "alltoall"};
 
 static int rank, nranks;
-static gocollComm_t comm;
 static float *sbuf, *rbuf;
 
 static size_t min_bytes = 4096, max_bytes = 64u << 20;
@@ -77,17 +91,6 @@ static int op_enabled[NOPS] = {1, 1, 1, 1, 1};
 static size_t *size_list = NULL;
 static int n_size_list = 0;
 static int use_memalloc = 0;
-
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        gocollResult_t rc_ = (call);                                                             \
-        if (rc_ != gocollSuccess) {                                                              \
-            fprintf(stderr, "[rank %d] %s:%d: %s: %s (%s)\n", rank, __FILE__, __LINE__, #call,    \
-                    gocollGetErrorString(rc_), gocollGetLastError(comm));                        \
-            if (comm) gocollCommAbort(comm);                                                     \
-            exit(3);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 static double now(void) {
     struct timespec ts;
@@ -116,6 +119,90 @@ static size_t counts_for(int op, size_t bytes, size_t *cnt) {
     }
 }
 
+/* ------------------------------------------------------------------ the library measured */
+
+#ifdef BENCH_MPI
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        int rc_ = (call);                                                                        \
+        if (rc_ != MPI_SUCCESS) {                                                                \
+            fprintf(stderr, "[rank %d] %s:%d: %s: MPI error %d\n", rank, __FILE__, __LINE__, #call, rc_); \
+            MPI_Abort(MPI_COMM_WORLD, 3);                                                        \
+        }                                                                                        \
+    } while (0)
+
+static const char *lib_default_label(void) { return "openmpi"; }
+static void lib_init(int *argc, char ***argv) {
+    CK(MPI_Init(argc, argv));
+    CK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    CK(MPI_Comm_size(MPI_COMM_WORLD, &nranks));
+}
+static void lib_describe(void) {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    printf("<!-- %s | np=%d | %.*s -->\n", label, nranks, (int)strcspn(v, "\n"), v);
+}
+static void lib_abort(void) { MPI_Abort(MPI_COMM_WORLD, 3); }
+static void lib_finish(void) { CK(MPI_Finalize()); }
+static void barrier(void) { CK(MPI_Barrier(MPI_COMM_WORLD)); }
+static void run_op(int op, size_t cnt) {
+    switch (op) {
+    case OP_ALLREDUCE: CK(MPI_Allreduce(sbuf, rbuf, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)); break;
+    case OP_BCAST: CK(MPI_Bcast(rbuf, (int)cnt, MPI_FLOAT, 0, MPI_COMM_WORLD)); break;
+    case OP_ALLGATHER: CK(MPI_Allgather(sbuf, (int)cnt, MPI_FLOAT, rbuf, (int)cnt, MPI_FLOAT, MPI_COMM_WORLD)); break;
+    case OP_REDUCE_SCATTER: CK(MPI_Reduce_scatter_block(sbuf, rbuf, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)); break;
+    case OP_ALLTOALL: CK(MPI_Alltoall(sbuf, (int)cnt, MPI_FLOAT, rbuf, (int)cnt, MPI_FLOAT, MPI_COMM_WORLD)); break;
+    }
+}
+static double max_over_ranks(double v) {
+    double out;
+    CK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    return out;
+}
+static void max_to_root(double *in, double *out, int n) {
+    CK(MPI_Reduce(in, out, n, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+}
+static long long sum_over_ranks(long long v) {
+    long long out;
+    CK(MPI_Allreduce(&v, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+    return out;
+}
+#else
+static gocollComm_t comm;
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        gocollResult_t rc_ = (call);                                                             \
+        if (rc_ != gocollSuccess) {                                                              \
+            fprintf(stderr, "[rank %d] %s:%d: %s: %s (%s)\n", rank, __FILE__, __LINE__, #call,    \
+                    gocollGetErrorString(rc_), gocollGetLastError(comm));                        \
+            if (comm) gocollCommAbort(comm);                                                     \
+            exit(3);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static const char *lib_default_label(void) { return use_memalloc ? "gocoll-memalloc" : "gocoll"; }
+static void lib_init(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    CK(gocollCommInitFromEnv(&comm));
+    CK(gocollCommUserRank(comm, &rank));
+    CK(gocollCommCount(comm, &nranks));
+}
+static void lib_describe(void) {
+    const char *algo = getenv("GOCOLL_ALGO"), *tr = getenv("GOCOLL_TRANSPORT");
+    int version = 0;
+    CK(gocollGetVersion(&version));
+    printf("<!-- %s | np=%d | gocoll %d.%d.%d (libgocoll version code %d, header %d) | buffers %s | "
+           "GOCOLL_ALGO=%s GOCOLL_TRANSPORT=%s -->\n", label, nranks, version / 10000, version / 100 % 100,
+           version % 100, version, GOCOLL_VERSION_CODE, use_memalloc ? "gocollMemAlloc" : "posix_memalign",
+           algo ? algo : "(auto)", tr ? tr : "(auto)");
+}
+static void lib_abort(void) { gocollCommAbort(comm); }
+static void lib_finish(void) {
+    CK(gocollCommDestroy(comm));
+    comm = NULL;
+}
+static void barrier(void) { CK(gocollBarrier(comm)); }
 static void run_op(int op, size_t cnt) {
     switch (op) {
     case OP_ALLREDUCE: CK(gocollAllReduce(sbuf, rbuf, cnt, gocollFloat32, gocollSum, comm)); break;
@@ -125,12 +212,20 @@ static void run_op(int op, size_t cnt) {
     case OP_ALLTOALL: CK(gocollAllToAll(sbuf, rbuf, cnt, gocollFloat32, comm)); break;
     }
 }
-
 static double max_over_ranks(double v) {
     double out;
     CK(gocollAllReduce(&v, &out, 1, gocollFloat64, gocollMax, comm));
     return out;
 }
+static void max_to_root(double *in, double *out, int n) {
+    CK(gocollReduce(in, out, n, gocollFloat64, gocollMax, 0, comm));
+}
+static long long sum_over_ranks(long long v) {
+    long long out;
+    CK(gocollAllReduce(&v, &out, 1, gocollInt64, gocollSum, comm));
+    return out;
+}
+#endif
 
 /* Fill inputs with exact-integer patterns, run once, verify. Returns #wrong (global). */
 static long check_op(int op, size_t cnt) {
@@ -172,7 +267,7 @@ static long check_op(int op, size_t cnt) {
             wrong++;
         }
     }
-    CK(gocollAllReduce(&wrong, &gwrong, 1, gocollInt64, gocollSum, comm));
+    gwrong = sum_over_ranks(wrong);
     return (long)gwrong;
 }
 
@@ -220,6 +315,7 @@ static void usage(void) {
         "-M:   buffers from gocollMemAlloc instead of posix_memalign\n");
 }
 
+#ifndef BENCH_MPI
 /* ------------------------------------------------------------------ launcher */
 
 static int port_free(int port) {
@@ -347,10 +443,44 @@ static int launch(int n, double timeout_s, char **argv) {
     return rc;
 }
 
+#endif /* !BENCH_MPI */
+
+/* Sorted ascending: the value below which a fraction q of them lie. */
+static double quantile(const double *sorted, int n, double q) {
+    return sorted[(int)floor(q * (n - 1))];
+}
+
+static double median(const double *sorted, int n) {
+    return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+static int alloc_buffers(size_t bytes) {
+#ifndef BENCH_MPI
+    if (use_memalloc) {
+        CK(gocollMemAlloc((void **)&sbuf, bytes, comm));
+        CK(gocollMemAlloc((void **)&rbuf, bytes, comm));
+        return 0;
+    }
+#endif
+    return posix_memalign((void **)&sbuf, 4096, bytes) || posix_memalign((void **)&rbuf, 4096, bytes);
+}
+
+static void free_buffers(void) {
+#ifndef BENCH_MPI
+    if (use_memalloc) {
+        CK(gocollMemFree(sbuf, NULL));
+        CK(gocollMemFree(rbuf, NULL));
+        return;
+    }
+#endif
+    free(sbuf);
+    free(rbuf);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
-    int c, op, si, nprocs = 0, version = 0;
+    int c, op, si, nprocs = 0;
     long total_wrong = 0;
     double launch_timeout = 0;
     FILE *csv = NULL;
@@ -387,18 +517,22 @@ int main(int argc, char **argv) {
     }
     if (optind < argc) { usage(); return 2; }
     if (factor < 2) factor = 2;
-    if (!label) label = use_memalloc ? "gocoll-memalloc" : "gocoll";
+    if (!label) label = lib_default_label();
+#ifdef BENCH_MPI
+    if (nprocs > 0 || use_memalloc) {
+        fprintf(stderr, "-P and -M are gocoll's: run this build under mpirun\n");
+        return 2;
+    }
+    (void)launch_timeout, (void)launcher, (void)child_argv;
+#else
     if (nprocs > 0 && !launcher) return launch(nprocs, launch_timeout, child_argv);
     if (launcher) {
         /* started by -P: die with the launcher, never outlive it */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != atoi(launcher)) return 2;
     }
-
-    CK(gocollCommInitFromEnv(&comm));
-    CK(gocollCommUserRank(comm, &rank));
-    CK(gocollCommCount(comm, &nranks));
-    CK(gocollGetVersion(&version));
+#endif
+    lib_init(&argc, &argv);
 
     if (!size_list) {
         size_t s;
@@ -409,23 +543,15 @@ int main(int argc, char **argv) {
         size_t maxb = 0, elems; int i;
         for (i = 0; i < n_size_list; i++) if (size_list[i] > maxb) maxb = size_list[i];
         elems = maxb / sizeof(float) + 64;
-        if (use_memalloc) {
-            CK(gocollMemAlloc((void **)&sbuf, elems * sizeof(float), comm));
-            CK(gocollMemAlloc((void **)&rbuf, elems * sizeof(float), comm));
-        } else if (posix_memalign((void **)&sbuf, 4096, elems * sizeof(float)) ||
-                   posix_memalign((void **)&rbuf, 4096, elems * sizeof(float))) {
+        if (alloc_buffers(elems * sizeof(float))) {
             fprintf(stderr, "alloc failed\n");
-            gocollCommAbort(comm);
+            lib_abort();
             return 3;
         }
         memset(sbuf, 0, elems * sizeof(float)); memset(rbuf, 0, elems * sizeof(float));
     }
     if (rank == 0) {
-        const char *algo = getenv("GOCOLL_ALGO"), *tr = getenv("GOCOLL_TRANSPORT");
-        printf("<!-- %s | np=%d | gocoll %d.%d.%d (libgocoll version code %d, header %d) | buffers %s | "
-               "GOCOLL_ALGO=%s GOCOLL_TRANSPORT=%s -->\n", label, nranks, version / 10000, version / 100 % 100,
-               version % 100, version, GOCOLL_VERSION_CODE, use_memalloc ? "gocollMemAlloc" : "posix_memalign",
-               algo ? algo : "(auto)", tr ? tr : "(auto)");
+        lib_describe();
         if (csv_path) csv = fopen(csv_path, "a");
     }
 
@@ -433,20 +559,20 @@ int main(int argc, char **argv) {
         if (!op_enabled[op]) continue;
         if (rank == 0) {
             printf("\n#### %s %s np=%d\n\n", label, op_names[op], nranks);
-            printf("| bytes | iters | med_us | min_us | p90_us | b2b_us | algbw GB/s | busbw GB/s | check |\n");
-            printf("|------:|------:|-------:|-------:|-------:|-------:|-----------:|-----------:|:-----:|\n");
+            printf("| bytes | iters | med_us | min_us | p90_us | p99_us | b2b_us | b2b_p50_us | b2b_p99_us | algbw GB/s | busbw GB/s | check |\n");
+            printf("|------:|------:|-------:|-------:|-------:|-------:|-------:|-----------:|-----------:|-----------:|-----------:|:-----:|\n");
             fflush(stdout);
         }
         for (si = 0; si < n_size_list; si++) {
             size_t cnt, bytes = counts_for(op, size_list[si], &cnt);
             long wrong;
-            double t0, dt, dtmax, *loc, *glob = NULL, med, mn, p90, b2b, algbw, busbw;
+            double t0, t1, dt, dtmax, *loc, *glob = NULL, *bloc, *bglob, med, mn, p90, p99, b2b, bmed, b99, algbw, busbw;
             int i, iters;
             if (cnt == 0) continue;
             wrong = check_op(op, cnt);
             total_wrong += wrong;
             /* warmup; also decides the iteration count (identical on all ranks) */
-            CK(gocollBarrier(comm));
+            barrier();
             t0 = now();
             for (i = 0; i < warmup; i++) run_op(op, cnt);
             dt = (now() - t0) / (warmup > 0 ? warmup : 1);
@@ -456,49 +582,64 @@ int main(int argc, char **argv) {
             if (iters > max_iters) iters = max_iters;
             loc = malloc(iters * sizeof(double));
             glob = malloc(iters * sizeof(double));
+            bloc = malloc(iters * sizeof(double));
+            bglob = malloc(iters * sizeof(double));
             for (i = 0; i < iters; i++) {
-                CK(gocollBarrier(comm));
+                barrier();
                 t0 = now();
                 run_op(op, cnt);
                 loc[i] = now() - t0;
             }
-            CK(gocollReduce(loc, glob, iters, gocollFloat64, gocollMax, 0, comm));
-            CK(gocollBarrier(comm));
-            t0 = now();
-            for (i = 0; i < iters; i++) run_op(op, cnt);
-            dt = (now() - t0) / iters;
-            CK(gocollReduce(&dt, &b2b, 1, gocollFloat64, gocollMax, 0, comm));
+            max_to_root(loc, glob, iters);
+            barrier();
+            t0 = t1 = now();
+            for (i = 0; i < iters; i++) {
+                double t2;
+                run_op(op, cnt);
+                t2 = now();
+                bloc[i] = t2 - t1;
+                t1 = t2;
+            }
+            dt = (t1 - t0) / iters;
+            max_to_root(&dt, &b2b, 1);
+            max_to_root(bloc, bglob, iters);
             if (rank == 0) {
                 qsort(glob, iters, sizeof(double), cmp_dbl);
-                med = iters % 2 ? glob[iters / 2] : 0.5 * (glob[iters / 2 - 1] + glob[iters / 2]);
+                qsort(bglob, iters, sizeof(double), cmp_dbl);
+                med = median(glob, iters);
                 mn = glob[0];
-                p90 = glob[(int)floor(0.9 * (iters - 1))];
+                p90 = quantile(glob, iters, 0.9);
+                p99 = quantile(glob, iters, 0.99);
+                bmed = median(bglob, iters);
+                b99 = quantile(bglob, iters, 0.99);
                 algbw = bytes / med / 1e9;
                 busbw = algbw * busbw_factor(op);
-                printf("| %zu | %d | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %s |\n", bytes, iters,
-                       med * 1e6, mn * 1e6, p90 * 1e6, b2b * 1e6, algbw, busbw, wrong ? "FAIL" : "ok");
+                printf("| %zu | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %s |\n", bytes, iters,
+                       med * 1e6, mn * 1e6, p90 * 1e6, p99 * 1e6, b2b * 1e6, bmed * 1e6, b99 * 1e6, algbw, busbw,
+                       wrong ? "FAIL" : "ok");
                 fflush(stdout);
                 if (csv) {
-                    fprintf(csv, "%s,%s,%d,%zu,%d,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%s\n", label, op_names[op],
-                            nranks, bytes, iters, med * 1e6, mn * 1e6, p90 * 1e6, b2b * 1e6, algbw, busbw,
-                            wrong ? "FAIL" : "ok");
+                    fprintf(csv, "%s,%s,%d,%zu,%d,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%s,%.3f,%.3f,%.3f\n", label,
+                            op_names[op], nranks, bytes, iters, med * 1e6, mn * 1e6, p90 * 1e6, b2b * 1e6, algbw,
+                            busbw, wrong ? "FAIL" : "ok", p99 * 1e6, bmed * 1e6, b99 * 1e6);
                     fflush(csv);
                 }
             }
             free(glob);
             free(loc);
+            free(bglob);
+            free(bloc);
         }
     }
     if (csv) fclose(csv);
     if (rank == 0 && total_wrong) fprintf(stderr, "%s: %ld wrong elements in total\n", label, total_wrong);
-    CK(gocollBarrier(comm));
-    CK(gocollCommDestroy(comm));
-    comm = NULL;
-    if (use_memalloc) {
-        CK(gocollMemFree(sbuf, NULL));
-        CK(gocollMemFree(rbuf, NULL));
-    } else {
-        free(sbuf); free(rbuf);
-    }
+    barrier();
+#ifdef BENCH_MPI
+    free_buffers();
+    lib_finish();
+#else
+    lib_finish(); /* gocollMemFree of memory whose communicator is gone is allowed */
+    free_buffers();
+#endif
     return total_wrong ? 1 : 0;
 }
