@@ -177,7 +177,7 @@ func TestHostilePortsProcesses(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d hostile connections to %d ports during setup and the split, all refused and closed; the watcher made %d more", len(outcomes), len(setup)+len(split), len(watched))
+	t.Logf("%d ports seen open during setup and the split; hostile connections:\n%s", len(setup)+len(split), hostiletest.Summary(append(outcomes, watched...)))
 }
 
 // envValue is the value of k in env (the last one set).

@@ -170,7 +170,7 @@ func TestHostilePorts(t *testing.T) {
 	if full == 0 || full > 5 || counted == 0 {
 		t.Errorf("rank 0 logged %d of the root's refusals in full and counted %d more, want 1 to 5 in full and the flood counted:\n%s", full, counted, stderr0)
 	}
-	t.Logf("%d hostile connections, all refused or answered and closed", len(outcomes))
+	t.Logf("hostile connections:\n%s", hostiletest.Summary(outcomes))
 }
 
 // residentKiB is process pid's resident memory (VmRSS), 0 if unknown.

@@ -100,8 +100,8 @@ func TestHostileClients(t *testing.T) {
 		t.Errorf("root: %v", err)
 	}
 	outcomes = append(outcomes, held.Wait()...)
+	t.Logf("during the join:\n%s", hostiletest.Summary(outcomes))
 	for _, o := range outcomes {
-		t.Log(o)
 		if o.Accepted || !o.Closed || o.Err != nil {
 			t.Errorf("during the join: %v (err %v)", o, o.Err)
 		}

@@ -14,6 +14,7 @@ package hostiletest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -28,6 +29,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -596,4 +598,61 @@ func WaitGoroutines(t testing.TB, before int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Summary describes outcomes in one line per protocol and kind: how many
+// connections, how they ended, the slowest close and what the servers
+// answered.
+func Summary(outcomes []Outcome) string {
+	type key struct {
+		p Proto
+		k Kind
+	}
+	type agg struct {
+		n, refused, accepted, open int
+		slowest                    time.Duration
+		minGot, maxGot             int
+	}
+	aggs := map[key]*agg{}
+	var keys []key
+	for _, o := range outcomes {
+		kk := key{o.Target.Proto, o.Kind}
+		a := aggs[kk]
+		if a == nil {
+			a = &agg{minGot: o.Got, maxGot: o.Got}
+			aggs[kk] = a
+			keys = append(keys, kk)
+		}
+		a.n++
+		switch {
+		case o.Refused:
+			a.refused++
+		case o.Accepted:
+			a.accepted++
+		case !o.Closed:
+			a.open++
+		default:
+			a.slowest = max(a.slowest, o.Elapsed)
+			a.minGot, a.maxGot = min(a.minGot, o.Got), max(a.maxGot, o.Got)
+		}
+	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.p, b.p), cmp.Compare(a.k, b.k)) })
+	var b strings.Builder
+	for _, kk := range keys {
+		a := aggs[kk]
+		fmt.Fprintf(&b, "%s %s: %d connections", kk.p, kk.k, a.n)
+		if closed := a.n - a.refused - a.accepted - a.open; closed > 0 {
+			fmt.Fprintf(&b, ", %d closed by the server within %v after answering %d-%d bytes", closed, a.slowest.Round(time.Millisecond), a.minGot, a.maxGot)
+		}
+		for _, c := range []struct {
+			n    int
+			what string
+		}{{a.refused, "refused (nothing listened)"}, {a.accepted, "ACCEPTED"}, {a.open, "still open"}} {
+			if c.n > 0 {
+				fmt.Fprintf(&b, ", %d %s", c.n, c.what)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }

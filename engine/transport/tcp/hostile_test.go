@@ -85,9 +85,7 @@ func TestHostileClients(t *testing.T) {
 		defer ts[r].Close()
 	}
 	outcomes = append(outcomes, held.Wait()...)
-	for _, o := range outcomes {
-		t.Log(o)
-	}
+	t.Logf("during setup:\n%s", hostiletest.Summary(append(outcomes, flooded...)))
 	refused := map[string]int{}
 	for _, o := range append(outcomes, flooded...) {
 		if o.Accepted || !o.Closed || o.Err != nil {
