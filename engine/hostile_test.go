@@ -147,13 +147,13 @@ func TestHostilePortsProcesses(t *testing.T) {
 	for _, h := range []*hostiletest.Held{heldRoot, heldTCP, heldSplit} {
 		outcomes = append(outcomes, h.Wait()...)
 	}
+	watched := watch()
 	cancel()
 	for _, o := range outcomes {
 		if o.Accepted || !o.Closed || o.Err != nil {
 			t.Errorf("%v (err %v)", o, o.Err)
 		}
 	}
-	watched := watch()
 	for _, o := range watched {
 		if o.Accepted || !o.Refused && !o.Closed {
 			t.Errorf("watcher: %v (err %v)", o, o.Err)
@@ -254,10 +254,10 @@ func waitListening(t *testing.T, pids []int, known []netip.AddrPort, want int) [
 	return found
 }
 
-// watchPorts attacks, until ctx ends, every port the processes pids open
-// that is not in known, with every kind (held connections included), and
-// returns a function that waits for those attacks and returns their
-// outcomes.
+// watchPorts attacks every port the processes pids open that is not in
+// known, with every kind (held connections included), until the function
+// it returns is called: that one stops watching, waits for the attacks
+// (each bounded by ctx) and returns their outcomes.
 func watchPorts(ctx context.Context, pids []int, known []netip.AddrPort) func() []hostiletest.Outcome {
 	var mu sync.Mutex
 	var out []hostiletest.Outcome
@@ -266,12 +266,14 @@ func watchPorts(ctx context.Context, pids []int, known []netip.AddrPort) func() 
 	for _, ap := range known {
 		seen[ap] = true
 	}
-	wg.Go(func() {
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
 		tick := time.NewTicker(2 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-stop:
 				return
 			case <-tick.C:
 			}
@@ -292,8 +294,10 @@ func watchPorts(ctx context.Context, pids []int, known []netip.AddrPort) func() 
 				}
 			}
 		}
-	})
+	}()
 	return func() []hostiletest.Outcome {
+		close(stop)
+		<-stopped
 		wg.Wait()
 		return out
 	}
