@@ -184,6 +184,9 @@ func lastLines(s string, n int) string {
 // after the fault each rank failed (README's table; durations are not
 // asserted).
 func TestHostFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
 	for _, sc := range []struct {
 		name    string
 		timeout string // GOCOLL_TIMEOUT
