@@ -19,6 +19,8 @@ import (
 
 	"github.com/gocoll/gocoll/engine"
 	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/engine/hostiletest"
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 // The C behaviour is tested from C in ./ctest; these check the pieces that
@@ -180,14 +182,17 @@ func TestMetricsBadAddr(t *testing.T) {
 
 // Idle connections beyond the cap are closed at once, the rest when the
 // header timeout passes; the descriptors come back and the endpoint still
-// answers.
+// answers. Every connection refused over the cap is logged, the first few
+// in full and the rest counted.
 func TestMetricsConnectionCap(t *testing.T) {
 	lim := defaultMetricsLimits
 	lim.readHeader = 300 * time.Millisecond
 	lim.maxConns = 16
+	lim.refusalWindow = time.Second
 	reg := prometheus.NewRegistry()
 	fdsBefore := openFDs(t)
-	addr, err := serveMetrics("127.0.0.1:0", 0, reg, slog.New(slog.DiscardHandler), lim)
+	logs := &proctest.Buffer{}
+	addr, err := serveMetrics("127.0.0.1:0", 0, reg, slog.New(slog.NewTextHandler(logs, nil)), lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +233,19 @@ func TestMetricsConnectionCap(t *testing.T) {
 	}
 	if early < n-lim.maxConns {
 		t.Errorf("%d connections closed before the header timeout, want at least %d (cap %d)", early, n-lim.maxConns, lim.maxConns)
+	}
+	// The connections refused over the cap (all but those holding a slot)
+	// are logged: a few in full, the flood counted once its window ends.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		full, counted := hostiletest.Logged(logs.String(), "refused metrics connections", "metrics: refused connection, too many open")
+		if full > 0 && counted > 0 && full+counted <= n-lim.maxConns {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refusals logged in full and %d counted, want the first few in full and the rest (at most %d) counted:\n%s", full, counted, n-lim.maxConns, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	for _, c := range conns {
 		c.Close()

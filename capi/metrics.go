@@ -15,6 +15,7 @@ import (
 
 	"github.com/gocoll/gocoll/engine"
 	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/engine/logthrottle"
 )
 
 // The library's own Prometheus registry, served only when
@@ -32,7 +33,8 @@ var metricsState struct {
 type metricsLimits struct {
 	readHeader, read, write, idle time.Duration
 	maxConns                      int
-	portTries                     int // ports tried from the configured one before an ephemeral port
+	portTries                     int           // ports tried from the configured one before an ephemeral port
+	refusalWindow                 time.Duration // refusals logged in full per window (0: logthrottle's default)
 }
 
 var defaultMetricsLimits = metricsLimits{
@@ -121,15 +123,19 @@ func serveMetrics(addr string, localRank int, reg *prometheus.Registry, logger *
 		IdleTimeout:       lim.idle,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
 	}
-	go srv.Serve(&capListener{Listener: ln, sem: make(chan struct{}, lim.maxConns)})
+	go srv.Serve(&capListener{Listener: ln, sem: make(chan struct{}, lim.maxConns),
+		refused: logthrottle.New(logger, "refused metrics connections", 0, lim.refusalWindow, nil)})
 	return served, nil
 }
 
 // capListener holds at most cap(sem) connections open; one more is closed
 // as soon as it is accepted, so a flood costs no descriptors or buffers.
+// Each refusal is a WARN, throttled: a scraper refused for good is worth
+// telling the operator, a flood is not worth a line per connection.
 type capListener struct {
 	net.Listener
-	sem chan struct{}
+	sem     chan struct{}
+	refused *logthrottle.Limiter
 }
 
 func (l *capListener) Accept() (net.Conn, error) {
@@ -142,6 +148,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 		case l.sem <- struct{}{}:
 			return &capConn{Conn: c, release: func() { <-l.sem }}, nil
 		default:
+			l.refused.Warn("metrics: refused connection, too many open", "remote", c.RemoteAddr().String(), "max", cap(l.sem))
 			c.Close()
 		}
 	}

@@ -183,9 +183,7 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 		}
 		return client.AllGather(ctx, blob)
 	}
-	sum := sha256.Sum256(append(append([]byte("gocoll-comm\x00"), secret...), rootAddr...))
-	var tag [8]byte
-	copy(tag[:], sum[:])
+	tag := commTag(secret, rootAddr)
 	l, err := connect(ctx, rank, nranks, tag, secret, host, exchange, opts)
 	if client != nil {
 		client.Close()
@@ -202,6 +200,16 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	c.place(l.hosts, l.names)
 	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
+}
+
+// commTag is the tag of the communicator of the job with secret whose root
+// is rootAddr: every rank computes the same, and another job's connections
+// (another root, or another secret) present another.
+func commTag(secret []byte, rootAddr string) [8]byte {
+	sum := sha256.Sum256(append(append([]byte("gocoll-comm\x00"), secret...), rootAddr...))
+	var tag [8]byte
+	copy(tag[:], sum[:])
+	return tag
 }
 
 // setupInfo is what ranks tell each other while connecting.
@@ -339,6 +347,9 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 		addrs[q] = in.Addr
 	}
 	if len(remote) > 0 {
+		if h := opts.hooks; h != nil && h.beforeTCP != nil {
+			h.beforeTCP()
+		}
 		tt, terr := tcp.New(ctx, tcp.Config{Rank: rank, Size: size, Listener: ln, Addrs: addrs, Peers: remote, Secret: secret, Tag: tag, Logger: log})
 		if terr != nil {
 			err = fmt.Errorf("gocoll: rank %d: tcp: %w", rank, terr)

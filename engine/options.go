@@ -66,6 +66,18 @@ type Options struct {
 	// nil). A C library passes C's getenv: Go's copy of the environment is
 	// taken at load time and misses variables set later.
 	Getenv func(string) string
+
+	// hooks stop setup at chosen points, for this package's tests (nil
+	// everywhere else).
+	hooks *setupHooks
+}
+
+// setupHooks are called at points of a communicator's setup.
+type setupHooks struct {
+	// beforeTCP runs when this rank has learnt its peers' addresses and is
+	// about to connect to them over TCP (its listener is open; the peers
+	// may already be accepting).
+	beforeTCP func()
 }
 
 func (o Options) withDefaults() Options {

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocoll/gocoll/engine/internal/logthrottle"
+	"github.com/gocoll/gocoll/engine/logthrottle"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 

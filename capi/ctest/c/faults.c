@@ -13,6 +13,12 @@
  *                    aborted) and a second one, which must fail with
  *                    gocollRemoteError.
  *   faults mismatch  2 ranks call gocollAllReduce with different counts.
+ *   faults loop      allreduces with every result checked, prints "READY"
+ *                    after 10 calls, until rank 0 finds the file named by
+ *                    GOCOLL_TEST_STOP (its decision travels in the
+ *                    allreduce, so every rank stops after the same call);
+ *                    prints "DONE calls=N". The test meanwhile attacks the
+ *                    job's ports.
  *   faults init      only gocollCommInitFromEnv; prints its result code
  *                    (the test sets up a rendezvous that fails: a rank
  *                    missing, sizes that disagree, a wrong secret) and
@@ -21,6 +27,7 @@
  * Each prints "RESULT ..." lines the test reads, and exits 0 only when the
  * codes are the expected ones. */
 #include <pthread.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -103,6 +110,33 @@ static int run_abort(void) {
   }
 }
 
+static int run_loop(void) {
+  enum { N = 4096 };
+  static float buf[N + 1];
+  const char* stop = getenv("GOCOLL_TEST_STOP");
+  int n = 0, i;
+  long call;
+  CHECK_COMM(gocollCommCount(comm, &n), comm);
+  for (call = 0;; call++) {
+    for (i = 0; i < N; i++) buf[i] = (float)((g_rank + 1) * ((call + i) % 7 + 1));
+    buf[N] = (g_rank == 0 && stop != NULL && access(stop, F_OK) == 0) ? 1.0f : 0.0f;
+    CHECK_COMM(gocollAllReduce(buf, buf, N + 1, gocollFloat32, gocollSum, comm), comm);
+    for (i = 0; i < N; i++) {
+      float want = (float)(n * (n + 1) / 2 * ((call + i) % 7 + 1));
+      if (buf[i] != want) FAIL("call %ld: element %d is %g, want %g", call, i, buf[i], want);
+    }
+    if (call == 10) {
+      printf("READY\n");
+      fflush(stdout);
+    }
+    if (buf[N] != 0) break;
+  }
+  printf("DONE calls=%ld\n", call + 1);
+  fflush(stdout);
+  CHECK(gocollCommDestroy(comm));
+  return 0;
+}
+
 static int run_mismatch(void) {
   float buf[8] = {0};
   gocollResult_t rc = gocollAllReduce(buf, buf, g_rank == 0 ? 4 : 5, gocollFloat32, gocollSum, comm);
@@ -114,7 +148,7 @@ static int run_mismatch(void) {
 int main(int argc, char** argv) {
   setvbuf(stderr, NULL, _IONBF, 0);
   if (argc < 2) {
-    fprintf(stderr, "usage: %s kill|abort|mismatch|init\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|abort|mismatch|loop|init\n", argv[0]);
     return 64;
   }
   if (strcmp(argv[1], "init") == 0) {
@@ -128,6 +162,7 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "kill") == 0) return run_kill();
   if (strcmp(argv[1], "abort") == 0) return run_abort();
   if (strcmp(argv[1], "mismatch") == 0) return run_mismatch();
+  if (strcmp(argv[1], "loop") == 0) return run_loop();
   fprintf(stderr, "unknown mode %s\n", argv[1]);
   return 64;
 }

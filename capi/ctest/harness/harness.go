@@ -93,7 +93,12 @@ func (l *Lib) Compile(compiler, out string, srcs []string, extra ...string) erro
 // MASTER_PORT+1. The ports are drawn below the kernel's ephemeral range, so
 // that the listeners and connections of ranks running meanwhile (which get
 // ephemeral ports) cannot take them before the rank that needs them binds.
-func FreePortPair() (int, error) {
+func FreePortPair() (int, error) { return FreePorts(2) }
+
+// FreePorts returns a port p such that p … p+n-1 are all free right now,
+// drawn like FreePortPair's (GOCOLL_METRICS_ADDR gives each local rank the
+// next port).
+func FreePorts(n int) (int, error) {
 	lo, hi := 20000, 32000
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -112,12 +117,16 @@ func FreePortPair() (int, error) {
 		return true
 	}
 	for range 200 {
-		p := lo + rand.IntN(hi-lo)
-		if free(p) && free(p+1) {
+		p := lo + rand.IntN(hi-lo-n)
+		ok := true
+		for i := 0; i < n && ok; i++ {
+			ok = free(p + i)
+		}
+		if ok {
 			return p, nil
 		}
 	}
-	return 0, errors.New("harness: no two consecutive free ports")
+	return 0, fmt.Errorf("harness: no %d consecutive free ports", n)
 }
 
 // launcherPrefixes are variables a launcher may have left in the test's own

@@ -25,7 +25,7 @@ var (
 // The handshake, both directions authenticated (challenge-response, HMAC-SHA256):
 //
 //	client → server  hello   "GCHS" ver 0 0 0 | tag[8] | clientRank int32 | nonceC[32]   (52 B)
-//	server → client  hello   "GCHS" ver 0 0 0 | serverRank int32 | nonceS[32] | macS[32] (72 B)
+//	server → client  hello   "GCHS" ver 0 0 0 | serverRank int32 | nonceS[32] | macS[32] (76 B)
 //	client → server  proof   macC[32]
 //	server → client  verdict code u8 | len u16 | text      (code 0 = accepted)
 //

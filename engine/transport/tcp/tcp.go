@@ -36,7 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gocoll/gocoll/engine/internal/logthrottle"
+	"github.com/gocoll/gocoll/engine/logthrottle"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 

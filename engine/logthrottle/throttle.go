@@ -3,8 +3,9 @@
 // flood the operator's log: the first few of each window are logged in
 // full, the rest are counted and reported in one summary line.
 //
-// A Limiter belongs to one object (a rendezvous root, a transport): there
-// is no process-wide state, so two communicators never throttle each other.
+// A Limiter belongs to one object (a rendezvous root, a transport, the C
+// library's metrics endpoint): there is no process-wide state, so two
+// communicators never throttle each other.
 package logthrottle
 
 import (
@@ -32,6 +33,7 @@ type Limiter struct {
 	start      time.Time // the current window's start; zero before the first event
 	logged     int       // lines logged in full in this window
 	suppressed int       // lines dropped in this window
+	timer      *time.Timer
 }
 
 // New returns a Limiter logging to logger at WARN: burst lines per window
@@ -55,7 +57,9 @@ func New(logger *slog.Logger, what string, burst int, window time.Duration, now 
 
 // Warn logs msg with args at WARN unless this window's burst is spent;
 // the first event after a window with suppressed lines logs their count
-// first.
+// first, and so does a timer at the end of that window if no event comes
+// (an owner that never stops, such as a server for the process's life,
+// loses no count either).
 func (l *Limiter) Warn(msg string, args ...any) {
 	l.mu.Lock()
 	t := l.now()
@@ -68,6 +72,9 @@ func (l *Limiter) Warn(msg string, args ...any) {
 		l.logged++
 	} else {
 		l.suppressed++
+		if l.timer == nil {
+			l.timer = time.AfterFunc(l.window-t.Sub(l.start), l.Flush)
+		}
 	}
 	l.mu.Unlock()
 	if full {
@@ -84,6 +91,10 @@ func (l *Limiter) Flush() {
 }
 
 func (l *Limiter) summaryLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
 	if l.suppressed == 0 {
 		return
 	}

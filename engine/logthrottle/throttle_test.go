@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 type clock struct{ t time.Time }
@@ -73,5 +75,27 @@ func TestLimitersIndependent(t *testing.T) {
 	b.Warn("b")
 	if got := lines(&buf); len(got) != 1 {
 		t.Fatalf("second limiter: %q", got)
+	}
+}
+
+// TestSummaryWithoutLaterEvents: the count of a window's suppressed lines
+// is logged at the window's end even when no event follows (a server that
+// never stops would otherwise keep it forever).
+func TestSummaryWithoutLaterEvents(t *testing.T) {
+	var buf proctest.Buffer
+	l := New(slog.New(slog.NewTextHandler(&buf, nil)), "refused connections", 1, 20*time.Millisecond, nil)
+	for range 4 {
+		l.Warn("refused connection")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(buf.String(), "count=3") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no summary of the 3 suppressed lines without a later event:\n%s", buf.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	l.Flush()
+	if n := strings.Count(buf.String(), "not logged"); n != 1 {
+		t.Errorf("%d summaries, want 1:\n%s", n, buf.String())
 	}
 }
