@@ -396,5 +396,10 @@ func AggregateTreeAllToAll(p Params) (*Schedule, error) {
 	for r := range t.g.n {
 		log = append(log, ctl.register(r)...)
 	}
-	return t.Decided(log, nil)
+	s, err := t.Decided(log, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.Tree = t
+	return s, nil
 }

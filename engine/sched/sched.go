@@ -247,6 +247,12 @@ type Schedule struct {
 	// whose ranks learn the decisions in batches of their own). Tags are
 	// then unique per directed pair.
 	Matched bool
+	// Tree, when set, is the control tree that decides this schedule
+	// while it runs (aggregate-tree): the program is what it decides when
+	// the ranks arrive in rank order, for the validator, the simulator and
+	// the cost model; the executor runs the tree itself (sched.Node,
+	// RankOps).
+	Tree *Tree
 	// prog yields rank's operations in program order.
 	prog func(rank int, yield func(Op) bool)
 }
