@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math/rand"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/mem"
 )
 
@@ -446,4 +448,54 @@ func TestAllToAllwInterleaved(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Under the control tree, ranks that arrived go ahead without the late
+// ones: the root decides group 0's sub-matrix while rank 4 has not called
+// the collective. When rank 4 then aborts instead, every waiting rank
+// fails with its reason, none hangs.
+func TestAggregateTreeLateRankAborts(t *testing.T) {
+	const n = 5 // groups {0,1,2} and {3,4}
+	w := mem.NewWorld(n)
+	decided := make(chan struct{})
+	var once sync.Once
+	w.Hook = func(from, to int, h transport.Header) error {
+		if from == 0 && h.Step&tagDown != 0 {
+			once.Do(func() { close(decided) })
+		}
+		return nil
+	}
+	comms, err := newLocalWorld(w, nil, Options{Algo: "alltoallv=aggregate-tree", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Destroy()
+		}
+	})
+	j := newVJob(n, 4, 3, func(rng *rand.Rand) int { return rng.Intn(4) })
+	errs := make(chan error, n-1)
+	for _, c := range comms[:n-1] {
+		go func() {
+			r := c.Rank()
+			errs <- c.AllToAllv(j.send(r), j.sendCounts(r), j.sdispls[r], j.recv(r), j.recvCounts(r), j.rdispls[r], Float32)
+		}()
+	}
+	select {
+	case <-decided:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no decision while rank 4 was away")
+	}
+	comms[n-1].Abort()
+	for range n - 1 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrRemoteAbort) {
+				t.Errorf("waiting rank: %v, want the abort", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a rank hangs after rank 4 aborted")
+		}
+	}
 }

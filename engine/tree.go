@@ -249,6 +249,7 @@ func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.De
 		return nil
 	}
 	if err := act(node.Arrive()); err != nil {
+		r.fail(err)
 		return err
 	}
 	expect()
