@@ -39,6 +39,9 @@ import (
 // messages it was told to expect are in, and each rank finishes once both
 // hold (7.6).
 //
+// The relay stage of AggregateAllToAll (Params.Relay) has no part here:
+// a repacking rank sends each destination its row.
+//
 // Node is one rank's part of the protocol as a deterministic state
 // machine: the engine moves its messages and runs the data movement of
 // each decision (RankOps); tests drive nodes directly in any order of
