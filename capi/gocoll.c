@@ -418,3 +418,23 @@ gocollResult_t gocollVRedistribute(gocollPlan_t plan, const void* const* s, void
                                    gocollVComm_t vc) {
   return (gocollResult_t)capi_VRedistribute(h(plan), (void*)s, (void*)d, (int)dt, h(vc));
 }
+
+// ---------------------------------------------------------------------------
+// All-to-all with a layout per block
+
+gocollResult_t gocollAllToAllw(const void* sendbuff, const size_t sdispls[], const gocollBlockType_t sendtypes[],
+                               void* recvbuff, const size_t rdispls[], const gocollBlockType_t recvtypes[],
+                               gocollComm_t comm) {
+  return (gocollResult_t)capi_AllToAllw((void*)sendbuff, (size_t*)sdispls, (gocollBlockType_t*)sendtypes, recvbuff,
+                                        (size_t*)rdispls, (gocollBlockType_t*)recvtypes, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIAllToAllw(const void* sendbuff, const size_t sdispls[], const gocollBlockType_t sendtypes[],
+                                void* recvbuff, const size_t rdispls[], const gocollBlockType_t recvtypes[],
+                                gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_AllToAllw((void*)sendbuff, (size_t*)sdispls, (gocollBlockType_t*)sendtypes,
+                                                     recvbuff, (size_t*)rdispls, (gocollBlockType_t*)recvtypes, h(comm),
+                                                     1, request != NULL, &out);
+  return finish(rc, request, out);
+}

@@ -695,6 +695,50 @@ gocollResult_t gocollVBarrier(gocollVComm_t vcomm);
 gocollResult_t gocollVRedistribute(gocollPlan_t plan, const void* const* srcbuffs, void* const* dstbuffs,
                                    gocollDataType_t datatype, gocollVComm_t vcomm);
 
+/* ------------------------------------------------------------------------- */
+/* All-to-all with a layout per block                                        */
+/* ------------------------------------------------------------------------- */
+
+/* The layout of one block of gocollAllToAllw: count runs of blocklen
+ * elements of datatype, each run starting stride elements after the one
+ * before, like MPI_Type_vector(count, blocklen, stride, datatype). count 1
+ * is a contiguous block of blocklen elements (stride is then ignored);
+ * count or blocklen 0 is an empty block. Runs may not overlap: stride >=
+ * blocklen when count > 1. */
+typedef struct {
+  gocollDataType_t datatype;
+  size_t count;
+  size_t blocklen;
+  size_t stride;
+} gocollBlockType_t;
+
+/* Like gocollAllToAllv with a layout per block on each side, as
+ * MPI_Alltoallw: rank i sends rank j the block that starts sdispls[j]
+ * BYTES into sendbuff, laid out as sendtypes[j]; rank j stores it
+ * rdispls[i] bytes into recvbuff, laid out as recvtypes[i]. The four arrays
+ * have nranks entries and must not be NULL. The two sides of a block must
+ * hold as many bytes; their layouts and datatypes may differ (a strided
+ * vector may arrive contiguous, or the other way round), and a difference
+ * in size fails the call with gocollInvalidUsage on the rank that finds it
+ * ("counts differ between ranks", naming both ranks). Blocks are packed
+ * where they leave sendbuff and unpacked where they land, nowhere in
+ * between. No receive block may overlap another or a send block (runs of
+ * strided blocks may interleave as long as they share no byte); there is
+ * no in-place form.
+ * GOCOLL_ALGO alltoallw=pairwise (default), aggregate or aggregate-tree.
+ * Errors: the common ones; gocollInvalidArgument for a NULL array, an
+ * unknown datatype, overlapping runs or blocks, or a block past the end of
+ * a buffer too large for memory. */
+gocollResult_t gocollAllToAllw(const void* sendbuff, const size_t sdispls[], const gocollBlockType_t sendtypes[],
+                               void* recvbuff, const size_t rdispls[], const gocollBlockType_t recvtypes[],
+                               gocollComm_t comm);
+/* Non-blocking gocollAllToAllw (see "Non-blocking collectives"). The four
+ * arrays are copied before it returns: they may be freed or changed at once
+ * (the buffers may not). */
+gocollResult_t gocollIAllToAllw(const void* sendbuff, const size_t sdispls[], const gocollBlockType_t sendtypes[],
+                                void* recvbuff, const size_t rdispls[], const gocollBlockType_t recvtypes[],
+                                gocollComm_t comm, gocollRequest_t* request);
+
 #ifdef __cplusplus
 }
 #endif

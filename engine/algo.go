@@ -103,8 +103,18 @@ var registry = []algorithm{
 	// sent twice): chosen by name until thresholds are measured across
 	// hosts, where message counts matter.
 	{sched.AllToAll, "aggregate", builder(sched.AllToAll, "aggregate"), always, never},
+	// The same under document 001's control tree, which pairs sub-groups
+	// as their ranks arrive (engine/tree.go): by name only.
+	{sched.AllToAll, "aggregate-tree", builder(sched.AllToAll, "aggregate-tree"), always, never},
 
 	{sched.AllToAllv, "pairwise", builder(sched.AllToAllv, "pairwise"), always, always},
+	// Aggregation with the block sizes in the messages (block mode).
+	{sched.AllToAllv, "aggregate", builder(sched.AllToAllv, "aggregate"), always, never},
+	{sched.AllToAllv, "aggregate-tree", builder(sched.AllToAllv, "aggregate-tree"), always, never},
+
+	{sched.AllToAllw, "pairwise", builder(sched.AllToAllw, "pairwise"), always, always},
+	{sched.AllToAllw, "aggregate", builder(sched.AllToAllw, "aggregate"), always, never},
+	{sched.AllToAllw, "aggregate-tree", builder(sched.AllToAllw, "aggregate-tree"), always, never},
 
 	{sched.Barrier, "shm", nil, onlyShm, always},
 	{sched.Barrier, "dissemination", builder(sched.Barrier, "dissemination"), always, always},

@@ -448,17 +448,23 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 			}
 		}
 	}
+	if sl[c.rank].Len != rl[c.rank].Len {
+		return nil, invalidArg("counts differ: rank %d sends itself %d elements but expects %d", c.rank, sendcounts[c.rank], recvcounts[c.rank])
+	}
 	a := c.choose(sched.AllToAllv, 0)
 	sig := signature(sched.AllToAllv, dt, 0, 0, -1, a.name)
 	p := c.params(sched.AllToAllv, dt, 0, 0, -1)
 	p.SendBlocks, p.RecvBlocks, p.Mine = sl, rl, c.rank
+	lay := &blockLayout{send: send, recv: recv, in: make([]span, c.size), work: make([]span, c.size)}
 	sent := 0
-	for _, b := range sl {
-		sent += b.Len
+	for i := range sl {
+		lay.in[i] = span{off: sl[i].Off, n: sl[i].Len, runs: 1}
+		lay.work[i] = span{off: rl[i].Off, n: rl[i].Len, runs: 1}
+		sent += sl[i].Len
 	}
 	return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
 		x.start(sig, a, 0)
-		return x.schedule(a, p, recv, send, dt, 0)
+		return x.scheduleBlocks(a, p, lay)
 	})
 }
 

@@ -474,6 +474,19 @@ func (x *execCtx) recv(peer, step int, buf []byte) error {
 	return wrapPeer(peer, x.c.tr.Recv(x.context(), peer, x.header(step, len(buf)), buf), x.c.opts.Timeout)
 }
 
+// recvVar receives the next message of this collective from peer, whatever
+// its step and length, into a buffer of the communicator's pool (block
+// mode and the control tree; the caller gives it back).
+func (x *execCtx) recvVar(peer int) (transport.Header, []byte, error) {
+	v, ok := x.c.tr.(transport.VarReceiver)
+	if !ok {
+		return transport.Header{}, nil, fmt.Errorf("%w: this transport cannot receive messages of unknown length", ErrInvalidUsage)
+	}
+	x.waitingFor(peer)
+	h, buf, err := v.RecvVar(x.context(), peer, x.header(0, 0), func(n int) ([]byte, error) { return x.c.getScratch(n), nil })
+	return h, buf, wrapPeer(peer, err, x.c.opts.Timeout)
+}
+
 // call identifies the collective to the shared-memory path, which checks
 // that every rank runs the same one.
 func (x *execCtx) call() shmcoll.Call {

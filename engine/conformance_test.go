@@ -196,6 +196,34 @@ func dataMovement(c *Comm, s suite, dt DataType, count int) error {
 			}
 		}
 	}
+	if s.has("alltoallw") {
+		// Rank i sends rank j (i+2j+count)%4 elements as a vector of
+		// single elements two apart (every other element of a run of the
+		// input); rank j receives them contiguous, blocks in reverse order.
+		cnt := func(i, j int) int { return (i + 2*j + count) % 4 }
+		in := inputFor(dt, Sum, r, 8*n, 6)
+		sd, st := make([]int, n), make([]BlockType, n)
+		rd, rt := make([]int, n), make([]BlockType, n)
+		roff := 0
+		for j := n - 1; j >= 0; j-- {
+			sd[j], st[j] = 8*j*es, BlockType{Type: dt, Count: cnt(r, j), BlockLen: 1, Stride: 2}
+			rd[j], rt[j] = roff, Contiguous(dt, cnt(j, r))
+			roff += cnt(j, r) * es
+		}
+		got := make([]byte, roff)
+		if err := c.AllToAllw(in, sd, st, got, rd, rt); err != nil {
+			return fmt.Errorf("%s: %w", where("alltoallw"), err)
+		}
+		for j := 0; j < n; j++ {
+			jin := inputFor(dt, Sum, j, 8*n, 6)
+			for e := 0; e < cnt(j, r); e++ {
+				from := (8*r + 2*e) * es
+				if d := diffBytes(got[rd[j]+e*es:rd[j]+(e+1)*es], jin[from:from+es], es); d != "" {
+					return fmt.Errorf("%s element %d from rank %d: %s", where("alltoallw"), e, j, d)
+				}
+			}
+		}
+	}
 	if s.has("sendrecv") && n > 1 {
 		// A ring of sends issued before the matching receives: point-to-point
 		// operations progress concurrently, so this must not deadlock.

@@ -24,7 +24,7 @@ var awkwardCounts = []int{0, 1, 5, 13, 64}
 // op × algorithm × rank count 1..9, over the in-memory transport.
 func TestConformanceInProcess(t *testing.T) {
 	algos := []string{"", "allreduce=ring,reduce=tree,broadcast=pipeline,alltoall=bruck,reducescatter=ring",
-		"allreduce=hd,reduce=hd,reducescatter=hd,broadcast=tree,alltoall=pairwise", "allreduce=rd", "allreduce=dbtree", "alltoall=aggregate"}
+		"allreduce=hd,reduce=hd,reducescatter=hd,broadcast=tree,alltoall=pairwise", "allreduce=rd", "allreduce=dbtree", "alltoall=aggregate,alltoallv=aggregate,alltoallw=aggregate", "alltoall=aggregate-tree,alltoallv=aggregate-tree,alltoallw=aggregate-tree"}
 	for n := 1; n <= 9; n++ {
 		for _, algo := range algos {
 			t.Run(fmt.Sprintf("n=%d/algo=%s", n, algo), func(t *testing.T) {
@@ -199,6 +199,9 @@ func TestBadArguments(t *testing.T) {
 		{"alltoallv counts", func() error { return c.AllToAllv(buf, []int{1, 2}, []int{0}, buf, []int{1}, []int{0}, Int8) }},
 		{"alltoallv past end", func() error {
 			return c.AllToAllv(buf, []int{100}, []int{0}, make([]byte, 200), []int{100}, []int{0}, Int8)
+		}},
+		{"alltoallv own counts differ", func() error {
+			return c.AllToAllv(buf, []int{2}, []int{0}, make([]byte, 8), []int{1}, []int{0}, Int8)
 		}},
 		{"split colour", func() error { _, err := c.Split(-5, 0); return err }},
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/gocoll/gocoll/engine/kernel"
@@ -52,6 +53,13 @@ type runner struct {
 	mu     sync.Mutex
 	err    error
 	failed chan struct{} // closed on the first failure
+
+	blk *blockState // block mode (nil: ranges are bytes)
+	// Matched runs (the control tree) take messages by tag (mail, per
+	// peer) and send control messages besides the schedule's, so sends to
+	// one peer also take sendMu.
+	mail   []*mailbox
+	sendMu []sync.Mutex
 }
 
 // runSchedule runs ops (this rank's program of s) with Work, In and Tmp
@@ -60,12 +68,38 @@ func (x *execCtx) runSchedule(s *sched.Schedule, ops []sched.Op, bufs [sched.Num
 	if s.TmpLen > 0 && bufs[sched.Tmp] == nil {
 		bufs[sched.Tmp] = x.scratchBuf(2, s.TmpLen)
 	}
-	r := &runner{
-		x: x, bufs: bufs, dt: dt, op: op, es: dt.Size(),
+	r := x.newRunner(dt, op)
+	r.bufs = bufs
+	return r.runAll(ops)
+}
+
+// runBlocks runs ops (this rank's program of the block-mode schedule s)
+// over the call's layout.
+func (x *execCtx) runBlocks(s *sched.Schedule, ops []sched.Op, lay *blockLayout) error {
+	if !s.Blocks || s.Matched {
+		return fmt.Errorf("gocoll: %s schedule %q is not a plain block-mode schedule", s.Coll, s.Algo)
+	}
+	r := x.newRunner(noType, 0)
+	r.blk = &blockState{lay: lay}
+	defer r.blk.release(x.c)
+	return r.runAll(ops)
+}
+
+func (x *execCtx) newRunner(dt DataType, op RedOp) *runner {
+	es := 1
+	if dt != noType {
+		es = dt.Size()
+	}
+	return &runner{
+		x: x, dt: dt, op: op, es: es,
 		lastSend: make([]*task, x.size()),
 		lastRecv: make([]*task, x.size()),
 		failed:   make(chan struct{}),
 	}
+}
+
+// runAll issues ops in order and waits for all of them.
+func (r *runner) runAll(ops []sched.Op) error {
 	for i := range ops {
 		if r.stopped() {
 			break
@@ -158,6 +192,10 @@ func chained(deps []*task, prev *task) []*task {
 }
 
 func (r *runner) issue(o *sched.Op) {
+	if r.blk != nil {
+		r.issueBlocks(o)
+		return
+	}
 	switch o.Kind {
 	case sched.Send:
 		deps := chained(r.deps(o.Src, sched.Range{}), r.lastSend[o.Peer])
@@ -183,6 +221,43 @@ func (r *runner) issue(o *sched.Op) {
 		wait(r.inflight)
 		r.inflight = r.inflight[:0]
 	}
+}
+
+// issueBlocks is issue in block mode: the same dependencies, over units.
+func (r *runner) issueBlocks(o *sched.Op) {
+	switch o.Kind {
+	case sched.Send:
+		deps := chained(r.deps(o.Src, sched.Range{}), r.lastSend[o.Peer])
+		r.lastSend[o.Peer] = r.spawn(o.Src, sched.Range{}, deps, func() error { return r.sendBlocks(o) })
+	case sched.Recv:
+		deps := r.deps(sched.Range{}, o.Dst)
+		if r.mail == nil {
+			deps = chained(deps, r.lastRecv[o.Peer])
+		}
+		r.lastRecv[o.Peer] = r.spawn(sched.Range{}, o.Dst, deps, func() error { return r.recvBlocks(o) })
+	case sched.Copy:
+		wait(r.deps(o.Src, o.Dst))
+		if !r.stopped() {
+			if err := r.copyBlocks(o); err != nil {
+				r.fail(err)
+			}
+		}
+	case sched.Sync:
+		wait(r.inflight)
+		r.inflight = r.inflight[:0]
+	default:
+		r.fail(fmt.Errorf("gocoll: no %s in a block-mode schedule", o.Kind))
+	}
+}
+
+// sendMsg sends one message, never overlapping another send to the peer
+// in a matched run (whose control messages bypass the schedule's chains).
+func (r *runner) sendMsg(peer, tag int, msg []byte) error {
+	if r.sendMu != nil {
+		r.sendMu[peer].Lock()
+		defer r.sendMu[peer].Unlock()
+	}
+	return r.x.send(peer, tag, msg)
 }
 
 // send streams src to the peer as the op's segments, in order.

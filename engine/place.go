@@ -108,7 +108,9 @@ func (mc *modelChoice) pick(c *Comm, s shape, candidates []*algorithm) *algorith
 	for _, a := range candidates {
 		sch, err := a.build(sched.Params{Coll: s.coll, N: c.size, ElemSize: 4, Count: max(count, 0),
 			Segments: c.opts.Segments, Radix: c.opts.BruckRadix, Rings: c.rings, Hosts: c.hosts, Trees: c.trees})
-		if err != nil {
+		// The control tree's time depends on when ranks arrive, which the
+		// model cannot see.
+		if err != nil || sch.Tree != nil {
 			continue
 		}
 		var ts []float64

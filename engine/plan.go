@@ -15,7 +15,7 @@ func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
 	if a := c.algo.override(coll); a != nil && a.can(s) {
 		return a
 	}
-	if c.model != nil && !s.shm && coll != sched.AllToAllv {
+	if c.model != nil && !s.shm && coll != sched.AllToAllv && coll != sched.AllToAllw {
 		var cands []*algorithm
 		for _, a := range algos(coll) {
 			if a.build != nil && a.can(s) {
@@ -65,21 +65,25 @@ type plan struct {
 const maxPlans = 64
 
 // plan returns this rank's program of a for p, built once per shape. It
-// runs under execMu, like everything that executes a collective.
+// runs under execMu, like everything that executes a collective. A
+// schedule built from per-rank layouts (alltoallv's pairwise exchange) is
+// built per call; a block-mode one does not depend on them and is kept.
 func (c *Comm) plan(a *algorithm, p sched.Params) (plan, error) {
-	cacheable := p.SendBlocks == nil && p.RecvBlocks == nil
 	key := planKey{a, p.Count, p.ElemSize, p.Root, p.Avg}
-	if cacheable {
-		if pl, ok := c.plans[key]; ok {
-			return pl, nil
-		}
+	perCall := p.SendBlocks != nil || p.RecvBlocks != nil
+	if pl, ok := c.plans[key]; ok && (!perCall || pl.s.Blocks) {
+		return pl, nil
 	}
 	s, err := a.build(p)
 	if err != nil {
 		return plan{}, fmt.Errorf("gocoll: %s schedule %q for %d ranks: %w", p.Coll, a.name, p.N, err)
 	}
-	pl := plan{s, s.Ops(c.rank)}
-	if cacheable {
+	var ops []sched.Op
+	if s.Tree == nil { // the tree's ranks make their operations as they go
+		ops = s.Ops(c.rank)
+	}
+	pl := plan{s, ops}
+	if !perCall || s.Blocks {
 		if len(c.plans) >= maxPlans {
 			clear(c.plans)
 		}
@@ -95,7 +99,38 @@ func (x *execCtx) schedule(a *algorithm, p sched.Params, work, in []byte, dt Dat
 	if err != nil {
 		return err
 	}
+	if pl.s.Tree != nil {
+		// An all-to-all of equal blocks under the control tree: blocks of
+		// Count elements each.
+		bs := p.Count * p.ElemSize
+		lay := &blockLayout{send: in, recv: work, in: make([]span, p.N), work: make([]span, p.N)}
+		for i := range p.N {
+			lay.in[i] = span{off: i * bs, n: bs, runs: 1}
+			lay.work[i] = lay.in[i]
+		}
+		return x.runTree(p, lay)
+	}
 	var bufs [sched.NumBufs][]byte
 	bufs[sched.Work], bufs[sched.In] = work, in
 	return x.runSchedule(pl.s, pl.ops, bufs, dt, op)
+}
+
+// scheduleBlocks runs a's schedule for an alltoallv or alltoallw over the
+// call's layout: in block mode, under the control tree, or (alltoallv's
+// pairwise exchange, built from p's layouts) over the bytes of the two
+// buffers.
+func (x *execCtx) scheduleBlocks(a *algorithm, p sched.Params, lay *blockLayout) error {
+	pl, err := x.c.plan(a, p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case pl.s.Tree != nil:
+		return x.runTree(p, lay)
+	case pl.s.Blocks:
+		return x.runBlocks(pl.s, pl.ops, lay)
+	}
+	var bufs [sched.NumBufs][]byte
+	bufs[sched.Work], bufs[sched.In] = lay.recv, lay.send
+	return x.runSchedule(pl.s, pl.ops, bufs, Uint8, 0)
 }

@@ -69,12 +69,13 @@ func TestCollectivesMPI(t *testing.T) {
 
 // TestCollectivesUniqueID joins through gocollGetUniqueId on rank 0: the
 // test reads the id rank 0 prints and writes it to the other ranks' stdin.
-// It also forces TCP between the ranks and the ring algorithms, so the same
-// checks run over the other transport.
+// It also forces TCP between the ranks, the ring algorithms and the
+// aggregated all-to-alls (alltoallw under the control tree), so the same
+// checks run over the other transport and algorithms.
 func TestCollectivesUniqueID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	env := harness.Env("GOCOLL_TRANSPORT=tcp", "GOCOLL_ALGO=allreduce=ring,reducescatter=ring,alltoall=bruck")
+	env := harness.Env("GOCOLL_TRANSPORT=tcp", "GOCOLL_ALGO=allreduce=ring,reducescatter=ring,alltoall=bruck,alltoallv=aggregate,alltoallw=aggregate-tree")
 	root, err := harness.Start(ctx, "rank 0", env, nil, bin["collectives"], "uid", "0", strconv.Itoa(nranks))
 	if err != nil {
 		t.Fatal(err)

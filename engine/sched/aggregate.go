@@ -41,42 +41,18 @@ import (
 // ones, then the relays; first-stage sends depend on nothing, and each
 // later stage only on earlier ones, so no wait can close a cycle.
 func AggregateAllToAll(p Params) (*Schedule, error) {
-	if err := p.check(); err != nil {
-		return nil, err
-	}
-	n, bs := p.N, p.Count*p.ElemSize
-	src, err := groupsOf(p.SrcGroups, p.Group, n, "source")
+	g, err := newAggPlan(p)
 	if err != nil {
 		return nil, err
 	}
-	dst, err := groupsOf(p.DstGroups, p.Group, n, "destination")
-	if err != nil {
-		return nil, err
-	}
+	n, bs := g.n, g.bs
+	src, dst := g.src, g.dst
 	A, B := len(src), len(dst)
-	groupOf := func(gs [][]int) []int {
-		g := make([]int, n)
-		for i, members := range gs {
-			for _, r := range members {
-				g[r] = i
-			}
-		}
-		return g
-	}
-	srcOf, dstOf := groupOf(src), groupOf(dst)
 	// The repacker of sub-matrix (a, b) is a rank of source group a, the
 	// group's ranks taking its columns in turn: with hosts as groups the
 	// first stage stays inside a host and only the second crosses the
 	// network.
 	rep := func(a, b int) int { return src[a][b%len(src[a])] }
-	packOff := make([]int, B) // in blocks
-	for b := 1; b < B; b++ {
-		packOff[b] = packOff[b-1] + len(dst[b-1])
-	}
-	unpackOff := make([]int, A)
-	for a := 1; a < A; a++ {
-		unpackOff[a] = unpackOff[a-1] + len(src[a-1])
-	}
 	// Tmp: the packed first-stage messages (n blocks, by destination
 	// group), the unpacking area of the second stage (n blocks, by source
 	// group), then per sub-matrix this rank repacks an "in" area (by
@@ -123,72 +99,34 @@ func AggregateAllToAll(p Params) (*Schedule, error) {
 		}
 		tmpBlocks = max(tmpBlocks, slices.Max(next))
 	}
-	blk := func(buf Buf, i, k int) Range { return Range{Buf: buf, Off: i * bs, Len: k * bs} }
-	tag := func(k, stage int) uint32 { return uint32(3*k + stage) }
+	blk := g.blk
 	s := New(AllToAll, "aggregate", n, p.ElemSize, func(r int, yield func(Op) bool) {
 		e := &emitter{yield: yield}
-		a0 := srcOf[r]
+		a0 := g.srcOf[r]
 		offs := repackOff[r]
-		// Stage 1, sending: this rank's blocks for each destination group,
-		// straight from In when the group is a run of ranks.
-		outgoing := func(b int) Range {
-			if lo, ok := run(dst[b]); ok {
-				return blk(In, lo, len(dst[b]))
-			}
-			return blk(Tmp, packOff[b], len(dst[b]))
-		}
 		inArea := func(k int) int { return offs[k] }
 		outArea := func(k int) int { return offs[k] + len(src[k/B])*len(dst[k%B]) }
-		for b := range B {
-			if _, ok := run(dst[b]); !ok {
-				for j, d := range dst[b] {
-					e.copy(0, blk(In, d, 1), blk(Tmp, packOff[b]+j, 1))
-				}
-			}
-		}
+		g.pack(e)
 		// Stage 1 in sub-matrix order: sends of this rank's rows, receives
 		// of the sub-matrices it repacks.
 		for k := range A * B {
 			a, b := k/B, k%B
-			width := len(dst[b])
 			if a == a0 {
-				i := slices.Index(src[a], r)
-				if rep(a, b) == r {
-					e.copy(0, outgoing(b), blk(Tmp, inArea(k)+i*width, width))
-				} else {
-					e.send(rep(a, b), tag(k, 0), 0, outgoing(b), 1)
-				}
+				g.stage1Send(e, r, k, rep(a, b), 0, inArea(k))
 			}
 			if rep(a, b) == r {
-				for i, s := range src[a] {
-					if s != r {
-						e.recv(s, tag(k, 0), 0, blk(Tmp, inArea(k)+i*width, width))
-					}
-				}
+				g.stage1Recv(e, r, k, 0, inArea(k))
 			}
 		}
 		// Repack: transpose each sub-matrix to destination-major order.
 		for k := range A * B {
-			a, b := k/B, k%B
-			if rep(a, b) != r {
-				continue
-			}
-			h, w := len(src[a]), len(dst[b])
-			for i := range h {
-				for j := range w {
-					e.copy(1, blk(Tmp, inArea(k)+i*w+j, 1), blk(Tmp, outArea(k)+j*h+i, 1))
-				}
+			if rep(k/B, k%B) == r {
+				g.repack(e, k, 1, inArea(k), outArea(k))
 			}
 		}
 		// Stage 2 in sub-matrix order: sends of the rows of destination
 		// blocks this rank repacked, receives of this rank's column.
-		incoming := func(a int) Range {
-			if lo, ok := run(src[a]); ok {
-				return blk(Work, lo, len(src[a]))
-			}
-			return blk(Tmp, n+unpackOff[a], len(src[a]))
-		}
-		b0 := dstOf[r]
+		b0 := g.dstOf[r]
 		for k := range A * B {
 			a, b := k/B, k%B
 			h := len(src[a])
@@ -198,25 +136,18 @@ func AggregateAllToAll(p Params) (*Schedule, error) {
 					if via := relayer(a, b); via == r {
 						e.copy(1, whole, blk(Tmp, relayOff[r][k], h*len(dst[b])))
 					} else {
-						e.send(via, tag(k, 1), 1, whole, 1)
+						e.send(via, aggTag(k, 1), 1, whole, 1)
 					}
 				} else {
-					for j, d := range dst[b] {
-						row := blk(Tmp, outArea(k)+j*h, h)
-						if d == r {
-							e.copy(1, row, incoming(a))
-						} else {
-							e.send(d, tag(k, 1), 1, row, 1)
-						}
-					}
+					g.stage2Send(e, r, k, 1, outArea(k))
 				}
 			}
 			if relay {
 				if relayer(a, b) == r && rep(a, b) != r {
-					e.recv(rep(a, b), tag(k, 1), 1, blk(Tmp, relayOff[r][k], h*len(dst[b])))
+					e.recv(rep(a, b), aggTag(k, 1), 1, blk(Tmp, relayOff[r][k], h*len(dst[b])))
 				}
 			} else if b == b0 && rep(a, b) != r {
-				e.recv(rep(a, b), tag(k, 1), 1, incoming(a))
+				e.recv(rep(a, b), aggTag(k, 1), 1, g.incoming(a))
 			}
 		}
 		// Relay stage: hand each member of the destination group its row.
@@ -229,27 +160,173 @@ func AggregateAllToAll(p Params) (*Schedule, error) {
 					for j, d := range dst[b] {
 						row := blk(Tmp, relayOff[r][k]+j*h, h)
 						if d == r {
-							e.copy(2, row, incoming(a))
+							e.copy(2, row, g.incoming(a))
 						} else {
-							e.send(d, tag(k, 2), 2, row, 1)
+							e.send(d, aggTag(k, 2), 2, row, 1)
 						}
 					}
 				} else if b == b0 {
-					e.recv(via, tag(k, 2), 2, incoming(a))
+					e.recv(via, aggTag(k, 2), 2, g.incoming(a))
 				}
 			}
 		}
-		for a := range A {
-			if _, ok := run(src[a]); !ok {
-				for i, s := range src[a] {
-					e.copy(3, blk(Tmp, n+unpackOff[a]+i, 1), blk(Work, s, 1))
-				}
-			}
-		}
+		g.unpack(e, 3)
 	})
 	s.WorkLen, s.InLen, s.TmpLen = n*bs, n*bs, tmpBlocks*bs
 	s.Rounds = 4
 	return s, nil
+}
+
+// aggPlan is the shape of an aggregated all-to-all that does not depend on
+// who repacks what: the sub-groups, and where blocks are packed and
+// unpacked at the edges. The static builder and the control tree's
+// decisions (control.go) both turn it into operations.
+type aggPlan struct {
+	n, es, bs    int
+	src, dst     [][]int
+	srcOf, dstOf []int
+	// In blocks: where each destination group's blocks are packed in Tmp
+	// (packOff) and where each source group's blocks are unpacked from
+	// (n + unpackOff).
+	packOff, unpackOff []int
+}
+
+func newAggPlan(p Params) (*aggPlan, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	n := p.N
+	src, err := groupsOf(p.SrcGroups, p.Group, n, "source")
+	if err != nil {
+		return nil, err
+	}
+	dst, err := groupsOf(p.DstGroups, p.Group, n, "destination")
+	if err != nil {
+		return nil, err
+	}
+	groupOf := func(gs [][]int) []int {
+		g := make([]int, n)
+		for i, members := range gs {
+			for _, r := range members {
+				g[r] = i
+			}
+		}
+		return g
+	}
+	g := &aggPlan{n: n, es: p.ElemSize, bs: p.Count * p.ElemSize, src: src, dst: dst, srcOf: groupOf(src), dstOf: groupOf(dst)}
+	g.packOff = make([]int, len(dst))
+	for b := 1; b < len(dst); b++ {
+		g.packOff[b] = g.packOff[b-1] + len(dst[b-1])
+	}
+	g.unpackOff = make([]int, len(src))
+	for a := 1; a < len(src); a++ {
+		g.unpackOff[a] = g.unpackOff[a-1] + len(src[a-1])
+	}
+	return g, nil
+}
+
+// subs is the number of sub-matrices; sub-matrix k is (k/B, k%B).
+func (g *aggPlan) subs() int { return len(g.src) * len(g.dst) }
+
+// area is the size in blocks of sub-matrix k's in (or out) area.
+func (g *aggPlan) area(k int) int { return len(g.src[k/len(g.dst)]) * len(g.dst[k%len(g.dst)]) }
+
+func (g *aggPlan) blk(buf Buf, i, k int) Range { return Range{Buf: buf, Off: i * g.bs, Len: k * g.bs} }
+
+// aggTag is the tag of sub-matrix k's messages in stage 0 (to the
+// repacker), 1 (from it) and 2 (relayed).
+func aggTag(k, stage int) uint32 { return uint32(3*k + stage) }
+
+// outgoing is this rank's blocks for destination group b: straight from In
+// when the group is a run of ranks, else packed.
+func (g *aggPlan) outgoing(b int) Range {
+	if lo, ok := run(g.dst[b]); ok {
+		return g.blk(In, lo, len(g.dst[b]))
+	}
+	return g.blk(Tmp, g.packOff[b], len(g.dst[b]))
+}
+
+// incoming is where the blocks from source group a land: straight in Work
+// when the group is a run of ranks, else in the unpacking area.
+func (g *aggPlan) incoming(a int) Range {
+	if lo, ok := run(g.src[a]); ok {
+		return g.blk(Work, lo, len(g.src[a]))
+	}
+	return g.blk(Tmp, g.n+g.unpackOff[a], len(g.src[a]))
+}
+
+// pack copies this rank's blocks for every destination group that is not
+// a run of ranks into the group's packing area (round 0).
+func (g *aggPlan) pack(e *emitter) {
+	for b := range g.dst {
+		if _, ok := run(g.dst[b]); !ok {
+			for j, d := range g.dst[b] {
+				e.copy(0, g.blk(In, d, 1), g.blk(Tmp, g.packOff[b]+j, 1))
+			}
+		}
+	}
+}
+
+// unpack copies the blocks of every source group that is not a run of
+// ranks from the unpacking area into Work.
+func (g *aggPlan) unpack(e *emitter, round int) {
+	for a := range g.src {
+		if _, ok := run(g.src[a]); !ok {
+			for i, s := range g.src[a] {
+				e.copy(round, g.blk(Tmp, g.n+g.unpackOff[a]+i, 1), g.blk(Work, s, 1))
+			}
+		}
+	}
+}
+
+// stage1Send hands rank r's row of sub-matrix k to its repacker rep (a
+// copy into the in area at block in when r repacks it itself).
+func (g *aggPlan) stage1Send(e *emitter, r, k, rep, round, in int) {
+	b := k % len(g.dst)
+	width := len(g.dst[b])
+	if rep == r {
+		i := slices.Index(g.src[k/len(g.dst)], r)
+		e.copy(round, g.outgoing(b), g.blk(Tmp, in+i*width, width))
+	} else {
+		e.send(rep, aggTag(k, 0), round, g.outgoing(b), 1)
+	}
+}
+
+// stage1Recv receives, on sub-matrix k's repacker r, the rows of its other
+// sources into the in area at block in.
+func (g *aggPlan) stage1Recv(e *emitter, r, k, round, in int) {
+	width := len(g.dst[k%len(g.dst)])
+	for i, s := range g.src[k/len(g.dst)] {
+		if s != r {
+			e.recv(s, aggTag(k, 0), round, g.blk(Tmp, in+i*width, width))
+		}
+	}
+}
+
+// repack transposes sub-matrix k from its in area (by source, then
+// destination) to its out area (by destination, then source).
+func (g *aggPlan) repack(e *emitter, k, round, in, out int) {
+	h, w := len(g.src[k/len(g.dst)]), len(g.dst[k%len(g.dst)])
+	for i := range h {
+		for j := range w {
+			e.copy(round, g.blk(Tmp, in+i*w+j, 1), g.blk(Tmp, out+j*h+i, 1))
+		}
+	}
+}
+
+// stage2Send sends every destination of sub-matrix k its row of the out
+// area at block out (r's own row is copied where it lands).
+func (g *aggPlan) stage2Send(e *emitter, r, k, round, out int) {
+	a, b := k/len(g.dst), k%len(g.dst)
+	h := len(g.src[a])
+	for j, d := range g.dst[b] {
+		row := g.blk(Tmp, out+j*h, h)
+		if d == r {
+			e.copy(round, row, g.incoming(a))
+		} else {
+			e.send(d, aggTag(k, 1), round, row, 1)
+		}
+	}
 }
 
 // groupsOf checks a partition of 0..n-1 into groups, or cuts the ranks

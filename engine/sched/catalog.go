@@ -34,7 +34,13 @@ var catalog = []Entry{
 	{AllToAll, "pairwise", PairwiseAllToAll, false},
 	{AllToAll, "bruck", BruckAllToAll, false},
 	{AllToAll, "aggregate", AggregateAllToAll, false},
+	{AllToAll, "aggregate-tree", AggregateTreeAllToAll, false},
 	{AllToAllv, "pairwise", PairwiseAllToAllv, false},
+	{AllToAllv, "aggregate", AggregateAllToAllv, false},
+	{AllToAllv, "aggregate-tree", InBlocks(AllToAllv, AggregateTreeAllToAll), false},
+	{AllToAllw, "pairwise", PairwiseAllToAllw, false},
+	{AllToAllw, "aggregate", AggregateAllToAllw, false},
+	{AllToAllw, "aggregate-tree", InBlocks(AllToAllw, AggregateTreeAllToAll), false},
 	{Barrier, "dissemination", DisseminationBarrier, false},
 }
 

@@ -58,10 +58,13 @@ const (
 	AllToAll
 	AllToAllv
 	Barrier
+	// AllToAllw is the all-to-all with a datatype per block (strided
+	// vectors); its schedules run in block mode (see Schedule.Blocks).
+	AllToAllw
 	numColls
 )
 
-var collNames = [numColls]string{"allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall", "alltoallv", "barrier"}
+var collNames = [numColls]string{"allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall", "alltoallv", "barrier", "alltoallw"}
 
 func (c Coll) String() string {
 	if c < numColls {
@@ -236,6 +239,20 @@ type Schedule struct {
 	WorkLen, InLen, TmpLen int
 	// Rounds is one past the largest round of any operation.
 	Rounds int
+	// Blocks: ranges count blocks whose sizes the executor learns while it
+	// runs (see "Block mode" in the package comment).
+	Blocks bool
+	// Matched: a receive takes the message of its tag from its peer,
+	// whichever order they were sent in (the control tree's schedules,
+	// whose ranks learn the decisions in batches of their own). Tags are
+	// then unique per directed pair.
+	Matched bool
+	// Tree, when set, is the control tree that decides this schedule
+	// while it runs (aggregate-tree): the program is what it decides when
+	// the ranks arrive in rank order, for the validator, the simulator and
+	// the cost model; the executor runs the tree itself (sched.Node,
+	// RankOps).
+	Tree *Tree
 	// prog yields rank's operations in program order.
 	prog func(rank int, yield func(Op) bool)
 }

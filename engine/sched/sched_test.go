@@ -28,6 +28,12 @@ var flat = []builderCase{
 	{"bruck", AllToAll, BruckAllToAll},
 	{"aggregate", AllToAll, AggregateAllToAll},
 	{"aggregate-relay", AllToAll, func(p Params) (*Schedule, error) { p.Relay = true; return AggregateAllToAll(p) }},
+	{"aggregate-tree", AllToAll, AggregateTreeAllToAll},
+	// Block mode: the same schedules over blocks of any size.
+	{"aggregate", AllToAllv, AggregateAllToAllv},
+	{"aggregate-tree", AllToAllv, InBlocks(AllToAllv, AggregateTreeAllToAll)},
+	{"pairwise", AllToAllw, PairwiseAllToAllw},
+	{"aggregate", AllToAllw, AggregateAllToAllw},
 	{"dissemination", Barrier, DisseminationBarrier},
 }
 

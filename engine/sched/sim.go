@@ -128,6 +128,11 @@ func Simulate(s *Schedule, p Params, layouts ...Params) (*Report, error) {
 	if err := Validate(s); err != nil {
 		return nil, err
 	}
+	if s.Blocks {
+		// Each unit is a whole block: the data moves as in an all-to-all
+		// of one element per block.
+		p.Coll, p.Count, layouts = AllToAll, 1, nil
+	}
 	m := &sim{s: s, p: p, es: s.ElemSize, index: map[node]int32{}}
 	n := s.N
 	m.report = Report{BytesSent: make([]int, n), Messages: make([]int, n), Rounds: s.Rounds}
@@ -233,7 +238,9 @@ func (m *sim) issue(r int, st *rankState) bool {
 			} else {
 				t.conf = conf
 			}
-			if prev := st.lastRecv[o.Peer]; prev != nil {
+			// Matched receives take their message by tag: they need not
+			// wait for each other.
+			if prev := st.lastRecv[o.Peer]; prev != nil && !m.s.Matched {
 				t.deps = append(t.deps, prev)
 			}
 			st.lastRecv[o.Peer] = t
@@ -271,13 +278,12 @@ func (m *sim) slice(r int, g Range) []int32 {
 func (m *sim) advance(r int, st *rankState, states []*rankState) bool {
 	progress := false
 	for peer, q := range st.recvs {
-		for len(q) > 0 {
-			t := q[0]
-			sq := states[peer].sends[r]
-			if len(sq) == 0 || !t.ready() || !sq[0].ready() {
+		for {
+			ti, si, ok := m.pair(q, states[peer].sends[r])
+			if !ok {
 				break
 			}
-			snd := sq[0]
+			t, snd := q[ti], states[peer].sends[r][si]
 			if snd.op.Src.Len != t.op.Dst.Len {
 				// Validate matched the segments; the simulator needs the
 				// operations to pair one to one too.
@@ -285,7 +291,7 @@ func (m *sim) advance(r int, st *rankState, states []*rankState) bool {
 				return false
 			}
 			data := slices.Clone(m.slice(peer, snd.op.Src))
-			states[peer].sends[r] = sq[1:]
+			states[peer].sends[r] = slices.Delete(states[peer].sends[r], si, si+1)
 			snd.done = true
 			for i, k := range snd.know {
 				m.know[r][i] = m.know[r][i] || k
@@ -296,7 +302,7 @@ func (m *sim) advance(r int, st *rankState, states []*rankState) bool {
 			} else {
 				t.payload, t.matched = data, true
 			}
-			q = q[1:]
+			q = slices.Delete(q, ti, ti+1)
 			progress = true
 		}
 		st.recvs[peer] = q
@@ -316,6 +322,27 @@ func (m *sim) advance(r int, st *rankState, states []*rankState) bool {
 		}
 	}
 	return progress
+}
+
+// pair picks the receive of q and the send of sq (the peer's unmatched
+// sends to this rank) that meet next: the first of each when both are
+// ready, or, in a Matched schedule, any ready receive and the ready send
+// of its tag.
+func (m *sim) pair(q, sq []*simTask) (ti, si int, ok bool) {
+	if !m.s.Matched {
+		return 0, 0, len(q) > 0 && len(sq) > 0 && q[0].ready() && sq[0].ready()
+	}
+	for ti, t := range q {
+		if !t.ready() {
+			continue
+		}
+		for si, snd := range sq {
+			if snd.op.Tag == t.op.Tag && snd.ready() {
+				return ti, si, true
+			}
+		}
+	}
+	return 0, 0, false
 }
 
 // input fills the buffers with what the collective starts from.

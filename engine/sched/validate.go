@@ -38,6 +38,14 @@ func Validate(s *Schedule) error {
 				}
 				return nil
 			}
+			if s.Blocks {
+				switch {
+				case o.Kind == RecvReduce || o.Kind == Scale:
+					return where("no %s in block mode", o.Kind)
+				case o.NSegs() > 1:
+					return where("no segments in block mode")
+				}
+			}
 			switch o.Kind {
 			case Send, Recv, RecvReduce:
 				if o.Peer < 0 || o.Peer >= s.N || o.Peer == r {
@@ -111,6 +119,20 @@ func Validate(s *Schedule) error {
 	})
 	for _, k := range pairs {
 		a, b := sent[k], got[k]
+		if s.Matched {
+			// Order does not matter, but every tag must name one message.
+			byTag := func(l []msg) []msg {
+				l = slices.Clone(l)
+				slices.SortFunc(l, func(x, y msg) int { return int(x.tag) - int(y.tag) })
+				return l
+			}
+			a, b = byTag(a), byTag(b)
+			for i := 1; i < len(a); i++ {
+				if a[i].tag == a[i-1].tag {
+					return fmt.Errorf("sched: %s %s: rank %d sends two messages with tag %d to rank %d", s.Coll, s.Algo, k[0], a[i].tag, k[1])
+				}
+			}
+		}
 		for i := 0; i < max(len(a), len(b)); i++ {
 			switch {
 			case i >= len(a):

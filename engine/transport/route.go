@@ -53,6 +53,20 @@ func (r *Routed) Recv(ctx context.Context, peer int, want Header, buf []byte) er
 	return t.Recv(ctx, peer, want, buf)
 }
 
+// RecvVar receives through the peer's transport, which must be a
+// VarReceiver.
+func (r *Routed) RecvVar(ctx context.Context, peer int, want Header, alloc func(n int) ([]byte, error)) (Header, []byte, error) {
+	t, err := r.route(peer)
+	if err != nil {
+		return Header{}, nil, err
+	}
+	v, ok := t.(VarReceiver)
+	if !ok {
+		return Header{}, nil, fmt.Errorf("%w: the transport to rank %d cannot receive messages of unknown length", ErrProtocol, peer)
+	}
+	return v.RecvVar(ctx, peer, want, alloc)
+}
+
 func (r *Routed) Abort(reason error) {
 	for _, t := range r.all {
 		t.Abort(reason)

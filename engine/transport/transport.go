@@ -107,6 +107,38 @@ func Check(peer int, want, got Header) error {
 	return fmt.Errorf("%w: %s", ErrMismatch, what)
 }
 
+// CheckVar is Check for a receiver that takes whatever step and length the
+// sender chose (VarReceiver): kind, sequence and signature must still agree.
+func CheckVar(peer int, want, got Header) error {
+	want.Step, want.Len = got.Step, got.Len
+	return Check(peer, want, got)
+}
+
+// VarLen is a RecvVar message's length as an int, or an error if it does
+// not fit one.
+func VarLen(peer int, h Header) (int, error) {
+	if h.Len > uint64(^uint(0)>>1) {
+		return 0, fmt.Errorf("%w: rank %d announces a %d-byte message", ErrProtocol, peer, h.Len)
+	}
+	return int(h.Len), nil
+}
+
+// VarReceiver is a transport that can also receive a message whose step and
+// length only its header says. The block-mode schedules need it (alltoallv
+// and alltoallw through repacking ranks: the block sizes travel inside the
+// messages, so a repacking rank cannot know how much its sources send), and
+// so does the all-to-all's control tree, whose ranks match what arrives by
+// step.
+type VarReceiver interface {
+	// RecvVar receives the next message from peer. Its kind, sequence and
+	// signature must equal want's (else an error wrapping ErrMismatch);
+	// its payload is read into the buffer alloc returns for its length,
+	// and its header and that buffer are returned. An error from alloc (a
+	// length the caller refuses) is returned as is. After either, the
+	// stream to peer is unusable.
+	RecvVar(ctx context.Context, peer int, want Header, alloc func(n int) ([]byte, error)) (Header, []byte, error)
+}
+
 // Transport is one rank's set of connections to the other ranks of a
 // communicator. Messages from one peer arrive in the order they were sent.
 //

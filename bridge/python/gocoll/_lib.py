@@ -30,6 +30,13 @@ class Map(ctypes.Structure):
                 ("assign", ctypes.c_int), ("weights", ctypes.POINTER(ctypes.c_double))]
 
 
+class BlockType(ctypes.Structure):
+    """gocollBlockType_t: count runs of blocklen elements, stride apart."""
+
+    _fields_ = [("datatype", ctypes.c_int), ("count", ctypes.c_size_t), ("blocklen", ctypes.c_size_t),
+                ("stride", ctypes.c_size_t)]
+
+
 class UniqueId(ctypes.Structure):
     """gocollUniqueId: 128 opaque bytes, passed by value."""
 
@@ -90,6 +97,10 @@ SIGNATURES = {
     "gocollISend": (Result, [c_void_p, c_size_t, DataType, c_int, Comm, p_void_p]),
     "gocollIRecv": (Result, [c_void_p, c_size_t, DataType, c_int, Comm, p_void_p]),
     "gocollIBarrier": (Result, [Comm, p_void_p]),
+    "gocollAllToAllw": (Result, [c_void_p, p_size_t, ctypes.POINTER(BlockType), c_void_p, p_size_t,
+                                 ctypes.POINTER(BlockType), Comm]),
+    "gocollIAllToAllw": (Result, [c_void_p, p_size_t, ctypes.POINTER(BlockType), c_void_p, p_size_t,
+                                  ctypes.POINTER(BlockType), Comm, p_void_p]),
     "gocollTest": (Result, [Request, p_int]),
     "gocollWait": (Result, [Request]),
     # redistribution plans

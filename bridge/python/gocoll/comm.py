@@ -283,21 +283,50 @@ class Work:
         return "<gocoll.Work %s %s>" % (self._op, state)
 
 
-def _ptr_array(values, n, what):
+def _ptr_array(values, n, what, op="alltoallv"):
     if values is None:
         return None
     try:
         vals = [operator.index(v) for v in values]
     except TypeError:
-        raise errors.InvalidArgument("gocoll: alltoallv: %s must hold integers, got %r" % (what, values)) from None
+        raise errors.InvalidArgument("gocoll: %s: %s must hold integers, got %r" % (op, what, values)) from None
     if len(vals) != n:
-        raise errors.InvalidArgument("gocoll: alltoallv: %s has %d entries, want one per rank (%d)"
-                                     % (what, len(vals), n))
+        raise errors.InvalidArgument("gocoll: %s: %s has %d entries, want one per rank (%d)"
+                                     % (op, what, len(vals), n))
     if any(v < 0 for v in vals):
-        raise errors.InvalidArgument("gocoll: alltoallv: %s has a negative entry: %s" % (what, vals))
+        raise errors.InvalidArgument("gocoll: %s: %s has a negative entry: %s" % (op, what, vals))
     if any(v > _SIZE_MAX for v in vals):
-        raise errors.InvalidArgument("gocoll: alltoallv: %s has an entry too large for size_t: %s" % (what, vals))
+        raise errors.InvalidArgument("gocoll: %s: %s has an entry too large for size_t: %s" % (op, what, vals))
     return vals
+
+
+def _block_types(types, n, what):
+    """alltoallw block types: an int n (n contiguous elements) or a
+    (count, blocklen, stride) vector, one per rank."""
+    if types is None or len(types) != n:
+        raise errors.InvalidArgument("gocoll: alltoallw: %s needs one type per rank (%d), got %r"
+                                     % (what, n, types))
+    out = []
+    for t in types:
+        try:
+            vec = (1, operator.index(t), operator.index(t))
+        except TypeError:
+            vec = t
+        try:
+            count, blocklen, stride = (operator.index(v) for v in vec)
+        except (TypeError, ValueError):
+            raise errors.InvalidArgument("gocoll: alltoallw: %s entries are element counts or "
+                                         "(count, blocklen, stride) vectors, got %r" % (what, t)) from None
+        if min(count, blocklen, stride) < 0 or max(count, blocklen, stride) > _SIZE_MAX:
+            raise errors.InvalidArgument("gocoll: alltoallw: %s entry %r is negative or too large" % (what, t))
+        out.append((count, blocklen, stride))
+    return out
+
+
+def _extent(t):
+    """Elements a (count, blocklen, stride) block spans."""
+    count, blocklen, stride = t
+    return 0 if count == 0 or blocklen == 0 else (count - 1) * stride + blocklen
 
 
 def _prefix(counts):
@@ -678,6 +707,46 @@ class Comm:
         return self._run("gocollAllToAllv", (b.ptr, a_sc, a_sd, o.ptr, a_rc, a_rd, b.dtype),
                          async_op, (b.obj, o.obj, a_sc, a_sd, a_rc, a_rd), o.obj, "alltoallv")
 
+    def alltoallw(self, tensor, send_types, recv_types, *, send_displs=None, recv_displs=None,
+                  out=None, async_op=False):
+        """All-to-all with a layout per block, like MPI_Alltoallw: the block
+        for rank j lies in ``tensor`` at ``send_displs[j]`` (elements) as
+        ``send_types[j]``; rank j stores it in its ``out`` at
+        ``recv_displs[rank]`` as ``recv_types[rank]``. A type is an int n (n
+        contiguous elements) or a strided vector ``(count, blocklen,
+        stride)``: count runs of blocklen elements, stride elements apart.
+        Both sides of a block hold as many elements, in any layout; blocks
+        are packed and unpacked only in the two ranks' buffers.
+        Displacements default to the blocks' extents back to back; ``out``
+        defaults to a new 1-D buffer just large enough."""
+        n = self._size
+        st = _block_types(send_types, n, "send_types")
+        rt = _block_types(recv_types, n, "recv_types")
+        sd = _ptr_array(send_displs, n, "send_displs", "alltoallw") or _prefix([_extent(t) for t in st])
+        rd = _ptr_array(recv_displs, n, "recv_displs", "alltoallw") or _prefix([_extent(t) for t in rt])
+        b = as_buffer(tensor, "alltoallw tensor", writable=False)
+        need_s = max((d + _extent(t) for d, t in zip(sd, st) if _extent(t)), default=0)
+        if need_s > b.count:
+            raise errors.InvalidArgument(
+                "gocoll: alltoallw: send blocks reach element %d but tensor has %d elements"
+                % (need_s, b.count))
+        need_r = max((d + _extent(t) for d, t in zip(rd, rt) if _extent(t)), default=0)
+        if out is None:
+            o = as_buffer(_buffer.new_like(b, (need_r,)), "alltoallw out")
+        else:
+            o = as_buffer(out, "alltoallw out", writable=True)
+            if need_r > o.count:
+                raise errors.InvalidArgument(
+                    "gocoll: alltoallw: receive blocks reach element %d but out has %d elements"
+                    % (need_r, o.count))
+        sizes, types = _lib.c_size_t * n, _lib.BlockType * n
+        a_sd = sizes(*[d * b.itemsize for d in sd])
+        a_rd = sizes(*[d * o.itemsize for d in rd])
+        a_st = types(*[(b.dtype,) + t for t in st])
+        a_rt = types(*[(o.dtype,) + t for t in rt])
+        return self._run("gocollAllToAllw", (b.ptr, a_sd, a_st, o.ptr, a_rd, a_rt), async_op,
+                         (b.obj, o.obj, a_sd, a_st, a_rd, a_rt), o.obj, "alltoallw")
+
     def send(self, tensor, peer, *, async_op=False):
         """Send ``tensor`` to ``peer``, which posts a matching :meth:`recv`."""
         peer = self._peer(peer, "peer")
@@ -718,6 +787,9 @@ class Comm:
 
     def ialltoallv(self, tensor, send_counts, recv_counts, **kw):
         return self.alltoallv(tensor, send_counts, recv_counts, async_op=True, **kw)
+
+    def ialltoallw(self, tensor, send_types, recv_types, **kw):
+        return self.alltoallw(tensor, send_types, recv_types, async_op=True, **kw)
 
     def isend(self, tensor, peer):
         return self.send(tensor, peer, async_op=True)

@@ -165,6 +165,30 @@ int main(void) {
   EXPECT(gocollAllToAllv(NULL, counts, displs, out, counts, displs, gocollFloat32, comm), gocollInvalidArgument, comm);
   EXPECT(gocollAllToAllv(buf, counts, displs, out, counts, displs, gocollFloat32, comm), gocollSuccess, comm);
 
+  /* All-to-allw arrays and block types (displacements in bytes). */
+  {
+    size_t wd[1] = {0};
+    gocollBlockType_t every_other = {gocollFloat32, 3, 1, 2}; /* elements 0, 2, 4 */
+    gocollBlockType_t three = {gocollFloat32, 1, 3, 0};
+    gocollBlockType_t badtype = {(gocollDataType_t)77, 1, 1, 1};
+    gocollBlockType_t overlapping = {gocollFloat32, 2, 2, 1};
+    gocollBlockType_t huge_vec = {gocollFloat32, SIZE_MAX, 1, SIZE_MAX};
+    buf[0] = 1; buf[2] = 2; buf[4] = 3;
+    EXPECT(gocollAllToAllw(buf, NULL, &every_other, out, wd, &three, comm), gocollInvalidArgument, comm);
+    expect_text(gocollGetLastError(comm), "NULL");
+    EXPECT(gocollAllToAllw(buf, wd, &every_other, out, wd, NULL, comm), gocollInvalidArgument, comm);
+    EXPECT(gocollAllToAllw(buf, wd, &badtype, out, wd, &three, comm), gocollInvalidArgument, comm);
+    expect_text(gocollGetLastError(comm), "unknown datatype 77");
+    EXPECT(gocollAllToAllw(buf, wd, &overlapping, out, wd, &overlapping, comm), gocollInvalidArgument, comm);
+    expect_text(gocollGetLastError(comm), "overlap");
+    EXPECT(gocollAllToAllw(buf, wd, &huge_vec, out, wd, &three, comm), gocollInvalidArgument, comm);
+    EXPECT(gocollAllToAllw(NULL, wd, &every_other, out, wd, &three, comm), gocollInvalidArgument, comm);
+    EXPECT(gocollAllToAllw(buf, wd, &every_other, out, wd, &three, comm), gocollSuccess, comm);
+    if (out[0] != 1 || out[1] != 2 || out[2] != 3) FAIL("alltoallw to itself: %g %g %g", out[0], out[1], out[2]);
+    EXPECT(gocollIAllToAllw(buf, wd, &every_other, out, wd, &three, comm, NULL), gocollInvalidArgument, comm);
+    buf[0] = buf[2] = buf[4] = 0;
+  }
+
   /* Non-blocking forms need a request pointer; nothing is started without. */
   EXPECT(gocollIAllReduce(buf, out, 4, gocollFloat32, gocollSum, comm, NULL), gocollInvalidArgument, comm);
   expect_text(gocollGetLastError(comm), "request is NULL");

@@ -315,6 +315,45 @@ static void test_alltoallv(void) {
   free(send); free(recv); free(want);
 }
 
+/* Rank s sends rank d vcount(s, d) int32 elements as a vector of single
+ * elements three apart; rank d receives them contiguous from even ranks
+ * and as runs of one two apart from odd ones. Blocks sit in reverse peer
+ * order, displacements in bytes. */
+static void test_alltoallw(void) {
+  size_t n = (size_t)nranks, i, j, k;
+  size_t *sd = xmalloc(n * sizeof(size_t)), *rd = xmalloc(n * sizeof(size_t));
+  gocollBlockType_t *st = xmalloc(n * sizeof(gocollBlockType_t)), *rt = xmalloc(n * sizeof(gocollBlockType_t));
+  size_t stotal = 0, rtotal = 0; /* elements */
+  int32_t *send, *recv, *want;
+  for (j = n; j-- > 0;) {
+    size_t sc = vcount(g_rank, (int)j), rc = vcount((int)j, g_rank);
+    gocollBlockType_t v = {gocollInt32, sc, 1, 3};
+    gocollBlockType_t c = {gocollInt32, 1, rc, 0};
+    gocollBlockType_t r2 = {gocollInt32, rc, 1, 2};
+    st[j] = v;
+    sd[j] = stotal * 4;
+    stotal += 3 * sc + 1;
+    rt[j] = j % 2 == 0 ? c : r2;
+    rd[j] = rtotal * 4;
+    rtotal += (j % 2 == 0 ? rc : 2 * rc) + 1;
+  }
+  send = xmalloc(stotal * 4);
+  recv = xmalloc(rtotal * 4);
+  want = xmalloc(rtotal * 4);
+  for (i = 0; i < stotal; i++) send[i] = -1;
+  for (i = 0; i < rtotal; i++) want[i] = recv[i] = -7;
+  for (j = 0; j < n; j++) {
+    for (k = 0; k < vcount(g_rank, (int)j); k++) send[sd[j] / 4 + 3 * k] = (int32_t)(g_rank * 10000 + (int)j * 100 + (int)k);
+    for (k = 0; k < vcount((int)j, g_rank); k++)
+      want[rd[j] / 4 + (j % 2 == 0 ? k : 2 * k)] = (int32_t)((int)j * 10000 + g_rank * 100 + (int)k);
+  }
+  RUN(gocollAllToAllw(send, sd, st, recv, rd, rt, comm),
+      gocollIAllToAllw(send, sd, st, recv, rd, rt, comm, &rq_));
+  expect_equal("alltoallw", recv, want, rtotal, gocollInt32);
+  free(sd); free(rd); free(st); free(rt);
+  free(send); free(recv); free(want);
+}
+
 static void test_sendrecv(void) {
   const size_t count = 333;
   size_t i;
@@ -544,6 +583,7 @@ int main(int argc, char** argv) {
     test_reducescatter();
     test_alltoall();
     test_alltoallv();
+    test_alltoallw();
     test_sendrecv();
     test_barrier();
     test_memalloc();

@@ -168,6 +168,32 @@ func TestAlgoOverrideAndTransports(t *testing.T) {
 	}
 }
 
+// TestAggregateChecked: alltoall and alltoallv through aggregation, static
+// and under the control tree (the bare name reaches both collectives), over
+// TCP, with no wrong element.
+func TestAggregateChecked(t *testing.T) {
+	for _, algo := range []string{"aggregate", "aggregate-tree"} {
+		t.Run(algo, func(t *testing.T) {
+			rc, out, errOut := bench(t, "-np", "5", "-op", "alltoall,alltoallv", "-b", "8", "-e", "64K", "-f", "8",
+				"-n", "2", "-w", "0", "-c", "-json", "-algo", algo, "-transport", "tcp")
+			if rc != 0 {
+				t.Fatalf("exit %d\n%s%s", rc, out, errOut)
+			}
+			seen := map[string]int{}
+			for _, r := range results(t, out) {
+				sane(t, r, 5, engine.Float32, 2, 64<<10)
+				if r.Algo != algo {
+					t.Errorf("algo %q, want %q", r.Algo, algo)
+				}
+				seen[r.Op]++
+			}
+			if seen["alltoall"] < 4 || seen["alltoallv"] < 3 {
+				t.Errorf("lines per op: %v\n%s", seen, out)
+			}
+		})
+	}
+}
+
 // TestProcs: two processes started by -procs (this test binary re-executed).
 func TestProcs(t *testing.T) {
 	if testing.Short() {

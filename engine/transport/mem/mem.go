@@ -67,7 +67,10 @@ type Endpoint struct {
 	closed chan struct{} // closed on Abort or Close of this endpoint
 }
 
-var _ transport.Transport = (*Endpoint)(nil)
+var (
+	_ transport.Transport   = (*Endpoint)(nil)
+	_ transport.VarReceiver = (*Endpoint)(nil)
+)
 
 func (e *Endpoint) Rank() int { return e.rank }
 func (e *Endpoint) Size() int { return e.w.size }
@@ -109,35 +112,62 @@ func (e *Endpoint) Send(ctx context.Context, peer int, h transport.Header, data 
 }
 
 func (e *Endpoint) Recv(ctx context.Context, peer int, want transport.Header, buf []byte) error {
-	var m message
-	select {
-	case <-e.w.aborted:
-		return e.abortErr()
-	case <-e.closed:
-		return fmt.Errorf("%w: transport closed", transport.ErrAborted)
-	default:
-	}
-	select {
-	case m = <-e.w.links[peer][e.rank]:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.w.aborted:
-		return e.abortErr()
-	case <-e.closed:
-		return fmt.Errorf("%w: transport closed", transport.ErrAborted)
-	case <-e.w.eps[peer].closed:
-		// Deliver what the peer sent before it went away.
-		select {
-		case m = <-e.w.links[peer][e.rank]:
-		default:
-			return fmt.Errorf("%w: rank %d closed", transport.ErrPeerLost, peer)
-		}
+	m, err := e.next(ctx, peer)
+	if err != nil {
+		return err
 	}
 	if err := transport.Check(peer, want, m.h); err != nil {
 		return err
 	}
 	copy(buf, m.data)
 	return nil
+}
+
+// RecvVar is Recv of a message whose step and length the receiver does
+// not know (transport.VarReceiver).
+func (e *Endpoint) RecvVar(ctx context.Context, peer int, want transport.Header, alloc func(n int) ([]byte, error)) (transport.Header, []byte, error) {
+	m, err := e.next(ctx, peer)
+	if err != nil {
+		return transport.Header{}, nil, err
+	}
+	if err := transport.CheckVar(peer, want, m.h); err != nil {
+		return transport.Header{}, nil, err
+	}
+	buf, err := alloc(len(m.data))
+	if err != nil {
+		return transport.Header{}, nil, err
+	}
+	copy(buf, m.data)
+	return m.h, buf, nil
+}
+
+// next takes the next message from peer.
+func (e *Endpoint) next(ctx context.Context, peer int) (message, error) {
+	var m message
+	select {
+	case <-e.w.aborted:
+		return m, e.abortErr()
+	case <-e.closed:
+		return m, fmt.Errorf("%w: transport closed", transport.ErrAborted)
+	default:
+	}
+	select {
+	case m = <-e.w.links[peer][e.rank]:
+	case <-ctx.Done():
+		return m, ctx.Err()
+	case <-e.w.aborted:
+		return m, e.abortErr()
+	case <-e.closed:
+		return m, fmt.Errorf("%w: transport closed", transport.ErrAborted)
+	case <-e.w.eps[peer].closed:
+		// Deliver what the peer sent before it went away.
+		select {
+		case m = <-e.w.links[peer][e.rank]:
+		default:
+			return m, fmt.Errorf("%w: rank %d closed", transport.ErrPeerLost, peer)
+		}
+	}
+	return m, nil
 }
 
 // Abort fails every endpoint of the world: this one with ErrAborted, the

@@ -78,7 +78,10 @@ type peerConn struct {
 	inHead  uint64 // consumer's copy of in.head
 }
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport   = (*Transport)(nil)
+	_ transport.VarReceiver = (*Transport)(nil)
+)
 
 // SegmentPath is the file a rank of the communicator tag creates.
 func SegmentPath(tag [8]byte, rank int) string {
@@ -394,18 +397,31 @@ func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, b
 	if want.Len != uint64(len(buf)) {
 		return fmt.Errorf("shm: recv from rank %d: expected length %d, buffer %d bytes", peer, want.Len, len(buf))
 	}
+	_, _, err := t.recvMsg(ctx, peer, want, buf, nil)
+	return err
+}
+
+// RecvVar receives the next message from peer, whatever its step and
+// length, into the buffer alloc returns for its length
+// (transport.VarReceiver).
+func (t *Transport) RecvVar(ctx context.Context, peer int, want transport.Header, alloc func(n int) ([]byte, error)) (transport.Header, []byte, error) {
+	return t.recvMsg(ctx, peer, want, nil, alloc)
+}
+
+// recvMsg is Recv (alloc nil: buf is the message's) and RecvVar.
+func (t *Transport) recvMsg(ctx context.Context, peer int, want transport.Header, buf []byte, alloc func(int) ([]byte, error)) (transport.Header, []byte, error) {
 	p, err := t.begin(peer)
 	if err != nil {
-		return err
+		return transport.Header{}, nil, err
 	}
 	defer t.opMu.RUnlock()
 	p.recvMu.Lock()
 	defer p.recvMu.Unlock()
 	if p.recvErr != nil {
-		return p.recvErr
+		return transport.Header{}, nil, p.recvErr
 	}
 	if err := t.localErr(); err != nil {
-		return err
+		return transport.Header{}, nil, err
 	}
 	var hb [transport.HeaderSize]byte
 	start := p.inHead
@@ -413,7 +429,7 @@ func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, b
 		if p.inHead != start || isPeerGone(err) {
 			p.recvErr = err
 		}
-		return err
+		return transport.Header{}, nil, err
 	}
 	got, err := transport.DecodeHeader(hb[:])
 	if err == nil && got.Kind == transport.KindAbort {
@@ -424,8 +440,15 @@ func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, b
 				err = t.fail(transport.FailureFrom(peer, got, string(reason)).Err())
 			}
 		}
-	} else if err == nil {
+	} else if err == nil && alloc == nil {
 		err = transport.Check(peer, want, got)
+	} else if err == nil {
+		if err = transport.CheckVar(peer, want, got); err == nil {
+			var n int
+			if n, err = transport.VarLen(peer, got); err == nil {
+				buf, err = alloc(n)
+			}
+		}
 	}
 	if err == nil {
 		err = t.read(ctx, p, buf)
@@ -434,8 +457,9 @@ func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, b
 		// The stream is now inside or past a message that was not
 		// consumed as expected: unusable.
 		p.recvErr = err
+		return got, nil, err
 	}
-	return err
+	return got, buf, nil
 }
 
 // Abort stops this rank: it records the reason in its segment and writes a

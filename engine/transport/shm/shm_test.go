@@ -4,6 +4,7 @@ package shm
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -192,6 +193,60 @@ func TestMismatch(t *testing.T) {
 	}
 	if err := ts[0].Recv(ctx, 7, transport.Header{}, nil); err == nil {
 		t.Error("Recv from rank 7 succeeded")
+	}
+}
+
+// RecvVar takes messages whose step and length only their headers say,
+// across ring wrap-arounds; a different sequence is still a mismatch, and
+// a length the caller refuses fails the stream.
+func TestRecvVar(t *testing.T) {
+	ts, _ := newGroup(t, 2, testRing)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sizes := []int{0, 5, 3 * testRing, 17}
+	alloc := func(k int) ([]byte, error) { return make([]byte, k), nil }
+	body := func(i, n int) []byte {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(i*31 + j)
+		}
+		return b
+	}
+	done := make(chan error, 1)
+	go func() {
+		for i, n := range sizes {
+			h := transport.Header{Kind: transport.KindData, Seq: 1, Step: uint32(i + 7), Len: uint64(n)}
+			if err := ts[0].Send(ctx, 1, h, body(i, n)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- ts[0].Send(ctx, 1, transport.Header{Kind: transport.KindData, Seq: 2, Len: 1}, []byte{1})
+	}()
+	for i, n := range sizes {
+		got, buf, err := ts[1].RecvVar(ctx, 0, transport.Header{Kind: transport.KindData, Seq: 1}, alloc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Step != uint32(i+7) || !bytes.Equal(buf, body(i, n)) {
+			t.Fatalf("message %d: step %d, %d bytes; want step %d, %d bytes", i, got.Step, len(buf), i+7, n)
+		}
+	}
+	if _, _, err := ts[1].RecvVar(ctx, 0, transport.Header{Kind: transport.KindData, Seq: 3}, alloc); !errors.Is(err, transport.ErrMismatch) {
+		t.Fatalf("got %v, want a sequence mismatch", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("too long")
+	if err := ts[1].Send(ctx, 0, transport.Header{Kind: transport.KindData, Len: 4}, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ts[0].RecvVar(ctx, 1, transport.Header{Kind: transport.KindData}, func(int) ([]byte, error) { return nil, refused }); !errors.Is(err, refused) {
+		t.Fatalf("got %v, want the allocator's error", err)
+	}
+	if err := ts[0].Recv(ctx, 1, transport.Header{Kind: transport.KindData, Len: 4}, make([]byte, 4)); !errors.Is(err, refused) {
+		t.Fatalf("after a refused message: %v, want the same error", err)
 	}
 }
 

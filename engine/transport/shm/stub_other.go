@@ -36,5 +36,8 @@ func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data
 func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, buf []byte) error {
 	return errUnsupported
 }
+func (t *Transport) RecvVar(ctx context.Context, peer int, want transport.Header, alloc func(n int) ([]byte, error)) (transport.Header, []byte, error) {
+	return transport.Header{}, nil, errUnsupported
+}
 func (t *Transport) Abort(reason error) {}
 func (t *Transport) Close() error       { return nil }

@@ -96,7 +96,10 @@ type Transport struct {
 	quitOnce   sync.Once
 }
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport   = (*Transport)(nil)
+	_ transport.VarReceiver = (*Transport)(nil)
+)
 
 type peer struct {
 	rank int
@@ -626,35 +629,48 @@ func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data
 // ctx's error. After a failure that left the stream out of step (a mismatch,
 // a partial read), later Recvs from peer fail with the same error.
 func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, buf []byte) error {
-	p, err := t.lookup(peer)
-	if err != nil {
-		return err
-	}
 	if want.Len != uint64(len(buf)) {
 		return fmt.Errorf("tcp: recv from rank %d: expected header says %d bytes, buffer has %d", peer, want.Len, len(buf))
 	}
+	_, _, err := t.recvMsg(ctx, peer, want, buf, nil)
+	return err
+}
+
+// RecvVar reads the next message from peer, whatever its step and length,
+// into the buffer alloc returns for its length (transport.VarReceiver).
+func (t *Transport) RecvVar(ctx context.Context, peer int, want transport.Header, alloc func(n int) ([]byte, error)) (transport.Header, []byte, error) {
+	return t.recvMsg(ctx, peer, want, nil, alloc)
+}
+
+// recvMsg is Recv (alloc nil: buf is the message's) and RecvVar.
+func (t *Transport) recvMsg(ctx context.Context, peer int, want transport.Header, buf []byte, alloc func(int) ([]byte, error)) (transport.Header, []byte, error) {
+	p, err := t.lookup(peer)
+	if err != nil {
+		return transport.Header{}, nil, err
+	}
 	if err := t.stopErr(); err != nil {
-		return err
+		return transport.Header{}, nil, err
 	}
 	if p.rerr != nil {
-		return p.rerr
+		return transport.Header{}, nil, p.rerr
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("tcp: recv from rank %d: %w", peer, err)
+		return transport.Header{}, nil, fmt.Errorf("tcp: recv from rank %d: %w", peer, err)
 	}
 	p.reads.Add(1) // odd: the watcher leaves this stream alone
 	stop := p.armRead(ctx)
 	// Close sets a past read deadline after stopping: check again now
 	// that armRead may have replaced it.
+	var got transport.Header
 	if err = t.stopErr(); err == nil {
-		err = t.recv(ctx, p, want, buf)
+		got, buf, err = t.recv(ctx, p, want, buf, alloc)
 	}
 	p.disarmRead(stop)
 	p.reads.Add(1)
-	return err
+	return got, buf, err
 }
 
-func (t *Transport) recv(ctx context.Context, p *peer, want transport.Header, buf []byte) error {
+func (t *Transport) recv(ctx context.Context, p *peer, want transport.Header, buf []byte, alloc func(int) ([]byte, error)) (transport.Header, []byte, error) {
 	if n, err := io.ReadFull(p.conn, p.rhdr[:]); err != nil {
 		err, lost := t.ioErr(ctx, p, "recv from", err)
 		if lost {
@@ -663,35 +679,43 @@ func (t *Transport) recv(ctx context.Context, p *peer, want transport.Header, bu
 		if n > 0 || lost {
 			p.setRerr(err)
 		}
-		return err
+		return transport.Header{}, nil, err
 	}
 	got, err := transport.DecodeHeader(p.rhdr[:])
 	if err != nil {
-		return p.setRerr(fmt.Errorf("tcp: recv from rank %d: %w", p.rank, err))
+		return got, nil, p.setRerr(fmt.Errorf("tcp: recv from rank %d: %w", p.rank, err))
 	}
 	switch got.Kind {
 	case transport.KindAbort:
 		reason := make([]byte, min(got.Len, maxAbortReason))
 		n, _ := io.ReadFull(p.conn, reason)
 		ferr := transport.FailureFrom(p.rank, got, string(reason[:n])).Err()
-		return p.setRerr(t.fail(ferr))
+		return got, nil, p.setRerr(t.fail(ferr))
 	case transport.KindClose:
 		// Everything the peer sent was delivered: only talking to it
 		// fails from now on.
 		p.goodbye.Store(true)
-		return p.setRerr(closedErr("recv from", p))
+		return got, nil, p.setRerr(closedErr("recv from", p))
 	}
-	if err := transport.Check(p.rank, want, got); err != nil {
-		return p.setRerr(err)
+	if alloc == nil {
+		err = transport.Check(p.rank, want, got)
+	} else if err = transport.CheckVar(p.rank, want, got); err == nil {
+		var n int
+		if n, err = transport.VarLen(p.rank, got); err == nil {
+			buf, err = alloc(n)
+		}
+	}
+	if err != nil {
+		return got, nil, p.setRerr(err)
 	}
 	if _, err := io.ReadFull(p.conn, buf); err != nil {
 		err, lost := t.ioErr(ctx, p, "recv from", err)
 		if lost {
 			err = t.fail(err)
 		}
-		return p.setRerr(err)
+		return got, nil, p.setRerr(err)
 	}
-	return nil
+	return got, buf, nil
 }
 
 // Abort tells every peer whose connection is not busy sending why this rank

@@ -1080,3 +1080,44 @@ func TestSendToAbortingRank(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	wantAbortFrom(t, "rank 2's next call", idleCall(ctx, ts[2]), 0, "why")
 }
+
+// RecvVar takes messages whose step and length only their headers say,
+// in the order sent; a different sequence is still a mismatch, and a
+// length the caller refuses fails the stream.
+func TestRecvVar(t *testing.T) {
+	ts := newMesh(t, 2, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, n := range []int{0, 3, 70000} {
+		h := hdr(1, n)
+		h.Step = uint32(10 + i)
+		if err := ts[0].Send(ctx, 1, h, payload(0, 1, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range []int{0, 3, 70000} {
+		got, buf, err := ts[1].RecvVar(ctx, 0, hdr(1, 0), func(k int) ([]byte, error) { return make([]byte, k), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Step != uint32(10+i) || got.Len != uint64(n) || !bytes.Equal(buf, payload(0, 1, n)) {
+			t.Fatalf("message %d: step %d, %d bytes; want step %d, %d bytes", i, got.Step, len(buf), 10+i, n)
+		}
+	}
+	if err := ts[0].Send(ctx, 1, hdr(2, 4), make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ts[1].RecvVar(ctx, 0, hdr(3, 0), func(k int) ([]byte, error) { return make([]byte, k), nil }); !errors.Is(err, transport.ErrMismatch) || !strings.Contains(err.Error(), "sequence") {
+		t.Fatalf("got %v, want a sequence mismatch", err)
+	}
+	refused := errors.New("too long")
+	if err := ts[1].Send(ctx, 0, hdr(4, 8), make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ts[0].RecvVar(ctx, 1, hdr(4, 0), func(int) ([]byte, error) { return nil, refused }); !errors.Is(err, refused) {
+		t.Fatalf("got %v, want the allocator's error", err)
+	}
+	if err := ts[0].Recv(ctx, 1, hdr(4, 8), make([]byte, 8)); !errors.Is(err, refused) {
+		t.Fatalf("after a refused message: %v, want the same error", err)
+	}
+}

@@ -114,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func collNames() string {
 	var names []string
 	for _, c := range sched.Colls() {
-		if c != sched.AllToAllv {
+		if c != sched.AllToAllv && c != sched.AllToAllw { // their schedules depend on per-rank layouts
 			names = append(names, c.String())
 		}
 	}
@@ -307,7 +307,7 @@ type prediction struct {
 
 func (o *options) runPredict(w io.Writer) error {
 	coll, ok := sched.ParseColl(o.predict)
-	if !ok || coll == sched.AllToAllv {
+	if !ok || coll == sched.AllToAllv || coll == sched.AllToAllw {
 		return fmt.Errorf("-predict %q: want one of %s", o.predict, collNames())
 	}
 	nbytes, err := parseBytes(o.bytes)
@@ -555,6 +555,9 @@ func readSamples(path string, nic float64, links map[string]float64) ([]cost.Sam
 		coll, ok := sched.ParseColl(strings.ReplaceAll(row[3], "_", ""))
 		if !ok {
 			return nil, fmt.Errorf("%s line %d: op %q", path, i+1, row[3])
+		}
+		if coll == sched.AllToAllv || coll == sched.AllToAllw {
+			continue // per-rank layouts: nothing the model can rebuild
 		}
 		b, err1 := strconv.Atoi(row[5])
 		us, err2 := strconv.ParseFloat(row[7], 64)

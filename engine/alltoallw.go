@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/gocoll/gocoll/engine/sched"
+)
+
+// BlockType is the layout of one block of an AllToAllw: Count runs of
+// BlockLen elements of Type, each run starting Stride elements after the
+// one before, like MPI_Type_vector(Count, BlockLen, Stride, Type). Count 1
+// is a contiguous block of BlockLen elements; Count or BlockLen 0 is an
+// empty block. Runs may not overlap (Stride ≥ BlockLen when Count > 1).
+type BlockType struct {
+	Type                    DataType
+	Count, BlockLen, Stride int
+}
+
+// Contiguous is the block type of n consecutive elements of dt.
+func Contiguous(dt DataType, n int) BlockType {
+	return BlockType{Type: dt, Count: 1, BlockLen: n, Stride: n}
+}
+
+// Bytes is the size of the block's data, packed.
+func (b BlockType) Bytes() int { return b.Count * b.BlockLen * b.Type.Size() }
+
+// AllToAllw is AllToAll with a layout per block on each side: block j of
+// send starts sdispls[j] bytes into send, laid out as sendtypes[j], and
+// goes to rank j, which stores it rdispls[i] bytes into recv as
+// recvtypes[i] (i this rank). Both sides must hold as many bytes of each
+// block; their layouts and element types may differ (a strided block may
+// arrive contiguous). Blocks travel packed: a strided block is packed
+// where it leaves its buffer and unpacked where it lands, nowhere in
+// between. A block whose sizes differ is reported as a mismatch naming
+// both ranks. Receive blocks may not overlap each other or any send block.
+func (c *Comm) AllToAllw(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) error {
+	return c.run(c.allToAllwReq(send, sdispls, sendtypes, recv, rdispls, recvtypes))
+}
+
+// IAllToAllw is the non-blocking AllToAllw: it returns once the operation
+// is queued.
+func (c *Comm) IAllToAllw(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (*Request, error) {
+	return c.start(c.allToAllwReq(send, sdispls, sendtypes, recv, rdispls, recvtypes))
+}
+
+// AllToAllwOp prepares an AllToAllw without issuing it (see Op).
+func (c *Comm) AllToAllwOp(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) Op {
+	return c.op(c.allToAllwReq(send, sdispls, sendtypes, recv, rdispls, recvtypes))
+}
+
+func (c *Comm) allToAllwReq(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (*Request, error) {
+	n := c.size
+	if len(sdispls) != n || len(sendtypes) != n || len(rdispls) != n || len(recvtypes) != n {
+		return nil, invalidArg("alltoallw needs %d displacements and types per side, got %d and %d to send, %d and %d to receive",
+			n, len(sdispls), len(sendtypes), len(rdispls), len(recvtypes))
+	}
+	lay := &blockLayout{send: send, recv: recv, in: make([]span, n), work: make([]span, n)}
+	sent := 0
+	for i := range n {
+		var err error
+		if lay.in[i], err = spanOf("send", i, send, sdispls[i], sendtypes[i]); err != nil {
+			return nil, err
+		}
+		if lay.work[i], err = spanOf("recv", i, recv, rdispls[i], recvtypes[i]); err != nil {
+			return nil, err
+		}
+		sent += lay.in[i].size()
+	}
+	if lay.in[c.rank].size() != lay.work[c.rank].size() {
+		return nil, invalidArg("alltoallw: block sizes differ: rank %d sends itself %d bytes but expects %d", c.rank, lay.in[c.rank].size(), lay.work[c.rank].size())
+	}
+	if err := checkRuns(send, lay.in, recv, lay.work); err != nil {
+		return nil, err
+	}
+	a := c.choose(sched.AllToAllw, 0)
+	sig := signature(sched.AllToAllw, noType, 0, 0, -1, a.name)
+	p := c.params(sched.AllToAllw, Uint8, 1, 0, -1)
+	return c.newReq(sched.AllToAllw, a, noType, sent, func(x *execCtx) error {
+		x.start(sig, a, 0)
+		return x.scheduleBlocks(a, p, lay)
+	})
+}
+
+// spanOf checks block i of one side and returns where it lies in buf.
+func spanOf(side string, i int, buf []byte, disp int, t BlockType) (span, error) {
+	if !t.Type.Valid() {
+		return span{}, invalidArg("alltoallw %s type %d: unknown datatype %d", side, i, int32(t.Type))
+	}
+	if disp < 0 || t.Count < 0 || t.BlockLen < 0 || t.Stride < 0 {
+		return span{}, invalidArg("alltoallw %s block %d: negative displacement, count, block length or stride (%d, %+v)", side, i, disp, t)
+	}
+	if t.Count == 0 || t.BlockLen == 0 {
+		return span{off: min(disp, len(buf))}, nil
+	}
+	if t.Count > 1 && t.Stride < t.BlockLen {
+		return span{}, invalidArg("alltoallw %s block %d: stride %d is shorter than the block length %d: its runs overlap", side, i, t.Stride, t.BlockLen)
+	}
+	es := t.Type.Size()
+	// In elements, without overflowing: (Count-1)·Stride + BlockLen must
+	// fit in what follows disp.
+	room := 0
+	if disp <= len(buf) {
+		room = (len(buf) - disp) / es
+	}
+	if t.BlockLen > room || t.Count > 1 && (t.Count-1) > (room-t.BlockLen)/t.Stride {
+		return span{}, invalidArg("alltoallw %s block %d (%+v at byte %d) ends past the buffer (%d bytes)", side, i, t, disp, len(buf))
+	}
+	return span{off: disp, n: t.BlockLen * es, runs: t.Count, stride: t.Stride * es}, nil
+}
+
+// checkRuns refuses receive blocks that overlap each other or a send
+// block, run by run (strided blocks may interleave without touching).
+func checkRuns(send []byte, in []span, recv []byte, work []span) error {
+	type run struct {
+		lo, hi uintptr
+		block  int
+		recv   bool
+	}
+	var runs []run
+	add := func(buf []byte, spans []span, isRecv bool) {
+		base := addr(buf)
+		for b, sp := range spans {
+			for k := range sp.runs {
+				if sp.n > 0 {
+					lo := base + uintptr(sp.off+k*sp.stride)
+					runs = append(runs, run{lo, lo + uintptr(sp.n), b, isRecv})
+				}
+			}
+		}
+	}
+	add(recv, work, true)
+	if overlap(send, len(send), recv, len(recv)) {
+		add(send, in, false)
+	}
+	slices.SortFunc(runs, func(a, b run) int {
+		switch {
+		case a.lo < b.lo:
+			return -1
+		case a.lo > b.lo:
+			return 1
+		}
+		return 0
+	})
+	// The furthest-reaching receive run and send run so far.
+	var lastRecv, lastSend *run
+	for i := range runs {
+		r := &runs[i]
+		if lastRecv != nil && r.lo < lastRecv.hi {
+			if r.recv {
+				return invalidArg("alltoallw receive blocks %d and %d overlap", lastRecv.block, r.block)
+			}
+			return invalidArg("alltoallw send block %d overlaps receive block %d", r.block, lastRecv.block)
+		}
+		if r.recv && lastSend != nil && r.lo < lastSend.hi {
+			return invalidArg("alltoallw send block %d overlaps receive block %d", lastSend.block, r.block)
+		}
+		if r.recv && (lastRecv == nil || r.hi > lastRecv.hi) {
+			lastRecv = r
+		}
+		if !r.recv && (lastSend == nil || r.hi > lastSend.hi) {
+			lastSend = r
+		}
+	}
+	return nil
+}

@@ -1,0 +1,309 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/gocoll/gocoll/engine/sched"
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// The aggregated all-to-all under document 001's control tree
+// (aggregate-tree; sched/control.go has the protocol): no rank knows
+// before the call who repacks which sub-matrix, or in which order the
+// decisions come. Each rank runs the tree's protocol on this goroutine —
+// its registration up, its children's forwarded, the root's decisions
+// down, each forwarded to the children before it is acted on — while a
+// second goroutine issues the data movement of each batch of decisions it
+// learns into a block-mode runner (sched.RankOps). The protocol's messages
+// and the data share each pair's stream in an order no rank can predict,
+// so every receive takes its message by tag from a per-peer mailbox.
+
+// Control messages' tags stay clear of the data's (3 per sub-matrix).
+const (
+	tagUp   = 1 << 31 // | index of the registration message on its edge
+	tagDown = 1 << 30 // | index of the decision message on its edge
+)
+
+// mailbox takes one peer's messages of a matched run in whatever order
+// they come and hands each to the receive of its tag. It reads from the
+// transport only while it has more receives posted than messages read, so
+// it never takes a message of the next collective.
+type mailbox struct {
+	mu      sync.Mutex
+	posted  int
+	read    int
+	reading bool
+	msgs    map[uint32][]byte
+	waiting map[uint32]chan struct{}
+}
+
+// mailRecv waits for the message with tag from peer.
+func (r *runner) mailRecv(peer int, tag uint32) ([]byte, error) {
+	mb := r.mail[peer]
+	mb.mu.Lock()
+	if _, dup := mb.waiting[tag]; dup {
+		mb.mu.Unlock()
+		return nil, fmt.Errorf("gocoll: two receives of tag %d from rank %d", tag, peer)
+	}
+	ch := make(chan struct{})
+	mb.waiting[tag] = ch
+	if _, in := mb.msgs[tag]; in {
+		close(ch)
+	}
+	mb.posted++
+	start := !mb.reading && mb.read < mb.posted
+	mb.reading = mb.reading || start
+	mb.mu.Unlock()
+	if start {
+		r.wg.Add(1)
+		go r.readMail(peer)
+	}
+	select {
+	case <-ch:
+	case <-r.failed:
+		return nil, errStopped
+	}
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	msg := mb.msgs[tag]
+	delete(mb.msgs, tag)
+	return msg, nil
+}
+
+// errStopped is what a wait returns once the run failed elsewhere (the
+// first error is the run's).
+var errStopped = fmt.Errorf("gocoll: stopped")
+
+// readMail reads peer's messages while receives are posted for them.
+func (r *runner) readMail(peer int) {
+	defer r.wg.Done()
+	mb := r.mail[peer]
+	for {
+		mb.mu.Lock()
+		if mb.read >= mb.posted || r.stopped() {
+			mb.reading = false
+			mb.mu.Unlock()
+			return
+		}
+		mb.mu.Unlock()
+		h, msg, err := r.x.recvVar(peer)
+		if err != nil {
+			r.fail(err)
+			mb.mu.Lock()
+			mb.reading = false
+			mb.mu.Unlock()
+			return
+		}
+		mb.mu.Lock()
+		mb.read++
+		if _, dup := mb.msgs[h.Step]; dup {
+			mb.reading = false
+			mb.mu.Unlock()
+			r.fail(&peerError{peer: peer, err: fmt.Errorf("%w: rank %d sent two messages with step %d", transport.ErrProtocol, peer, h.Step)})
+			return
+		}
+		mb.msgs[h.Step] = msg
+		if ch, ok := mb.waiting[h.Step]; ok {
+			close(ch)
+		}
+		mb.mu.Unlock()
+	}
+}
+
+// runTree runs the aggregated all-to-all for p's ranks and sub-groups
+// under the control tree, over the call's layout (in block mode, whatever
+// the collective).
+func (x *execCtx) runTree(p sched.Params, lay *blockLayout) error {
+	p.ElemSize, p.Count = 1, 1
+	tree, err := sched.NewTree(p)
+	if err != nil {
+		return fmt.Errorf("gocoll: %s control tree for %d ranks: %w", p.Coll, p.N, err)
+	}
+	n, me := x.size(), x.rank()
+	r := x.newRunner(noType, 0)
+	r.blk = &blockState{lay: lay}
+	defer r.blk.release(x.c)
+	r.mail = make([]*mailbox, n)
+	for i := range r.mail {
+		r.mail[i] = &mailbox{msgs: map[uint32][]byte{}, waiting: map[uint32]chan struct{}{}}
+	}
+	r.sendMu = make([]sync.Mutex, n)
+
+	// The data movement: batches of decisions, in the root's order.
+	batches := make(chan []sched.Decision, tree.Subs()+1)
+	issued := make(chan struct{})
+	go func() {
+		defer close(issued)
+		ops := tree.RankOps(me)
+		issue := func(o sched.Op) bool {
+			if r.stopped() {
+				return false
+			}
+			r.issue(&o)
+			return true
+		}
+		ops.Prologue(issue)
+		round := 0
+		for b := range batches {
+			// Take what else came meanwhile: one batch's sends go out
+			// before any of its repacking waits.
+			for more := true; more; {
+				select {
+				case next, ok := <-batches:
+					b, more = append(b, next...), ok
+				default:
+					more = false
+				}
+			}
+			ops.Batch(b, round, issue)
+			round++
+		}
+		ops.Epilogue(round, issue)
+	}()
+
+	err = x.control(r, tree, batches)
+	close(batches)
+	<-issued
+	r.wg.Wait()
+	if r.err != nil {
+		return r.err
+	}
+	if err != nil {
+		return err
+	}
+	for peer, mb := range r.mail {
+		if len(mb.msgs) > 0 || mb.read != mb.posted {
+			return &peerError{peer: peer, err: fmt.Errorf("%w: %d messages from rank %d left unread", transport.ErrProtocol, len(mb.msgs), peer)}
+		}
+	}
+	return nil
+}
+
+// control runs this rank's node of the tree until it has sent and
+// received every control message, handing decisions to batches.
+func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.Decision) error {
+	me := x.rank()
+	node := tree.Node(me)
+	parent, children := tree.Parent(me), tree.Children(me)
+	type event struct {
+		from int
+		msg  []byte
+		err  error
+	}
+	events := make(chan event, len(children)+1)
+	sentUp, sentDown := 0, map[int]int{}
+	gotUp, gotDown := map[int]int{}, 0
+	outstanding := 0
+	post := func(from int, tag uint32) {
+		outstanding++
+		go func() {
+			msg, err := r.mailRecv(from, tag)
+			events <- event{from, msg, err}
+		}()
+	}
+	// expect posts the next receive from each neighbour that has more to
+	// say and none posted.
+	posted := map[int]bool{}
+	expect := func() {
+		for _, c := range children {
+			if !posted[c] && node.ExpectsUp(c) {
+				posted[c] = true
+				post(c, tagUp|uint32(gotUp[c]))
+			}
+		}
+		if parent >= 0 && !posted[parent] && !node.Complete() {
+			posted[parent] = true
+			post(parent, tagDown|uint32(gotDown))
+		}
+	}
+	act := func(out []sched.Msg, decided []sched.Decision) error {
+		for _, m := range out {
+			var body []byte
+			var tag uint32
+			if m.Up {
+				body = make([]byte, 4*len(m.Ranks))
+				for i, q := range m.Ranks {
+					binary.LittleEndian.PutUint32(body[4*i:], uint32(q))
+				}
+				tag = tagUp | uint32(sentUp)
+				sentUp++
+			} else {
+				body = make([]byte, 8*len(m.Decisions))
+				for i, d := range m.Decisions {
+					binary.LittleEndian.PutUint32(body[8*i:], uint32(d.Sub))
+					binary.LittleEndian.PutUint32(body[8*i+4:], uint32(d.Rep))
+				}
+				tag = tagDown | uint32(sentDown[m.To])
+				sentDown[m.To]++
+			}
+			if err := r.sendMsg(m.To, int(tag), body); err != nil {
+				return err
+			}
+		}
+		if len(decided) > 0 {
+			batches <- slices.Clone(decided)
+		}
+		return nil
+	}
+	if err := act(node.Arrive()); err != nil {
+		r.fail(err)
+		return err
+	}
+	expect()
+	for outstanding > 0 {
+		ev := <-events
+		outstanding--
+		posted[ev.from] = false
+		if ev.err != nil {
+			// Drain the other receives: they return once the run stops.
+			r.fail(ev.err)
+			for ; outstanding > 0; outstanding-- {
+				<-events
+			}
+			return ev.err
+		}
+		var out []sched.Msg
+		var decided []sched.Decision
+		var err error
+		if ev.from == parent {
+			gotDown++
+			ds := make([]sched.Decision, len(ev.msg)/8)
+			for i := range ds {
+				ds[i] = sched.Decision{Sub: int(binary.LittleEndian.Uint32(ev.msg[8*i:])), Rep: int(binary.LittleEndian.Uint32(ev.msg[8*i+4:]))}
+			}
+			if len(ev.msg)%8 != 0 || len(ds) == 0 {
+				err = fmt.Errorf("%w: a %d-byte decision message", transport.ErrProtocol, len(ev.msg))
+			} else {
+				out, decided, err = node.Down(ds)
+			}
+		} else {
+			gotUp[ev.from]++
+			ranks := make([]int, len(ev.msg)/4)
+			for i := range ranks {
+				ranks[i] = int(binary.LittleEndian.Uint32(ev.msg[4*i:]))
+			}
+			if len(ev.msg)%4 != 0 || len(ranks) == 0 {
+				err = fmt.Errorf("%w: a %d-byte registration message", transport.ErrProtocol, len(ev.msg))
+			} else {
+				out, decided, err = node.Up(ev.from, ranks)
+			}
+		}
+		x.c.putScratch(ev.msg)
+		if err == nil {
+			err = act(out, decided)
+		}
+		if err != nil {
+			err = &peerError{peer: ev.from, err: err}
+			r.fail(err)
+			for ; outstanding > 0; outstanding-- {
+				<-events
+			}
+			return err
+		}
+		expect()
+	}
+	return nil
+}
