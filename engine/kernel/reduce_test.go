@@ -613,8 +613,8 @@ func TestLargeBuffers(t *testing.T) {
 						checkOne(t, r, dt, op, n, o)
 					}
 				}
-				for _, o := range []offs{{0, 0, 0}, {1, 3, 5}} {
-					if !dt.IsFloat() {
+				if dt == Int16 || dt == Uint64 || dt == Bool { // the bitwise loop is one for all widths
+					for _, o := range []offs{{0, 0, 0}, {1, 3, 5}} {
 						checkOne(t, r, dt, Bxor, n, o)
 					}
 				}
