@@ -91,6 +91,17 @@ func capi_GetUniqueId(id *C.char) (rc C.int) {
 func capi_CommInitRank(commOK C.int, out *C.uintptr_t, nranks C.int, id *C.char, rank C.int) (rc C.int) {
 	const name = "gocollCommInitRank"
 	defer guard(name, &rc)
+	return initRank(name, commOK, out, nranks, id, rank, nil)
+}
+
+//export capi_CommInitRankConfig
+func capi_CommInitRankConfig(commOK C.int, out *C.uintptr_t, nranks C.int, id *C.char, rank C.int, cfg *C.gocollConfig_t) (rc C.int) {
+	const name = "gocollCommInitRankConfig"
+	defer guard(name, &rc)
+	return initRank(name, commOK, out, nranks, id, rank, cfg)
+}
+
+func initRank(name string, commOK C.int, out *C.uintptr_t, nranks C.int, id *C.char, rank C.int, cfg *C.gocollConfig_t) C.int {
 	if commOK == 0 {
 		return fail(name, nil, argErr("comm is NULL"))
 	}
@@ -99,7 +110,11 @@ func capi_CommInitRank(commOK C.int, out *C.uintptr_t, nranks C.int, id *C.char,
 	}
 	var uid engine.UniqueID
 	copy(uid[:], unsafe.Slice((*byte)(unsafe.Pointer(id)), len(uid)))
-	opts, err := options()
+	settings, err := configSettings(cfg)
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	opts, err := options(settings...)
 	if err != nil {
 		return fail(name, nil, err)
 	}
@@ -115,10 +130,25 @@ func capi_CommInitRank(commOK C.int, out *C.uintptr_t, nranks C.int, id *C.char,
 func capi_CommInitFromEnv(commOK C.int, out *C.uintptr_t) (rc C.int) {
 	const name = "gocollCommInitFromEnv"
 	defer guard(name, &rc)
+	return initFromEnv(name, commOK, out, nil)
+}
+
+//export capi_CommInitFromEnvConfig
+func capi_CommInitFromEnvConfig(commOK C.int, out *C.uintptr_t, cfg *C.gocollConfig_t) (rc C.int) {
+	const name = "gocollCommInitFromEnvConfig"
+	defer guard(name, &rc)
+	return initFromEnv(name, commOK, out, cfg)
+}
+
+func initFromEnv(name string, commOK C.int, out *C.uintptr_t, cfg *C.gocollConfig_t) C.int {
 	if commOK == 0 {
 		return fail(name, nil, argErr("comm is NULL"))
 	}
-	opts, err := options()
+	settings, err := configSettings(cfg)
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	opts, err := options(settings...)
 	if err != nil {
 		return fail(name, nil, err)
 	}

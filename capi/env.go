@@ -28,9 +28,10 @@ func cGetenv(key string) string {
 }
 
 // options reads the GOCOLL_* settings, and later the launcher's variables,
-// from the C environment.
-func options() (engine.Options, error) {
-	opts, err := engine.OptionsFromEnv(cGetenv)
+// from the C environment; settings (a gocollConfig_t's) win over the
+// variables they name.
+func options(settings ...engine.Setting) (engine.Options, error) {
+	opts, err := engine.OptionsFromSettings(cGetenv, settings...)
 	if err != nil {
 		return opts, err
 	}

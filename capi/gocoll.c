@@ -76,6 +76,22 @@ gocollResult_t gocollCommInitFromEnv(gocollComm_t* comm) {
   return rc;
 }
 
+gocollResult_t gocollCommInitRankConfig(gocollComm_t* comm, int nranks, gocollUniqueId id, int rank,
+                                        const gocollConfig_t* config) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommInitRankConfig(comm != NULL, &out, nranks, id.internal, rank,
+                                                               (gocollConfig_t*)config);
+  if (rc == gocollSuccess) *comm = (gocollComm_t)out;
+  return rc;
+}
+
+gocollResult_t gocollCommInitFromEnvConfig(gocollComm_t* comm, const gocollConfig_t* config) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommInitFromEnvConfig(comm != NULL, &out, (gocollConfig_t*)config);
+  if (rc == gocollSuccess) *comm = (gocollComm_t)out;
+  return rc;
+}
+
 gocollResult_t gocollCommSplit(gocollComm_t comm, int color, int key, gocollComm_t* newcomm) {
   uintptr_t out = 0;
   gocollResult_t rc = (gocollResult_t)capi_CommSplit(h(comm), color, key, newcomm != NULL, &out);

@@ -47,9 +47,12 @@
  *   ranks with exec (or a launcher: torchrun, mpirun, srun). dlclose() is
  *   not supported.
  * - Settings come from the environment (GOCOLL_TIMEOUT, GOCOLL_ALGO,
- *   GOCOLL_DEBUG, GOCOLL_SOCKET_IFNAME, GOCOLL_TRANSPORT, ...; see README).
- *   They are read when a communicator or unique id is created; a malformed
- *   value makes that call fail with gocollInvalidArgument.
+ *   GOCOLL_DEBUG, GOCOLL_SOCKET_IFNAME, GOCOLL_TRANSPORT, ...; see README)
+ *   or, per communicator, from a gocollConfig_t (gocollCommInitRankConfig),
+ *   whose fields win over the variables. They are read when a communicator
+ *   or unique id is created; a malformed value makes that call fail with
+ *   gocollInvalidArgument. "GOCOLL_TIMEOUT" below means the communicator's
+ *   timeout: its config's timeoutMs when set.
  *
  * Result codes, in general
  * ------------------------
@@ -123,7 +126,11 @@ typedef enum {
 
 /* Element types. float16 is IEEE 754 binary16, bfloat16 the upper half of a
  * binary32; each step of a reduction on them is computed in float32 and
- * rounded once back to nearest even. */
+ * rounded once back to nearest even. gocollBool is one byte per element
+ * (C's bool, torch.bool, numpy.bool_): 0 is false, any other byte is true.
+ * 10 and 11 are not types here: they are NCCL's ncclFloat8e4m3 and
+ * ncclFloat8e5m2, kept free so that every number means the same type in
+ * both libraries (gocollNumTypes is one past the largest type number). */
 typedef enum {
   gocollInt8 = 0, gocollChar = 0,
   gocollUint8 = 1,
@@ -135,20 +142,91 @@ typedef enum {
   gocollFloat32 = 7, gocollFloat = 7,
   gocollFloat64 = 8, gocollDouble = 8,
   gocollBfloat16 = 9,
-  gocollNumTypes = 10
+  gocollInt16 = 12,
+  gocollBool = 13,
+  gocollNumTypes = 14
 } gocollDataType_t;
 
-/* Reduction operators. Integer arithmetic wraps around (two's complement);
- * gocollAvg is the sum divided by the number of ranks, truncated toward zero
- * for integer types (as in C), rounded to nearest for floating types. */
+/* Reduction operators. Integer arithmetic wraps around (two's complement,
+ * int16 included, as in torch); gocollAvg is the sum divided by the number
+ * of ranks, truncated toward zero for integer types (as in C), rounded to
+ * nearest for floating types. gocollBand, gocollBor and gocollBxor are
+ * bitwise and, or and exclusive or (torch's BAND, BOR, BXOR), on integer
+ * types and gocollBool only.
+ *
+ * On gocollBool the ops follow torch (ProcessGroupNCCL and Gloo): Sum, Max
+ * and Bor are logical or, Prod, Min and Band logical and, Bxor logical
+ * exclusive or; every result byte is 0 or 1 whatever nonzero bytes the
+ * inputs held. (On a single rank nothing is combined and the input is
+ * copied as it is, as NCCL and Gloo do.)
+ *
+ * Refused with gocollInvalidArgument, on every rank and before anything is
+ * sent: the bitwise ops on floating types, gocollAvg on gocollBool. */
 typedef enum {
   gocollSum = 0,
   gocollProd = 1,
   gocollMax = 2,
   gocollMin = 3,
   gocollAvg = 4,
-  gocollNumOps = 5
+  gocollBand = 5,
+  gocollBor = 6,
+  gocollBxor = 7,
+  gocollNumOps = 8
 } gocollRedOp_t;
+
+/* Per-communicator settings, the counterpart of NCCL's ncclConfig_t, for
+ * gocollCommInitRankConfig and gocollCommInitFromEnvConfig. Each field
+ * stands for one GOCOLL_* variable, takes that variable's values, and wins
+ * over it for this communicator only; a field left unset
+ * (GOCOLL_CONFIG_UNDEF_INT, NULL or "") falls back to the variable, then to
+ * the default. Two communicators of one process can so have different
+ * timeouts, algorithms or log levels.
+ *
+ * Always start from GOCOLL_CONFIG_INITIALIZER, which fills the header
+ * (size, magic, version) and leaves every field unset; then set the fields
+ * you want:
+ *
+ *     gocollConfig_t config = GOCOLL_CONFIG_INITIALIZER;
+ *     config.timeoutMs = 30000;
+ *     config.algo = "allreduce=ring";
+ *     gocollCommInitRankConfig(&comm, nranks, id, rank, &config);
+ *
+ * The header lets the struct grow: a program built with this header keeps
+ * working with later libraries, which read only the fields its version
+ * has. A header that is not one this library knows (size, magic or
+ * version), as from a newer gocoll.h than the library or from a struct
+ * not made with the initializer, is refused with gocollInvalidArgument.
+ * The library copies what it needs during the call: the strings may be
+ * freed afterwards. */
+#define GOCOLL_CONFIG_MAGIC 0x60c011cfu
+#define GOCOLL_CONFIG_VERSION 1
+#define GOCOLL_CONFIG_UNDEF_INT (-2147483647 - 1) /* INT_MIN: "not set" for int fields */
+
+typedef struct gocollConfig_v1 {
+  size_t size;          /* sizeof(gocollConfig_t) */
+  unsigned int magic;   /* GOCOLL_CONFIG_MAGIC */
+  unsigned int version; /* GOCOLL_CONFIG_VERSION: the layout of the fields below */
+  int timeoutMs;        /* GOCOLL_TIMEOUT: bound of every wait, in milliseconds (> 0) */
+  const char* algo;     /* GOCOLL_ALGO: "ring", or "allreduce=hd,alltoall=bruck", ... */
+  const char* debug;    /* GOCOLL_DEBUG: "DEBUG", "INFO", "WARN", "ERROR" or "OFF" */
+  const char* debugFile;    /* GOCOLL_DEBUG_FILE: log file (%h host, %p pid) */
+  const char* transport;    /* GOCOLL_TRANSPORT: "auto" or "tcp" */
+  const char* socketIfname; /* GOCOLL_SOCKET_IFNAME: network interface for TCP */
+  const char* netBandwidth; /* GOCOLL_NET_BANDWIDTH: a host's link, e.g. "25gbit" */
+  const char* dumpDir;      /* GOCOLL_DUMP_DIR: where flight-recorder dumps go */
+  int cma;              /* GOCOLL_CMA: 1, or 0 to keep ranks from reading each other's memory */
+  int bruckRadix;       /* GOCOLL_BRUCK_RADIX: >= 2 */
+  int hdSegments;       /* GOCOLL_HD_SEGMENTS: >= 1 */
+  int flightRecords;    /* GOCOLL_FLIGHT_RECORDS: 0 (off) to 1048576 */
+} gocollConfig_t;
+
+#define GOCOLL_CONFIG_INITIALIZER {                                        \
+  sizeof(gocollConfig_t), GOCOLL_CONFIG_MAGIC, GOCOLL_CONFIG_VERSION,      \
+  GOCOLL_CONFIG_UNDEF_INT,                    /* timeoutMs */              \
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL,   /* algo ... dumpDir */       \
+  GOCOLL_CONFIG_UNDEF_INT, GOCOLL_CONFIG_UNDEF_INT,  /* cma, bruckRadix */ \
+  GOCOLL_CONFIG_UNDEF_INT, GOCOLL_CONFIG_UNDEF_INT   /* hdSegments, flightRecords */ \
+}
 
 /* ------------------------------------------------------------------------- */
 /* Library, errors                                                           */
@@ -219,6 +297,21 @@ gocollResult_t gocollCommInitRank(gocollComm_t* comm, int nranks, gocollUniqueId
  * Errors: as gocollCommInitRank; gocollInvalidArgument also when the
  * variables are missing, malformed or inconsistent. */
 gocollResult_t gocollCommInitFromEnv(gocollComm_t* comm);
+
+/* gocollCommInitRank and gocollCommInitFromEnv with settings of the
+ * communicator's own (see gocollConfig_t), like ncclCommInitRankConfig.
+ * config NULL means every field unset: the environment's settings, as the
+ * calls without Config. The communicator keeps its settings for its whole
+ * life; communicators made from it with gocollCommSplit have them too.
+ * (The rendezvous service that gocollGetUniqueId starts follows the
+ * environment's GOCOLL_TIMEOUT.)
+ * Errors: as gocollCommInitRank / gocollCommInitFromEnv;
+ * gocollInvalidArgument also when config's size, magic or version is not
+ * one this library knows, or a field holds a value its variable would not
+ * take (the text names the field). */
+gocollResult_t gocollCommInitRankConfig(gocollComm_t* comm, int nranks, gocollUniqueId id, int rank,
+                                        const gocollConfig_t* config);
+gocollResult_t gocollCommInitFromEnvConfig(gocollComm_t* comm, const gocollConfig_t* config);
 
 /* Splits comm: ranks passing the same color form a new communicator, ranked
  * by key (ties broken by rank in comm). Collective over comm: every rank

@@ -159,14 +159,14 @@ func parseAlgoSpec(s string) (algoSpec, error) {
 		cname, name, found := strings.Cut(part, "=")
 		if !found {
 			if !knownAnywhere(part) {
-				return spec, fmt.Errorf("%w: GOCOLL_ALGO: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
+				return spec, fmt.Errorf("%w: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
 			}
 			spec.bare = part
 			continue
 		}
 		coll, ok := sched.ParseColl(cname)
 		if !ok || lookup(coll, name) == nil {
-			return spec, fmt.Errorf("%w: GOCOLL_ALGO: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
+			return spec, fmt.Errorf("%w: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
 		}
 		spec.per[coll] = name
 	}

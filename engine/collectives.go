@@ -51,9 +51,11 @@ func checkType(dt DataType) error {
 	return nil
 }
 
-func checkOp(op RedOp) error {
-	if !op.Valid() {
-		return invalidArg("unknown reduction op %d", int32(op))
+// checkOp refuses unknown ops and ops not defined on dt (bitwise ops on
+// floating-point types, avg on bool) before anything is sent.
+func checkOp(dt DataType, op RedOp) error {
+	if err := kernel.CheckOp(dt, op); err != nil {
+		return invalidArg("%v", err)
 	}
 	return nil
 }
@@ -120,7 +122,7 @@ func (c *Comm) AllReduceOp(send, recv []byte, count int, dt DataType, op RedOp) 
 }
 
 func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp) (*Request, error) {
-	if err := firstErr(checkType(dt), checkOp(op), checkBuf("send", send, count, dt), checkBuf("recv", recv, count, dt)); err != nil {
+	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("send", send, count, dt), checkBuf("recv", recv, count, dt)); err != nil {
 		return nil, err
 	}
 	n := count * dt.Size()
@@ -163,7 +165,7 @@ func (c *Comm) ReduceOp(send, recv []byte, count int, dt DataType, op RedOp, roo
 }
 
 func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
-	if err := firstErr(checkType(dt), checkOp(op), c.checkRank("root", root), checkBuf("send", send, count, dt)); err != nil {
+	if err := firstErr(checkType(dt), checkOp(dt, op), c.checkRank("root", root), checkBuf("send", send, count, dt)); err != nil {
 		return nil, err
 	}
 	n := count * dt.Size()
@@ -320,7 +322,7 @@ func (c *Comm) ReduceScatterOp(send, recv []byte, recvcount int, dt DataType, op
 }
 
 func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
-	if err := firstErr(checkType(dt), checkOp(op), checkBuf("send", send, recvcount*c.size, dt), checkBuf("recv", recv, recvcount, dt)); err != nil {
+	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("send", send, recvcount*c.size, dt), checkBuf("recv", recv, recvcount, dt)); err != nil {
 		return nil, err
 	}
 	block := recvcount * dt.Size()

@@ -2,7 +2,11 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/gocoll/gocoll/engine/kernel"
 )
 
 // suite says which part of the matrix a conformance run covers.
@@ -24,6 +28,12 @@ func conformance(c *Comm, s suite) error {
 		es := dt.Size()
 		for _, count := range s.counts {
 			for _, op := range s.ops {
+				if kernel.CheckOp(dt, op) != nil {
+					if err := refused(c, s, dt, op, count); err != nil {
+						return err
+					}
+					continue
+				}
 				inputs := make([][]byte, n)
 				for q := range inputs {
 					inputs[q] = inputFor(dt, op, q, count, 0)
@@ -241,6 +251,30 @@ func dataMovement(c *Comm, s suite, dt DataType, count int) error {
 		}
 		if d := diffBytes(got, src(prev, 6)[:block], es); d != "" {
 			return fmt.Errorf("%s: %s", where("sendrecv"), d)
+		}
+	}
+	return nil
+}
+
+// refused checks that every reducing collective refuses an op that is not
+// defined on dt with ErrInvalidArgument, on every rank alike (nothing is
+// sent, so the ranks stay in step).
+func refused(c *Comm, s suite, dt DataType, op RedOp, count int) error {
+	n := c.Size()
+	buf := make([]byte, count*n*dt.Size())
+	for _, call := range []struct {
+		coll string
+		run  func() error
+	}{
+		{"allreduce", func() error { return c.AllReduce(buf[:count*dt.Size()], buf[:count*dt.Size()], count, dt, op) }},
+		{"reduce", func() error { return c.Reduce(buf[:count*dt.Size()], buf[:count*dt.Size()], count, dt, op, n-1) }},
+		{"reducescatter", func() error { return c.ReduceScatter(buf, make([]byte, count*dt.Size()), count, dt, op) }},
+	} {
+		if !s.has(call.coll) {
+			continue
+		}
+		if err := call.run(); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), op.String()) {
+			return fmt.Errorf("%s %s/%s count=%d: got %v, want ErrInvalidArgument naming the op", call.coll, dt, op, count, err)
 		}
 	}
 	return nil

@@ -53,8 +53,10 @@ func newLocal(t testing.TB, n int, opts Options) []*Comm {
 // setElem stores the small integer v as element i of buf in type dt.
 func setElem(buf []byte, dt DataType, i int, v int64) {
 	switch dt {
-	case Int8, Uint8:
+	case Int8, Uint8, Bool:
 		buf[i] = byte(v)
+	case Int16:
+		binary.NativeEndian.PutUint16(buf[2*i:], uint16(v))
 	case Int32, Uint32:
 		binary.NativeEndian.PutUint32(buf[4*i:], uint32(v))
 	case Int64, Uint64:
@@ -72,12 +74,18 @@ func setElem(buf []byte, dt DataType, i int, v int64) {
 
 // inputFor fills a buffer whose reductions are exact in every type and any
 // association: small values, and only 1s and 2s under prod for floats.
+// Bool inputs are bytes 0, 1 and 2 (true too, so that results show they are
+// normalised to 1); bitwise ops get values of both signs, sign bits set.
 func inputFor(dt DataType, op RedOp, rank, count, salt int) []byte {
 	b := make([]byte, count*dt.Size())
 	for i := 0; i < count; i++ {
 		v := int64((rank*7 + i*3 + salt*5) % 5)
 		switch {
-		case op == Prod && (dt == Float16 || dt == Bfloat16 || dt == Float32 || dt == Float64):
+		case dt == Bool:
+			v = int64((rank*5 + i*7 + salt) % 3)
+		case op.IsBitwise():
+			v = int64((rank*37+i*101+salt*7)%251) - 125
+		case op == Prod && dt.IsFloat():
 			v = v%2 + 1
 		case op == Max || op == Min:
 			v = int64((rank*13+i*11+salt)%200) - 100

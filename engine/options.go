@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,81 +107,120 @@ func (o Options) withDefaults() Options {
 // nil). Logging goes to stderr at GOCOLL_DEBUG's level (DEBUG, INFO, WARN,
 // ERROR; WARN when unset); GOCOLL_DEBUG=OFF silences it.
 func OptionsFromEnv(getenv func(string) string) (Options, error) {
+	return OptionsFromSettings(getenv)
+}
+
+// Setting gives one GOCOLL_* setting a value of its own for one
+// communicator (a field of the C library's gocollConfig_t, a keyword of
+// Python's gocoll.init), in place of the environment's.
+type Setting struct {
+	Var   string // the variable it replaces, e.g. "GOCOLL_TIMEOUT"
+	Value string // in that variable's syntax; "" means unset: the environment's value applies
+	Field string // what error messages call it, e.g. "gocollConfig_t.timeoutMs"
+}
+
+// OptionsFromSettings is OptionsFromEnv where each setting's value wins
+// over its variable: the same parsing and checks for both (a bad value is
+// an ErrInvalidArgument naming the setting's Field), so a communicator's
+// own settings can never mean something else than the variables. A
+// setting for a variable this function does not read is an error.
+func OptionsFromSettings(getenv func(string) string, settings ...Setting) (Options, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	o := Options{Getenv: getenv}
-	if v := getenv("GOCOLL_TIMEOUT"); v != "" {
+	own := map[string]Setting{}
+	for _, st := range settings {
+		if !slices.Contains(settingVars, st.Var) {
+			return o, fmt.Errorf("%w: %s: %s is no per-communicator setting", ErrInvalidArgument, st.Field, st.Var)
+		}
+		if st.Value != "" {
+			own[st.Var] = st
+		}
+	}
+	// get returns a setting's value and how to name it in an error.
+	get := func(name string) (value, what string) {
+		if st, ok := own[name]; ok {
+			return st.Value, st.Field
+		}
+		return getenv(name), name
+	}
+	if v, what := get("GOCOLL_TIMEOUT"); v != "" {
 		d, err := parseDuration(v)
 		if err != nil || d <= 0 {
-			return o, fmt.Errorf("%w: GOCOLL_TIMEOUT=%q: want a duration such as 30s or a number of seconds", ErrInvalidArgument, v)
+			return o, fmt.Errorf("%w: %s=%q: want a duration such as 30s or a number of seconds", ErrInvalidArgument, what, v)
 		}
 		o.Timeout = d
 	}
-	o.Algo = getenv("GOCOLL_ALGO")
+	var what string
+	o.Algo, what = get("GOCOLL_ALGO")
 	if _, err := parseAlgoSpec(o.Algo); err != nil {
-		return o, err
+		return o, fmt.Errorf("%s=%q: %w", what, o.Algo, err)
 	}
 	for _, iv := range []struct {
 		name string
 		dst  *int
 		min  int
 	}{{"GOCOLL_BRUCK_RADIX", &o.BruckRadix, 2}, {"GOCOLL_HD_SEGMENTS", &o.Segments, 1}} {
-		if v := getenv(iv.name); v != "" {
+		if v, what := get(iv.name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < iv.min {
-				return o, fmt.Errorf("%w: %s=%q: want an integer ≥ %d", ErrInvalidArgument, iv.name, v, iv.min)
+				return o, fmt.Errorf("%w: %s=%q: want an integer ≥ %d", ErrInvalidArgument, what, v, iv.min)
 			}
 			*iv.dst = n
 		}
 	}
-	if v := getenv("GOCOLL_FLIGHT_RECORDS"); v != "" {
+	if v, what := get("GOCOLL_FLIGHT_RECORDS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 1<<20 {
-			return o, fmt.Errorf("%w: GOCOLL_FLIGHT_RECORDS=%q: want an integer from 0 (off) to 1048576", ErrInvalidArgument, v)
+			return o, fmt.Errorf("%w: %s=%q: want an integer from 0 (off) to 1048576", ErrInvalidArgument, what, v)
 		}
 		o.FlightRecords = n
 		if n == 0 {
 			o.FlightRecords = -1
 		}
 	}
-	o.DumpDir = getenv("GOCOLL_DUMP_DIR")
-	if v := getenv("GOCOLL_NET_BANDWIDTH"); v != "" {
+	o.DumpDir, _ = get("GOCOLL_DUMP_DIR")
+	if v, what := get("GOCOLL_NET_BANDWIDTH"); v != "" {
 		bw, err := topology.ParseRate(v)
 		if err != nil {
-			return o, fmt.Errorf("%w: GOCOLL_NET_BANDWIDTH=%q: want a rate such as 250mbit, 10gbit or 1.25GB", ErrInvalidArgument, v)
+			return o, fmt.Errorf("%w: %s=%q: want a rate such as 250mbit, 10gbit or 1.25GB", ErrInvalidArgument, what, v)
 		}
 		o.NetBandwidth = bw
 	}
-	o.SocketIfname = getenv("GOCOLL_SOCKET_IFNAME")
-	switch t := strings.ToLower(getenv("GOCOLL_TRANSPORT")); t {
+	o.SocketIfname, _ = get("GOCOLL_SOCKET_IFNAME")
+	v, what := get("GOCOLL_TRANSPORT")
+	switch t := strings.ToLower(v); t {
 	case "", "auto", "tcp":
 		o.Transport = t
 	default:
-		return o, fmt.Errorf("%w: GOCOLL_TRANSPORT=%q: want auto or tcp", ErrInvalidArgument, t)
+		return o, fmt.Errorf("%w: %s=%q: want auto or tcp", ErrInvalidArgument, what, t)
 	}
-	switch v := strings.ToLower(getenv("GOCOLL_CMA")); v {
+	v, what = get("GOCOLL_CMA")
+	switch strings.ToLower(v) {
 	case "", "1", "on", "true", "yes":
 	case "0", "off", "false", "no":
 		o.NoCMA = true
 	default:
-		return o, fmt.Errorf("%w: GOCOLL_CMA=%q: want 1 or 0", ErrInvalidArgument, v)
+		return o, fmt.Errorf("%w: %s=%q: want 1 or 0", ErrInvalidArgument, what, v)
 	}
 	// Warnings reach stderr unless silenced: they are what an operator
 	// needs to see (an unauthenticated job across hosts, a metrics port
 	// moved, refused connections), and a quiet default would hide them.
 	lvl := slog.LevelWarn
-	switch v := strings.ToUpper(getenv("GOCOLL_DEBUG")); v {
+	v, what = get("GOCOLL_DEBUG")
+	switch v := strings.ToUpper(v); v {
 	case "":
 	case "OFF", "NONE":
 		o.Logger = slog.New(slog.DiscardHandler)
 		return o, nil
 	default:
 		if err := lvl.UnmarshalText([]byte(v)); err != nil {
-			return o, fmt.Errorf("%w: GOCOLL_DEBUG=%q: want DEBUG, INFO, WARN, ERROR or OFF", ErrInvalidArgument, v)
+			return o, fmt.Errorf("%w: %s=%q: want DEBUG, INFO, WARN, ERROR or OFF", ErrInvalidArgument, what, v)
 		}
 	}
-	out, err := debugFile(getenv("GOCOLL_DEBUG_FILE"))
+	v, what = get("GOCOLL_DEBUG_FILE")
+	out, err := debugFile(v, what)
 	if err != nil {
 		return o, err
 	}
@@ -192,7 +232,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 // debugFile opens GOCOLL_DEBUG_FILE for appending, %h replaced by the host
 // name and %p by the process id as in NCCL_DEBUG_FILE (one file per
 // process: gocoll.%h.%p.log); unset, the log goes to stderr.
-func debugFile(pattern string) (io.Writer, error) {
+func debugFile(pattern, what string) (io.Writer, error) {
 	if pattern == "" {
 		return os.Stderr, nil
 	}
@@ -205,11 +245,19 @@ func debugFile(pattern string) (io.Writer, error) {
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%w: GOCOLL_DEBUG_FILE: %v", ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, what, err)
 	}
 	debugFiles.open[path] = f
 	return f, nil
 }
+
+// settingVars are the variables OptionsFromSettings reads: every one may
+// be a communicator's own Setting. (The launcher's variables, read when a
+// communicator joins from the environment, and GOCOLL_METRICS_ADDR, the
+// process's one metrics endpoint, are not per communicator.)
+var settingVars = []string{"GOCOLL_TIMEOUT", "GOCOLL_ALGO", "GOCOLL_BRUCK_RADIX", "GOCOLL_HD_SEGMENTS",
+	"GOCOLL_FLIGHT_RECORDS", "GOCOLL_DUMP_DIR", "GOCOLL_NET_BANDWIDTH", "GOCOLL_SOCKET_IFNAME",
+	"GOCOLL_TRANSPORT", "GOCOLL_CMA", "GOCOLL_DEBUG", "GOCOLL_DEBUG_FILE"}
 
 // debugFiles are the log files of this process, opened once each however
 // many communicators log to them (a per-process resource, like stderr: the

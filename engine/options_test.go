@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -118,5 +119,78 @@ func TestDebugFile(t *testing.T) {
 	}
 	if chosen != 4 { // 2 communicators × 2 ranks, once each
 		t.Errorf("%d algorithm lines, want 4:\n%s", chosen, text)
+	}
+}
+
+// TestOptionsFromSettings: a communicator's own settings win over the
+// environment, an empty one leaves the environment's value, and a bad
+// value is refused naming the setting rather than the variable.
+func TestOptionsFromSettings(t *testing.T) {
+	env := map[string]string{"GOCOLL_TIMEOUT": "90", "GOCOLL_ALGO": "ring", "GOCOLL_CMA": "0"}
+	getenv := func(k string) string { return env[k] }
+	o, err := OptionsFromSettings(getenv,
+		Setting{Var: "GOCOLL_TIMEOUT", Value: "1500ms", Field: "config.timeout"},
+		Setting{Var: "GOCOLL_ALGO", Value: "", Field: "config.algo"},
+		Setting{Var: "GOCOLL_TRANSPORT", Value: "tcp", Field: "config.transport"},
+		Setting{Var: "GOCOLL_DEBUG", Value: "off", Field: "config.debug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Timeout != 1500*time.Millisecond || o.Algo != "ring" || !o.NoCMA || o.Transport != "tcp" ||
+		o.Logger.Enabled(context.Background(), slog.LevelError) {
+		t.Errorf("settings over the environment: %+v", o)
+	}
+	for _, st := range []Setting{
+		{Var: "GOCOLL_TIMEOUT", Value: "-1s", Field: "config.timeout"},
+		{Var: "GOCOLL_ALGO", Value: "allreduce=nope", Field: "config.algo"},
+		{Var: "GOCOLL_DEBUG", Value: "loud", Field: "config.debug"},
+		{Var: "GOCOLL_BRUCK_RADIX", Value: "1", Field: "config.bruckRadix"},
+		{Var: "GOCOLL_RANK", Value: "1", Field: "config.rank"}, // not a communicator's setting
+	} {
+		_, err := OptionsFromSettings(getenv, st)
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), st.Field) || strings.Contains(err.Error(), st.Var+"=") {
+			t.Errorf("%+v: error %v, want ErrInvalidArgument naming %s", st, err, st.Field)
+		}
+	}
+	// The environment's own bad value is still reported as the variable.
+	env["GOCOLL_ALGO"] = "nope"
+	if _, err := OptionsFromSettings(getenv); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "GOCOLL_ALGO") {
+		t.Errorf("bad GOCOLL_ALGO: %v", err)
+	}
+	if _, err := OptionsFromSettings(getenv, Setting{Var: "GOCOLL_ALGO", Value: "hd", Field: "config.algo"}); err != nil {
+		t.Errorf("a setting replaces a bad variable: %v", err)
+	}
+}
+
+// TestTimeoutPerCommunicator: two communicators of one process with their
+// own deadlines. The short one times out while rank 1 stays away; the long
+// one, whose rank 0 has been waiting all that time too, still completes
+// when rank 1 then joins.
+func TestTimeoutPerCommunicator(t *testing.T) {
+	short := newLocal(t, 2, Options{Timeout: 100 * time.Millisecond})
+	long := newLocal(t, 2, Options{Timeout: 10 * time.Minute})
+	in := [2][]byte{make([]byte, 4), make([]byte, 4)}
+	putF32(in[0], 1)
+	putF32(in[1], 2)
+	req, err := long[0].IAllReduce(in[0], in[0], 1, Float32, Sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = short[0].AllReduce(make([]byte, 4), make([]byte, 4), 1, Float32, Sum)
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("short communicator: %v, want ErrTimeout", err)
+	}
+	if err := long[1].AllReduce(in[1], in[1], 1, Float32, Sum); err != nil {
+		t.Fatalf("long communicator, rank 1: %v", err)
+	}
+	if err := req.Wait(); err != nil {
+		t.Fatalf("long communicator, rank 0: %v", err)
+	}
+	want := make([]byte, 4)
+	putF32(want, 3)
+	for r, b := range in {
+		if !bytes.Equal(b, want) {
+			t.Errorf("rank %d: % x, want 3.0", r, b)
+		}
 	}
 }

@@ -55,7 +55,7 @@ func childMain(role string) int {
 	}
 	switch role {
 	case "conformance":
-		s := suite{dtypes: []DataType{Float32, Float16, Bfloat16, Int8, Uint64, Float64}, ops: []RedOp{Sum, Max, Avg, Prod}, counts: []int{0, 1, 13, 1000}}
+		s := suite{dtypes: []DataType{Float32, Float16, Bfloat16, Int8, Uint64, Float64, Int16, Bool}, ops: []RedOp{Sum, Max, Avg, Prod, Band, Bxor}, counts: []int{0, 1, 13, 1000}}
 		if err := conformance(c, s); err != nil {
 			fmt.Fprintf(os.Stderr, "rank %d: %v\n", c.Rank(), err)
 			return 1

@@ -19,10 +19,15 @@ const (
 	Float32  = kernel.Float32
 	Float64  = kernel.Float64
 	Bfloat16 = kernel.Bfloat16
+	Int16    = kernel.Int16
+	Bool     = kernel.Bool
 
 	Sum  = kernel.Sum
 	Prod = kernel.Prod
 	Max  = kernel.Max
 	Min  = kernel.Min
 	Avg  = kernel.Avg
+	Band = kernel.Band
+	Bor  = kernel.Bor
+	Bxor = kernel.Bxor
 )

@@ -526,8 +526,11 @@ func checkArgs(count int, dt engine.DataType, op engine.RedOp, reduce bool) erro
 	if !dt.Valid() {
 		return fmt.Errorf("%w: datatype %v", engine.ErrInvalidArgument, dt)
 	}
-	if reduce && !op.Valid() {
-		return fmt.Errorf("%w: reduction %v", engine.ErrInvalidArgument, op)
+	if !reduce {
+		return nil
+	}
+	if err := kernel.CheckOp(dt, op); err != nil {
+		return fmt.Errorf("%w: %v", engine.ErrInvalidArgument, err)
 	}
 	return nil
 }

@@ -293,6 +293,27 @@ func TestBadInput(t *testing.T) {
 		if err := c.Register(7, "w", nil); !errors.Is(err, engine.ErrInvalidArgument) {
 			return fmt.Errorf("register on a foreign device: got %v", err)
 		}
+		if err := c.AllReduce(two, two, 4, engine.Float32, engine.Band); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("band on float32: got %v", err)
+		}
+		if err := c.ReduceScatter(two, two, 4, engine.Bool, engine.Avg); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("avg on bool: got %v", err)
+		}
+		// bool or over the devices: device v's byte v is 2 (true), the
+		// rest 0; the result is normalised to 1.
+		flags := make([][]byte, len(c.Local()))
+		for k, v := range c.Local() {
+			flags[k] = make([]byte, 8)
+			flags[k][v] = 2
+		}
+		if err := c.AllReduce(flags, flags, 8, engine.Bool, engine.Bor); err != nil {
+			return err
+		}
+		for _, f := range flags {
+			if !bytes.Equal(f, []byte{1, 1, 1, 1, 0, 0, 0, 0}) {
+				return fmt.Errorf("bool bor: got %v", f)
+			}
+		}
 		return c.AllReduce(two, two, 4, engine.Float32, engine.Sum)
 	})
 	noErrors(t, errs)

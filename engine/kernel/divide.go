@@ -18,13 +18,15 @@ import (
 //   - float16/bfloat16: widened to float32, divided by float32(n) there, and
 //     rounded once back to nearest even.
 //
+// Bool has no average (it panics; CheckOp refuses Avg on it).
+//
 // NaN stays NaN: quiet, same sign and payload (the hardware's rule for
 // float32/64; half types follow Float32ToFloat16). n == 1 leaves buf
 // untouched. On amd64 the float types use AVX2/F16C kernels (bit-identical to
 // the Go loops); misaligned buffers go through an aligned scratch buffer.
 func DivideBy(buf []byte, dt DataType, n int) {
-	if !dt.Valid() {
-		panic(fmt.Sprintf("kernel: invalid data type %v", dt))
+	if err := CheckOp(dt, Avg); err != nil {
+		panic("kernel: DivideBy: " + err.Error())
 	}
 	if n < 1 {
 		panic(fmt.Sprintf("kernel: DivideBy(%d): divisor must be >= 1", n))
@@ -58,6 +60,8 @@ func divide(p unsafe.Pointer, cnt int, dt DataType, n int) {
 		divSmallSigned(unsafe.Slice((*int8)(p), cnt), n)
 	case Uint8:
 		divSmallUnsigned(unsafe.Slice((*uint8)(p), cnt), n)
+	case Int16:
+		divSmallSigned(unsafe.Slice((*int16)(p), cnt), n)
 	case Int32:
 		divSmallSigned(unsafe.Slice((*int32)(p), cnt), n)
 	case Uint32:
@@ -120,12 +124,12 @@ func divBulk[F float32 | float64](p unsafe.Pointer, cnt, size int, d F, fn func(
 
 func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
 
-// divSmallSigned truncates toward zero (n >= 2) for 8- and 32-bit integers,
+// divSmallSigned truncates toward zero (n >= 2) for 8-, 16- and 32-bit integers,
 // without a hardware divide: q = |x| / n by multiplying with
 // M = ceil(2^64 / n) and keeping the high 64 bits, exact for every 32-bit
 // |x| and n < 2^32 (Lemire, Kaser, Kurz, "Faster remainder by direct
 // computation", 2019), then the sign is put back.
-func divSmallSigned[T ~int8 | ~int32](s []T, n int) {
+func divSmallSigned[T ~int8 | ~int16 | ~int32](s []T, n int) {
 	w := int(unsafe.Sizeof(T(0))) * 8
 	if uint64(n) > uint64(1)<<(w-1) {
 		// |x| <= -min(T) < n: every quotient is 0.

@@ -20,6 +20,36 @@ func addI64AVX2(d, a, b unsafe.Pointer, nbytes int)
 func mulI32AVX2(d, a, b unsafe.Pointer, nbytes int)
 
 //go:noescape
+func addI16AVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func mulI16AVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func maxI16AVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func minI16AVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func andAVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func orAVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func xorAVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func orBoolAVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func andBoolAVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
+func xorBoolAVX2(d, a, b unsafe.Pointer, nbytes int)
+
+//go:noescape
 func maxI8AVX2(d, a, b unsafe.Pointer, nbytes int)
 
 //go:noescape
@@ -122,7 +152,7 @@ func addAsmKernels(t *kernTable) {
 	t.asmDivF16 = haveF16C
 	set := func(dt DataType, op RedOp, bulk bulkFn) {
 		t.k[dt][op] = kernEntry{fn: withTail(bulk, t.k[dt][op].fn, dt), anyAlign: true}
-		if op == Sum {
+		if op == Sum && CheckOp(dt, Avg) == nil {
 			t.k[dt][Avg] = t.k[dt][Sum]
 		}
 	}
@@ -132,6 +162,22 @@ func addAsmKernels(t *kernTable) {
 	set(Uint32, Sum, addI32AVX2)
 	set(Int64, Sum, addI64AVX2)
 	set(Uint64, Sum, addI64AVX2)
+	set(Int16, Sum, addI16AVX2)
+	set(Int16, Prod, mulI16AVX2)
+	set(Int16, Max, maxI16AVX2)
+	set(Int16, Min, minI16AVX2)
+	for _, dt := range []DataType{Int8, Uint8, Int16, Int32, Uint32, Int64, Uint64} {
+		set(dt, Band, andAVX2)
+		set(dt, Bor, orAVX2)
+		set(dt, Bxor, xorAVX2)
+	}
+	for _, op := range []RedOp{Sum, Max, Bor} {
+		set(Bool, op, orBoolAVX2)
+	}
+	for _, op := range []RedOp{Prod, Min, Band} {
+		set(Bool, op, andBoolAVX2)
+	}
+	set(Bool, Bxor, xorBoolAVX2)
 	set(Int32, Prod, mulI32AVX2) // low 32 bits of the product: same for both
 	set(Uint32, Prod, mulI32AVX2)
 	set(Int8, Max, maxI8AVX2)

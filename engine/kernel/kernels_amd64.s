@@ -65,6 +65,91 @@ TEXT ·addI64AVX2(SB), NOSPLIT, $0-32
 TEXT ·mulI32AVX2(SB), NOSPLIT, $0-32
 	INT_BODY(VPMULLD)
 
+TEXT ·addI16AVX2(SB), NOSPLIT, $0-32
+	INT_BODY(VPADDW)
+
+TEXT ·mulI16AVX2(SB), NOSPLIT, $0-32
+	INT_BODY(VPMULLW)
+
+TEXT ·maxI16AVX2(SB), NOSPLIT, $0-32
+	INT_BODY(VPMAXSW)
+
+TEXT ·minI16AVX2(SB), NOSPLIT, $0-32
+	INT_BODY(VPMINSW)
+
+// Bitwise ops: the same for every integer width.
+TEXT ·andAVX2(SB), NOSPLIT, $0-32
+	INT_BODY(VPAND)
+
+TEXT ·orAVX2(SB), NOSPLIT, $0-32
+	INT_BODY(VPOR)
+
+TEXT ·xorAVX2(SB), NOSPLIT, $0-32
+	INT_BODY(VPXOR)
+
+// Bool: min(x, 1) per unsigned byte is 1 for every byte but 0 (truth),
+// with Y15 holding 1 in every byte. or = truth(a|b), and =
+// min(truth(a), b), xor = truth(a)^truth(b). STEP(R, T, OFF) computes the
+// 32 result bytes at OFF into R (T is scratch).
+#define BOOL_OR(R, T, OFF) \
+	VMOVDQU OFF(SI), R; \
+	VPOR OFF(DX), R, R; \
+	VPMINUB Y15, R, R
+
+#define BOOL_AND(R, T, OFF) \
+	VMOVDQU OFF(SI), R; \
+	VPMINUB Y15, R, R; \
+	VPMINUB OFF(DX), R, R
+
+#define BOOL_XOR(R, T, OFF) \
+	VMOVDQU OFF(SI), R; \
+	VPMINUB Y15, R, R; \
+	VPMINUB OFF(DX), Y15, T; \
+	VPXOR T, R, R
+
+#define BOOL_BODY(STEP) \
+	ARGS; \
+	VPCMPEQB Y15, Y15, Y15; \
+	VPABSB Y15, Y15; \
+loop128: \
+	CMPQ CX, $128; \
+	JB   loop32; \
+	STEP(Y0, Y4, 0); \
+	STEP(Y1, Y5, 32); \
+	STEP(Y2, Y6, 64); \
+	STEP(Y3, Y7, 96); \
+	VMOVDQU Y0, (DI); \
+	VMOVDQU Y1, 32(DI); \
+	VMOVDQU Y2, 64(DI); \
+	VMOVDQU Y3, 96(DI); \
+	ADDQ $128, SI; \
+	ADDQ $128, DX; \
+	ADDQ $128, DI; \
+	SUBQ $128, CX; \
+	JMP  loop128; \
+loop32: \
+	CMPQ CX, $32; \
+	JB   done; \
+	STEP(Y0, Y4, 0); \
+	VMOVDQU Y0, (DI); \
+	ADDQ $32, SI; \
+	ADDQ $32, DX; \
+	ADDQ $32, DI; \
+	SUBQ $32, CX; \
+	JMP  loop32; \
+done: \
+	VZEROUPPER; \
+	RET
+
+TEXT ·orBoolAVX2(SB), NOSPLIT, $0-32
+	BOOL_BODY(BOOL_OR)
+
+TEXT ·andBoolAVX2(SB), NOSPLIT, $0-32
+	BOOL_BODY(BOOL_AND)
+
+TEXT ·xorBoolAVX2(SB), NOSPLIT, $0-32
+	BOOL_BODY(BOOL_XOR)
+
 TEXT ·maxI8AVX2(SB), NOSPLIT, $0-32
 	INT_BODY(VPMAXSB)
 

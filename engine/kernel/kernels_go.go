@@ -14,7 +14,7 @@ import (
 // harmless (the element-at-a-time loops read before they write, too).
 
 type integer interface {
-	~int8 | ~uint8 | ~int32 | ~uint32 | ~int64 | ~uint64
+	~int8 | ~uint8 | ~int16 | ~int32 | ~uint32 | ~int64 | ~uint64
 }
 
 func slices3[T any](d, a, b unsafe.Pointer, n int) (D, A, B []T) {
@@ -59,6 +59,117 @@ func sumBytes(d, a, b unsafe.Pointer, n int) {
 	}
 	for i := range D {
 		D[i] = A[i] + B[i]
+	}
+}
+
+// ---- bitwise ops on integers, and Bool ----
+
+// bitwiseKernel is Band, Bor or Bxor on elements of size bytes: the bits do
+// not care about the element width, so one loop over 64-bit words serves
+// every integer type, at any alignment (encoding/binary's loads compile to
+// single unaligned moves).
+func bitwiseKernel(op RedOp, size int) kernFn {
+	return func(d, a, b unsafe.Pointer, n int) { bitBytes(d, a, b, n*size, op) }
+}
+
+// bitBytes has one loop per op (a call per word would cost more than the op).
+func bitBytes(d, a, b unsafe.Pointer, nb int, op RedOp) {
+	D, A, B := slices3[byte](d, a, b, nb)
+	le := binary.LittleEndian
+	switch op {
+	case Band:
+		for len(D) >= 8 && len(A) >= 8 && len(B) >= 8 {
+			le.PutUint64(D, le.Uint64(A)&le.Uint64(B))
+			D, A, B = D[8:], A[8:], B[8:]
+		}
+		for i := range D {
+			D[i] = A[i] & B[i]
+		}
+	case Bor:
+		for len(D) >= 8 && len(A) >= 8 && len(B) >= 8 {
+			le.PutUint64(D, le.Uint64(A)|le.Uint64(B))
+			D, A, B = D[8:], A[8:], B[8:]
+		}
+		for i := range D {
+			D[i] = A[i] | B[i]
+		}
+	case Bxor:
+		for len(D) >= 8 && len(A) >= 8 && len(B) >= 8 {
+			le.PutUint64(D, le.Uint64(A)^le.Uint64(B))
+			D, A, B = D[8:], A[8:], B[8:]
+		}
+		for i := range D {
+			D[i] = A[i] ^ B[i]
+		}
+	default:
+		panic("unreachable")
+	}
+}
+
+// Bool, 8 bytes per 64-bit word: truth(x) has 1 in every byte of x that is
+// not 0 and 0 elsewhere — adding 0x7f to a byte's low 7 bits sets its top
+// bit when any of them is set (no carry leaves the byte), OR-ing x brings
+// in its own top bit, and the top bits move down to bit 0. "or" is
+// truth(a|b), "and" truth(a)&truth(b), "xor" truth(a)^truth(b): every
+// result byte is 0 or 1.
+
+const lo7, ones = 0x7f7f7f7f7f7f7f7f, 0x0101010101010101
+
+func truth(x uint64) uint64 { return ((x&lo7 + lo7) | x) >> 7 & ones }
+
+func truthByte(x byte) byte {
+	if x != 0 {
+		return 1
+	}
+	return 0
+}
+
+// boolKernel: Sum, Max and Bor are or; Prod, Min and Band and; Bxor xor.
+func boolKernel(op RedOp) kernFn {
+	switch op {
+	case Sum, Max, Bor:
+		return orBool
+	case Prod, Min, Band:
+		return andBool
+	case Bxor:
+		return xorBool
+	}
+	panic("unreachable")
+}
+
+func orBool(d, a, b unsafe.Pointer, n int) {
+	D, A, B := slices3[byte](d, a, b, n)
+	le := binary.LittleEndian
+	for len(D) >= 8 && len(A) >= 8 && len(B) >= 8 {
+		le.PutUint64(D, truth(le.Uint64(A)|le.Uint64(B)))
+		D, A, B = D[8:], A[8:], B[8:]
+	}
+	for i := range D {
+		D[i] = truthByte(A[i] | B[i])
+	}
+}
+
+func andBool(d, a, b unsafe.Pointer, n int) {
+	D, A, B := slices3[byte](d, a, b, n)
+	le := binary.LittleEndian
+	for len(D) >= 8 && len(A) >= 8 && len(B) >= 8 {
+		le.PutUint64(D, truth(le.Uint64(A))&truth(le.Uint64(B)))
+		D, A, B = D[8:], A[8:], B[8:]
+	}
+	for i := range D {
+		D[i] = truthByte(A[i]) & truthByte(B[i])
+	}
+}
+
+func xorBool(d, a, b unsafe.Pointer, n int) {
+	D, A, B := slices3[byte](d, a, b, n)
+	le := binary.LittleEndian
+	for len(D) >= 8 && len(A) >= 8 && len(B) >= 8 {
+		le.PutUint64(D, truth(le.Uint64(A))^truth(le.Uint64(B)))
+		D, A, B = D[8:], A[8:], B[8:]
+	}
+	for i := range D {
+		D[i] = truthByte(A[i]) ^ truthByte(B[i])
 	}
 }
 

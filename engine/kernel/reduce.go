@@ -12,6 +12,13 @@ import (
 //     arithmetic and NCCL). Max/Min compare signed or unsigned per the type.
 //   - Avg reduces exactly like Sum; the division by the number of
 //     contributions happens once at the end, with DivideBy.
+//   - Band, Bor, Bxor: bitwise and, or, exclusive or of the elements' bits,
+//     on integer types and Bool; refused on floating-point types.
+//   - Bool (torch's semantics, as ProcessGroupNCCL and Gloo implement them):
+//     a byte is true when it is not 0; Sum, Max and Bor are logical or,
+//     Prod, Min and Band logical and, Bxor logical exclusive or, and every
+//     result byte is 0 or 1. Avg is refused. (A collective on a single rank
+//     reduces nothing and copies its input as it is, as NCCL and Gloo do.)
 //   - float32/float64: IEEE arithmetic, round to nearest even. Max/Min: if
 //     either operand is NaN the result is NaN; Max(+0, -0) = +0 and
 //     Min(+0, -0) = -0 whatever the order.
@@ -42,7 +49,8 @@ import (
 // kernels accept any alignment and are used directly.
 
 // Reduce sets dst[i] = dst[i] op src[i] for every element. len(dst) must equal
-// len(src) and be a multiple of dt.Size(); invalid types, ops or lengths panic.
+// len(src) and be a multiple of dt.Size(); invalid types, ops or lengths
+// panic, and so does an op not defined on the type (check with CheckOp).
 // Avg reduces like Sum (finish with DivideBy).
 func Reduce(dst, src []byte, dt DataType, op RedOp) {
 	Reduce3(dst, dst, src, dt, op)
@@ -94,7 +102,10 @@ func buildKernels(asm bool) *kernTable {
 	t := &kernTable{}
 	for dt := range t.k {
 		for op := range t.k[dt] {
-			t.k[dt][op] = kernEntry{fn: goKernel(DataType(dt), RedOp(op))}
+			if CheckOp(DataType(dt), RedOp(op)) != nil {
+				continue // no such type, or op undefined on it: checkArgs refuses it first
+			}
+			t.k[dt][op] = goKernel(DataType(dt), RedOp(op))
 		}
 	}
 	if asm {
@@ -103,15 +114,33 @@ func buildKernels(asm bool) *kernTable {
 	return t
 }
 
-func goKernel(dt DataType, op RedOp) kernFn {
+func goKernel(dt DataType, op RedOp) kernEntry {
 	if op == Avg {
 		op = Sum
 	}
+	if op.IsBitwise() && dt != Bool {
+		// The same bits whatever the width: whole words at any alignment.
+		return kernEntry{fn: bitwiseKernel(op, dt.Size()), anyAlign: true}
+	}
+	switch dt {
+	case Bool:
+		return kernEntry{fn: boolKernel(op), anyAlign: true}
+	case Int8, Uint8:
+		if op == Sum {
+			return kernEntry{fn: sumBytes, anyAlign: true}
+		}
+	}
+	return kernEntry{fn: typedKernel(dt, op)}
+}
+
+func typedKernel(dt DataType, op RedOp) kernFn {
 	switch dt {
 	case Int8:
 		return intKernel[int8](op)
 	case Uint8:
 		return intKernel[uint8](op)
+	case Int16:
+		return intKernel[int16](op)
 	case Int32:
 		return intKernel[int32](op)
 	case Uint32:
@@ -133,14 +162,12 @@ func goKernel(dt DataType, op RedOp) kernFn {
 }
 
 func intKernel[T integer](op RedOp) kernFn {
-	if unsafe.Sizeof(T(0)) == 1 && op == Sum {
-		return sumBytes
-	}
 	return [...]kernFn{Sum: sumInt[T], Prod: prodInt[T], Max: maxInt[T], Min: minInt[T]}[op]
 }
 
 var elemAlign = [len(dtypeNames)]uintptr{
-	Int8: 1, Uint8: 1,
+	Int8: 1, Uint8: 1, Bool: 1,
+	Int16:    unsafe.Alignof(int16(0)),
 	Int32:    unsafe.Alignof(int32(0)),
 	Uint32:   unsafe.Alignof(uint32(0)),
 	Int64:    unsafe.Alignof(int64(0)),

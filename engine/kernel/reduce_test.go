@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -37,7 +38,18 @@ func randElems(r *rand.Rand, dt DataType, n int) []byte {
 		e := b[i*sz : (i+1)*sz]
 		k := r.IntN(10)
 		switch dt {
-		case Int8, Uint8, Int32, Uint32, Int64, Uint64:
+		case Bool:
+			// mostly 0 and 1, the values torch stores, and any other byte
+			// (true as well)
+			switch {
+			case k < 4:
+				e[0] = 0
+			case k < 8:
+				e[0] = 1
+			default:
+				e[0] = byte(r.Uint32())
+			}
+		case Int8, Uint8, Int16, Int32, Uint32, Int64, Uint64:
 			var v uint64
 			switch {
 			case k < 5:
@@ -50,6 +62,8 @@ func randElems(r *rand.Rand, dt DataType, n int) []byte {
 			switch sz {
 			case 1:
 				e[0] = byte(v)
+			case 2:
+				ne.PutUint16(e, uint16(v))
 			case 4:
 				ne.PutUint32(e, uint32(v))
 			case 8:
@@ -122,6 +136,9 @@ func TestReduceMatchesReference(t *testing.T) {
 			usePath(t, path)
 			for _, dt := range AllDataTypes() {
 				for _, op := range AllRedOps() {
+					if CheckOp(dt, op) != nil {
+						continue // TestUndefinedOps
+					}
 					for _, n := range testLens {
 						for _, o := range testOffs {
 							checkOne(t, r, dt, op, n, o)
@@ -183,6 +200,9 @@ func TestCommutative(t *testing.T) {
 			usePath(t, path)
 			for _, dt := range AllDataTypes() {
 				for _, op := range AllRedOps() {
+					if CheckOp(dt, op) != nil {
+						continue
+					}
 					a, b := randElems(r, dt, 5000), randElems(r, dt, 5000)
 					ab, ba := bytes.Clone(a), bytes.Clone(b)
 					Reduce(ab, b, dt, op)
@@ -314,6 +334,23 @@ func TestIntegerWrap(t *testing.T) {
 		if v := int64(ne.Uint64(a[8*(n-1):])); v != math.MinInt64 {
 			t.Errorf("%s int64 max+1 = %d", path, v)
 		}
+		a, b = make([]byte, 2*n), make([]byte, 2*n)
+		for i := 0; i < n; i++ {
+			ne.PutUint16(a[2*i:], math.MaxInt16)
+			ne.PutUint16(b[2*i:], 1)
+		}
+		Reduce(a, b, Int16, Sum) // wraps, as torch's int16 does
+		if v, w := int16(ne.Uint16(a)), int16(ne.Uint16(a[2*(n-1):])); v != math.MinInt16 || w != math.MinInt16 {
+			t.Errorf("%s int16 max+1 = %d, %d", path, v, w)
+		}
+		for i := 0; i < n; i++ {
+			ne.PutUint16(a[2*i:], 300)
+			ne.PutUint16(b[2*i:], 300)
+		}
+		Reduce(a, b, Int16, Prod) // 90000 wraps to 24464
+		if v, w := int16(ne.Uint16(a)), int16(ne.Uint16(a[2*(n-1):])); v != 24464 || w != 24464 {
+			t.Errorf("%s int16 300*300 = %d, %d", path, v, w)
+		}
 	}
 }
 
@@ -328,6 +365,12 @@ func TestPanics(t *testing.T) {
 		"divide by 0":   func() { DivideBy(make([]byte, 4), Int32, 0) },
 		"divide by -2":  func() { DivideBy(make([]byte, 4), Int32, -2) },
 		"divide len":    func() { DivideBy(make([]byte, 3), Int32, 2) },
+		"type 10":       func() { Reduce(make([]byte, 4), make([]byte, 4), DataType(10), Sum) },
+		"band float32":  func() { Reduce(make([]byte, 4), make([]byte, 4), Float32, Band) },
+		"bxor bfloat16": func() { Reduce3(make([]byte, 4), make([]byte, 4), make([]byte, 4), Bfloat16, Bxor) },
+		"ref bor f64":   func() { ReferenceReduce(make([]byte, 8), make([]byte, 8), Float64, Bor) },
+		"avg bool":      func() { Reduce(make([]byte, 4), make([]byte, 4), Bool, Avg) },
+		"divide bool":   func() { DivideBy(make([]byte, 4), Bool, 2) },
 	} {
 		func() {
 			defer func() {
@@ -337,6 +380,105 @@ func TestPanics(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// TestBoolRules pins torch's bool semantics on the table of every
+// operand pair, with bytes other than 1 standing for true: or for
+// Sum/Max/Bor, and for Prod/Min/Band, xor for Bxor, results 0 or 1. 40
+// elements, so that the vector loops and the tails both run.
+func TestBoolRules(t *testing.T) {
+	vals := []byte{0, 1, 2, 0x80, 0xff, 0x7f}
+	n := 40
+	a, b := make([]byte, n), make([]byte, n)
+	for i := range n {
+		a[i], b[i] = vals[i%len(vals)], vals[(i/len(vals))%len(vals)]
+	}
+	for _, path := range paths() {
+		usePath(t, path)
+		for _, c := range []struct {
+			ops []RedOp
+			f   func(x, y bool) bool
+		}{
+			{[]RedOp{Sum, Max, Bor}, func(x, y bool) bool { return x || y }},
+			{[]RedOp{Prod, Min, Band}, func(x, y bool) bool { return x && y }},
+			{[]RedOp{Bxor}, func(x, y bool) bool { return x != y }},
+		} {
+			for _, op := range c.ops {
+				d := make([]byte, n)
+				Reduce3(d, a, b, Bool, op)
+				for i := range n {
+					want := byte(0)
+					if c.f(a[i] != 0, b[i] != 0) {
+						want = 1
+					}
+					if d[i] != want {
+						t.Errorf("%s bool %v(%#x, %#x) = %#x, want %d", path, op, a[i], b[i], d[i], want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBitwiseIntegers: Band/Bor/Bxor act on the bits, whatever the width
+// and sign.
+func TestBitwiseIntegers(t *testing.T) {
+	for _, path := range paths() {
+		usePath(t, path)
+		a, b := make([]byte, 8*40), make([]byte, 8*40)
+		for i := range 40 {
+			ne.PutUint64(a[8*i:], 0xf0f0_ff00_1234_8001+uint64(i))
+			ne.PutUint64(b[8*i:], 0x0ff0_f0f0_ffff_0003)
+		}
+		for _, dt := range []DataType{Int8, Uint8, Int16, Int32, Uint32, Int64, Uint64} {
+			for _, c := range []struct {
+				op RedOp
+				f  func(x, y uint64) uint64
+			}{
+				{Band, func(x, y uint64) uint64 { return x & y }},
+				{Bor, func(x, y uint64) uint64 { return x | y }},
+				{Bxor, func(x, y uint64) uint64 { return x ^ y }},
+			} {
+				d := make([]byte, len(a))
+				Reduce3(d, a, b, dt, c.op)
+				for i := range 40 {
+					if got, want := ne.Uint64(d[8*i:]), c.f(ne.Uint64(a[8*i:]), ne.Uint64(b[8*i:])); got != want {
+						t.Fatalf("%s %v %v word %d: %#x, want %#x", path, dt, c.op, i, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestCheckOp: which (type, op) pairs are refused, and the type and op
+// numbers the C ABI relies on.
+func TestCheckOp(t *testing.T) {
+	for _, dt := range AllDataTypes() {
+		for _, op := range AllRedOps() {
+			refused := (op.IsBitwise() && dt.IsFloat()) || (op == Avg && dt == Bool)
+			if err := CheckOp(dt, op); (err != nil) != refused {
+				t.Errorf("CheckOp(%v, %v) = %v, want refused=%v", dt, op, err, refused)
+			} else if err != nil && !strings.Contains(err.Error(), op.String()) {
+				t.Errorf("CheckOp(%v, %v) = %q: does not name the op", dt, op, err)
+			}
+		}
+	}
+	if CheckOp(DataType(10), Sum) == nil || CheckOp(DataType(11), Sum) == nil || CheckOp(Int32, RedOp(8)) == nil {
+		t.Error("numbers 10 and 11 (NCCL's float8) or op 8 accepted")
+	}
+	if Int16 != 12 || Bool != 13 || Band != 5 || Bor != 6 || Bxor != 7 || len(AllDataTypes()) != 12 {
+		t.Errorf("numbers changed: int16 %d bool %d band %d bor %d bxor %d, %d types", Int16, Bool, Band, Bor, Bxor, len(AllDataTypes()))
+	}
+	for _, s := range []string{"", "int16", "bool", "band"} {
+		dt, err := ParseDataType(s)
+		if (s == "" || s == "band") != (err != nil) || (err == nil && dt.String() != s) {
+			t.Errorf("ParseDataType(%q) = %v, %v", s, dt, err)
+		}
+	}
+	if op, err := ParseRedOp("BXOR"); err != nil || op != Bxor {
+		t.Errorf("ParseRedOp(BXOR) = %v, %v", op, err)
 	}
 }
 
@@ -354,6 +496,9 @@ var benchSizes = []struct {
 func benchReduce(b *testing.B, path string, three bool) {
 	for _, dt := range AllDataTypes() {
 		for _, op := range AllRedOps() {
+			if CheckOp(dt, op) != nil {
+				continue
+			}
 			for _, s := range benchSizes {
 				b.Run(fmt.Sprintf("%v/%v/%s", dt, op, s.name), func(b *testing.B) {
 					usePath(b, path)
@@ -441,6 +586,9 @@ func BenchmarkCopy(b *testing.B) {
 
 func BenchmarkDivideBy(b *testing.B) {
 	for _, dt := range AllDataTypes() {
+		if CheckOp(dt, Avg) != nil {
+			continue
+		}
 		b.Run(fmt.Sprintf("%v/64KiB", dt), func(b *testing.B) {
 			x := make([]byte, 64<<10)
 			b.SetBytes(int64(len(x)))
@@ -464,6 +612,14 @@ func TestLargeBuffers(t *testing.T) {
 					for _, o := range []offs{{0, 0, 0}, {1, 3, 5}} {
 						checkOne(t, r, dt, op, n, o)
 					}
+				}
+				if dt == Int16 || dt == Uint64 || dt == Bool { // the bitwise loop is one for all widths
+					for _, o := range []offs{{0, 0, 0}, {1, 3, 5}} {
+						checkOne(t, r, dt, Bxor, n, o)
+					}
+				}
+				if CheckOp(dt, Avg) != nil {
+					continue
 				}
 				for _, off := range []int{0, 1} {
 					src := randElems(r, dt, n)

@@ -22,6 +22,10 @@ func ReferenceReduce(dst, src []byte, dt DataType, op RedOp) {
 			d[0] = byte(refInt(int64(int8(d[0])), int64(int8(s[0])), op))
 		case Uint8:
 			d[0] = byte(refUint(uint64(d[0]), uint64(s[0]), op))
+		case Bool:
+			d[0] = refBool(d[0] != 0, s[0] != 0, op)
+		case Int16:
+			ne.PutUint16(d, uint16(refInt(int64(int16(ne.Uint16(d))), int64(int16(ne.Uint16(s))), op)))
 		case Int32:
 			ne.PutUint32(d, uint32(refInt(int64(int32(ne.Uint32(d))), int64(int32(ne.Uint32(s))), op)))
 		case Uint32:
@@ -65,8 +69,33 @@ func refCanon32(r float32) uint32 {
 	return math.Float32bits(r)
 }
 
+// refBool: torch's rules, written out per op.
+func refBool(a, b bool, op RedOp) byte {
+	var r bool
+	switch op {
+	case Sum, Max, Bor:
+		r = a || b
+	case Prod, Min, Band:
+		r = a && b
+	case Bxor:
+		r = a != b
+	default:
+		panic("unreachable")
+	}
+	if r {
+		return 1
+	}
+	return 0
+}
+
 func refInt(a, b int64, op RedOp) int64 {
 	switch op {
+	case Band:
+		return a & b
+	case Bor:
+		return a | b
+	case Bxor:
+		return a ^ b
 	case Sum, Avg:
 		return a + b // the caller truncates: wrap-around
 	case Prod:
@@ -87,6 +116,12 @@ func refInt(a, b int64, op RedOp) int64 {
 
 func refUint(a, b uint64, op RedOp) uint64 {
 	switch op {
+	case Band:
+		return a & b
+	case Bor:
+		return a | b
+	case Bxor:
+		return a ^ b
 	case Sum, Avg:
 		return a + b
 	case Prod:
@@ -154,6 +189,9 @@ func checkArgs(dst, src []byte, dt DataType, op RedOp) {
 	}
 	if !op.Valid() {
 		panic(fmt.Sprintf("kernel: invalid reduction op %v", op))
+	}
+	if err := CheckOp(dt, op); err != nil {
+		panic("kernel: " + err.Error())
 	}
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("kernel: length mismatch: dst %d bytes, src %d bytes", len(dst), len(src)))

@@ -607,8 +607,8 @@ func fold(dst, out, acc []byte, terms [][]byte, dt kernel.DataType, op kernel.Re
 }
 
 func checkTypes(name string, n int, dt kernel.DataType, op kernel.RedOp) error {
-	if !dt.Valid() || !op.Valid() {
-		return fmt.Errorf("%w: %s: data type %v, op %v", ErrInvalid, name, dt, op)
+	if err := kernel.CheckOp(dt, op); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 	}
 	if n%dt.Size() != 0 {
 		return fmt.Errorf("%w: %s: %d bytes is not a whole number of %v", ErrInvalid, name, n, dt)

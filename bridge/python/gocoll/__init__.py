@@ -26,7 +26,8 @@ worker processes; a forked child that calls gocoll gets a RuntimeError
 instead of a hang or crash.
 
 GOCOLL_* settings (GOCOLL_TIMEOUT, GOCOLL_ALGO, …) are read from the process
-environment when a communicator or unique id is made.
+environment when a communicator or unique id is made; ``gocoll.init(...,
+timeout=, algo=, debug=)`` gives one communicator its own.
 """
 
 from . import errors, vppu
@@ -41,6 +42,9 @@ PROD = ReduceOp.PROD
 MAX = ReduceOp.MAX
 MIN = ReduceOp.MIN
 AVG = ReduceOp.AVG
+BAND = ReduceOp.BAND
+BOR = ReduceOp.BOR
+BXOR = ReduceOp.BXOR
 
 UNIQUE_ID_BYTES = 128
 
@@ -55,6 +59,7 @@ def library_path():
 __all__ = [
     "init", "get_unique_id", "version", "library_path", "load_library", "library_candidates",
     "Comm", "Work", "MemBlock", "ReduceOp", "DataType", "SUM", "PROD", "MAX", "MIN", "AVG",
+    "BAND", "BOR", "BXOR",
     "UNIQUE_ID_BYTES", "Error", "UnhandledError", "SystemCallError", "InternalError",
     "InvalidArgument", "UnsupportedDtype", "InvalidUsage", "RemoteError", "InProgress", "Timeout",
     "LibraryNotFound", "errors",

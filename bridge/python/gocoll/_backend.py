@@ -25,6 +25,7 @@ Things torch 1.13 forces on the design, found by experiment:
 """
 
 import datetime
+import os
 import threading
 
 import torch
@@ -36,7 +37,8 @@ from .comm import init as _init, get_unique_id as _get_unique_id
 
 BACKEND = "gocoll"
 
-_RED = (("SUM", "sum"), ("PRODUCT", "prod"), ("MIN", "min"), ("MAX", "max"), ("AVG", "avg"))
+_RED = (("SUM", "sum"), ("PRODUCT", "prod"), ("MIN", "min"), ("MAX", "max"), ("AVG", "avg"),
+        ("BAND", "band"), ("BOR", "bor"), ("BXOR", "bxor"))
 
 
 def register():
@@ -58,6 +60,30 @@ def _seconds(timeout):
     else:
         s = float(timeout)
     return s if s > 0 else None  # C++ passes 0 for "no timeout"
+
+
+# The longest timeout a communicator takes (gocollConfig_t.timeoutMs is a C
+# int of milliseconds); a longer group timeout waits this long.
+_MAX_TIMEOUT = datetime.timedelta(milliseconds=(1 << 31) - 1)
+
+
+def _comm_timeout(timeout):
+    """The communicator's deadline for the group's timeout: torch's value,
+    except that torch's default (which every group gets unless the caller
+    chose one) leaves an explicit GOCOLL_TIMEOUT in charge; None (no
+    timeout from torch) leaves GOCOLL_TIMEOUT or gocoll's default."""
+    if _seconds(timeout) is None:
+        return None
+    if not isinstance(timeout, datetime.timedelta):
+        timeout = datetime.timedelta(seconds=float(timeout))
+    if timeout == _default_pg_timeout() and os.environ.get("GOCOLL_TIMEOUT"):
+        return None
+    return min(timeout, _MAX_TIMEOUT)
+
+
+def _default_pg_timeout():
+    from torch.distributed import constants
+    return constants.default_pg_timeout
 
 
 def _unwrap(fut):
@@ -239,10 +265,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
                 raise errors.Timeout("gocoll: init_process_group on rank %d: rank 0 did not "
                                      "publish the unique id in the store within %s: %s"
                                      % (rank, timeout, e), op="init") from e
-        # The communicator's deadline is GOCOLL_TIMEOUT (read here); the C
-        # ABI has no per-communicator setting yet, and setting the variable
-        # here would change it for the whole process.
-        self.comm = _init(rank=rank, size=size, unique_id=bytes(uid))
+        self.comm = _init(rank=rank, size=size, unique_id=bytes(uid), timeout=_comm_timeout(timeout))
 
     def getBackendName(self):
         return BACKEND
@@ -296,7 +319,8 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             if red == getattr(dist.ReduceOp, name):
                 return ours
         raise errors.InvalidArgument("gocoll: %s on rank %d: reduction %s is not supported "
-                                     "(SUM, PRODUCT, MIN, MAX, AVG)" % (op, self._grank, getattr(red, "op", red)))
+                                     "(SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR)"
+                                     % (op, self._grank, getattr(red, "op", red)))
 
     @staticmethod
     def _staged(t):

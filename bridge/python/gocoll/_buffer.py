@@ -5,28 +5,29 @@ import sys
 
 from . import errors
 
-# gocollDataType_t
+# gocollDataType_t (10 and 11 are NCCL's float8 numbers, no types here)
 INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = range(10)
+INT16, BOOL = 12, 13
 
 TYPE_NAMES = {
     INT8: "int8", UINT8: "uint8", INT32: "int32", UINT32: "uint32", INT64: "int64",
     UINT64: "uint64", FLOAT16: "float16", FLOAT32: "float32", FLOAT64: "float64",
-    BFLOAT16: "bfloat16",
+    BFLOAT16: "bfloat16", INT16: "int16", BOOL: "bool",
 }
 TYPE_SIZES = {
     INT8: 1, UINT8: 1, INT32: 4, UINT32: 4, INT64: 8, UINT64: 8,
-    FLOAT16: 2, FLOAT32: 4, FLOAT64: 8, BFLOAT16: 2,
+    FLOAT16: 2, FLOAT32: 4, FLOAT64: 8, BFLOAT16: 2, INT16: 2, BOOL: 1,
 }
 
 # numpy: by (kind, itemsize), so that every spelling of a type maps (int64 is
 # both 'l' and 'q' on Linux).
 _NUMPY_TYPES = {
-    ("i", 1): INT8, ("u", 1): UINT8, ("i", 4): INT32, ("u", 4): UINT32,
+    ("i", 1): INT8, ("u", 1): UINT8, ("i", 2): INT16, ("i", 4): INT32, ("u", 4): UINT32,
     ("i", 8): INT64, ("u", 8): UINT64, ("f", 2): FLOAT16, ("f", 4): FLOAT32,
-    ("f", 8): FLOAT64,
+    ("f", 8): FLOAT64, ("b", 1): BOOL,
 }
-_NUMPY_SUPPORTED = "int8, uint8, int32, uint32, int64, uint64, float16, float32, float64 " \
-                   "(bfloat16 through torch.bfloat16 or ml_dtypes.bfloat16)"
+_NUMPY_SUPPORTED = "int8, uint8, int16, int32, uint32, int64, uint64, float16, float32, float64, " \
+                   "bool (bfloat16 through torch.bfloat16 or ml_dtypes.bfloat16)"
 
 _torch_types = None  # torch.dtype -> gocoll type, built on first tensor
 
@@ -35,9 +36,9 @@ def _torch_map(torch):
     global _torch_types
     if _torch_types is None:
         m = {
-            torch.int8: INT8, torch.uint8: UINT8, torch.int32: INT32, torch.int64: INT64,
-            torch.float16: FLOAT16, torch.bfloat16: BFLOAT16, torch.float32: FLOAT32,
-            torch.float64: FLOAT64,
+            torch.int8: INT8, torch.uint8: UINT8, torch.int16: INT16, torch.int32: INT32,
+            torch.int64: INT64, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16,
+            torch.float32: FLOAT32, torch.float64: FLOAT64, torch.bool: BOOL,
         }
         for name, t in (("uint32", UINT32), ("uint64", UINT64)):  # torch >= 2.3
             if hasattr(torch, name):

@@ -43,6 +43,31 @@ class UniqueId(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_char * UNIQUE_ID_BYTES)]
 
 
+CONFIG_MAGIC = 0x60C011CF  # GOCOLL_CONFIG_MAGIC
+CONFIG_VERSION = 1  # GOCOLL_CONFIG_VERSION
+CONFIG_UNDEF_INT = -(1 << 31)  # GOCOLL_CONFIG_UNDEF_INT
+
+
+class Config(ctypes.Structure):
+    """gocollConfig_t, layout version 1. ``Config()`` is
+    GOCOLL_CONFIG_INITIALIZER: the header filled in, every field unset."""
+
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("timeoutMs", ctypes.c_int),
+                ("algo", ctypes.c_char_p), ("debug", ctypes.c_char_p),
+                ("debugFile", ctypes.c_char_p), ("transport", ctypes.c_char_p),
+                ("socketIfname", ctypes.c_char_p), ("netBandwidth", ctypes.c_char_p),
+                ("dumpDir", ctypes.c_char_p),
+                ("cma", ctypes.c_int), ("bruckRadix", ctypes.c_int), ("hdSegments", ctypes.c_int),
+                ("flightRecords", ctypes.c_int)]
+
+    def __init__(self):
+        super().__init__(size=ctypes.sizeof(Config), magic=CONFIG_MAGIC, version=CONFIG_VERSION,
+                         timeoutMs=CONFIG_UNDEF_INT, cma=CONFIG_UNDEF_INT,
+                         bruckRadix=CONFIG_UNDEF_INT, hdSegments=CONFIG_UNDEF_INT,
+                         flightRecords=CONFIG_UNDEF_INT)
+
+
 c_int = ctypes.c_int
 c_size_t = ctypes.c_size_t
 c_void_p = ctypes.c_void_p
@@ -64,6 +89,9 @@ SIGNATURES = {
     "gocollGetUniqueId": (Result, [ctypes.POINTER(UniqueId)]),
     "gocollCommInitRank": (Result, [ctypes.POINTER(Comm), c_int, UniqueId, c_int]),
     "gocollCommInitFromEnv": (Result, [ctypes.POINTER(Comm)]),
+    "gocollCommInitRankConfig": (Result, [ctypes.POINTER(Comm), c_int, UniqueId, c_int,
+                                          ctypes.POINTER(Config)]),
+    "gocollCommInitFromEnvConfig": (Result, [ctypes.POINTER(Comm), ctypes.POINTER(Config)]),
     "gocollCommSplit": (Result, [Comm, c_int, c_int, ctypes.POINTER(Comm)]),
     "gocollCommDestroy": (Result, [Comm]),
     "gocollCommAbort": (Result, [Comm]),

@@ -2,9 +2,12 @@
 
 import atexit
 import ctypes
+import datetime
 import enum
 import itertools
 import json
+import math
+import numbers
 import operator
 import sys
 import threading
@@ -14,17 +17,26 @@ from ._buffer import as_buffer
 
 
 class ReduceOp(enum.IntEnum):
-    """gocollRedOp_t. Methods also accept the names as strings."""
+    """gocollRedOp_t. Methods also accept the names as strings, and
+    torch.distributed.ReduceOp values.
+
+    BAND, BOR and BXOR (bitwise and, or, xor) take integer and bool buffers
+    only. On bool buffers SUM and MAX are logical or, PROD and MIN logical
+    and (torch's rules); AVG is refused."""
 
     SUM = 0
     PROD = 1
     MAX = 2
     MIN = 3
     AVG = 4
+    BAND = 5
+    BOR = 6
+    BXOR = 7
 
 
 class DataType(enum.IntEnum):
-    """gocollDataType_t (informational: buffers carry their dtype)."""
+    """gocollDataType_t (informational: buffers carry their dtype). 10 and 11
+    are NCCL's float8 numbers, no types in gocoll."""
 
     INT8 = 0
     UINT8 = 1
@@ -36,11 +48,18 @@ class DataType(enum.IntEnum):
     FLOAT32 = 7
     FLOAT64 = 8
     BFLOAT16 = 9
+    INT16 = 12
+    BOOL = 13
 
 
 _OP_NAMES = {
     "sum": 0, "prod": 1, "product": 1, "max": 2, "min": 3, "avg": 4, "mean": 4, "average": 4,
+    "band": 5, "bor": 6, "bxor": 7,
 }
+_OP_LIST = "'sum', 'prod', 'max', 'min', 'avg', 'band', 'bor', 'bxor'"
+# torch.distributed.ReduceOp names -> gocollRedOp_t
+_TORCH_OPS = (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4), ("BAND", 5),
+              ("BOR", 6), ("BXOR", 7))
 
 
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -76,19 +95,18 @@ def _op(op):
         v = _OP_NAMES.get(op.lower())
         if v is None:
             raise errors.InvalidArgument(
-                "gocoll: unknown reduction op %r; use one of 'sum', 'prod', 'max', 'min', 'avg' "
-                "or gocoll.ReduceOp" % op)
+                "gocoll: unknown reduction op %r; use one of %s or gocoll.ReduceOp" % (op, _OP_LIST))
         return v
-    if isinstance(op, int) and not isinstance(op, bool) and 0 <= op <= 4:
+    if isinstance(op, int) and not isinstance(op, bool) and 0 <= op <= 7:
         return int(op)
     td = sys.modules.get("torch.distributed")
     red = getattr(td, "ReduceOp", None)
     if red is not None and isinstance(op, (red, getattr(red, "RedOpType", red))):
-        for name, v in (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4)):
+        for name, v in _TORCH_OPS:
             if hasattr(red, name) and op == getattr(red, name):
                 return v
-    raise errors.InvalidArgument("gocoll: unknown reduction op %r; use one of 'sum', 'prod', 'max', "
-                                 "'min', 'avg' or gocoll.ReduceOp" % (op,))
+    raise errors.InvalidArgument("gocoll: unknown reduction op %r; use one of %s or gocoll.ReduceOp"
+                                 % (op, _OP_LIST))
 
 
 def _error(lib, rc, op, comm_handle):
@@ -126,7 +144,7 @@ def get_unique_id():
     return ctypes.string_at(ctypes.addressof(uid), _lib.UNIQUE_ID_BYTES)
 
 
-def init(rank=None, size=None, unique_id=None):
+def init(rank=None, size=None, unique_id=None, *, timeout=None, algo=None, debug=None):
     """Join a job and return its :class:`Comm`.
 
     - ``gocoll.init()``: from the launcher's environment (torchrun: RANK,
@@ -135,13 +153,28 @@ def init(rank=None, size=None, unique_id=None):
     - ``gocoll.init(rank=r, size=n, unique_id=uid)``: uid from
       :func:`get_unique_id` on one process.
 
-    Collective: returns once every rank joined. GOCOLL_* settings are read
+    Settings of this communicator's own (a gocollConfig_t), each winning over
+    its GOCOLL_* variable for this communicator only:
+
+    - ``timeout``: seconds (int or float) or a ``datetime.timedelta``; every
+      wait of the communicator (GOCOLL_TIMEOUT);
+    - ``algo``: algorithm choice in GOCOLL_ALGO's syntax, e.g.
+      ``"allreduce=ring,alltoall=bruck"``;
+    - ``debug``: log level, as GOCOLL_DEBUG (``"INFO"``, ``"OFF"``, …).
+
+    Unset (None), the variable applies, then the default. Collective:
+    returns once every rank joined. The other GOCOLL_* settings are read
     from the environment here.
     """
     lib = _lib.load()
     h = _lib.Comm()
+    config = _config(timeout, algo, debug)
     if rank is None and size is None and unique_id is None:
-        _check_call(lib.gocollCommInitFromEnv(ctypes.byref(h)), "gocollCommInitFromEnv")
+        if config is None:
+            _check_call(lib.gocollCommInitFromEnv(ctypes.byref(h)), "gocollCommInitFromEnv")
+        else:
+            _check_call(lib.gocollCommInitFromEnvConfig(ctypes.byref(h), ctypes.byref(config)),
+                        "gocollCommInitFromEnvConfig")
     else:
         if rank is None or size is None or unique_id is None:
             raise errors.InvalidArgument(
@@ -149,9 +182,48 @@ def init(rank=None, size=None, unique_id=None):
                 "read the launcher's environment)")
         uid = _unique_id(unique_id)
         size, rank = _c_int(size, "init: size"), _c_int(rank, "init: rank")
-        _check_call(lib.gocollCommInitRank(ctypes.byref(h), size, uid, rank),
-                    "gocollCommInitRank")
+        if config is None:
+            _check_call(lib.gocollCommInitRank(ctypes.byref(h), size, uid, rank),
+                        "gocollCommInitRank")
+        else:
+            _check_call(lib.gocollCommInitRankConfig(ctypes.byref(h), size, uid, rank,
+                                                      ctypes.byref(config)),
+                        "gocollCommInitRankConfig")
     return Comm._adopt(lib, h.value)
+
+
+def _config(timeout, algo, debug):
+    """A gocollConfig_t for init's settings, or None when none is given (the
+    calls without a config then serve, as they do with older libraries)."""
+    if timeout is None and algo is None and debug is None:
+        return None
+    config = _lib.Config()
+    if timeout is not None:
+        config.timeoutMs = _timeout_ms(timeout)
+    for name, value in (("algo", algo), ("debug", debug)):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise errors.InvalidArgument("gocoll.init: %s must be a string, got %r" % (name, value))
+        setattr(config, name, value.encode())
+    return config
+
+
+def _timeout_ms(timeout):
+    """``timeout`` (seconds, or a timedelta) in whole milliseconds for
+    gocollConfig_t.timeoutMs, or InvalidArgument."""
+    if isinstance(timeout, datetime.timedelta):
+        secs = timeout.total_seconds()
+    elif isinstance(timeout, numbers.Real) and not isinstance(timeout, bool):
+        secs = float(timeout)
+    else:
+        raise errors.InvalidArgument("gocoll.init: timeout must be seconds or a datetime.timedelta, "
+                                     "got %r" % (timeout,))
+    ms = math.ceil(secs * 1000) if math.isfinite(secs) else 0  # NaN, inf: refused below
+    if not 1 <= ms <= _INT_MAX:
+        raise errors.InvalidArgument("gocoll.init: timeout %r: want more than 0 and at most %d ms "
+                                     "(24.8 days)" % (timeout, _INT_MAX))
+    return ms
 
 
 def _unique_id(unique_id):

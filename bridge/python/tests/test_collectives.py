@@ -3,8 +3,8 @@ real multi-process jobs (torchrun-style environment)."""
 
 from launch import run_ranks
 
-TORCH_DTYPES = 8  # int8 uint8 int32 int64 float16 bfloat16 float32 float64
-NUMPY_DTYPES = 9  # int8 uint8 int32 uint32 int64 uint64 float16 float32 float64
+TORCH_DTYPES = 9  # int8 uint8 int16 int32 int64 float16 bfloat16 float32 float64
+NUMPY_DTYPES = 10  # int8 uint8 int16 int32 uint32 int64 uint64 float16 float32 float64
 
 
 def _checked(results):

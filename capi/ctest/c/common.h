@@ -47,19 +47,21 @@ static inline void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
+/* 0 for the numbers that are no type (10 and 11, NCCL's float8). */
 static inline size_t dtype_size(gocollDataType_t dt) {
   switch (dt) {
-    case gocollInt8: case gocollUint8: return 1;
-    case gocollFloat16: case gocollBfloat16: return 2;
+    case gocollInt8: case gocollUint8: case gocollBool: return 1;
+    case gocollFloat16: case gocollBfloat16: case gocollInt16: return 2;
     case gocollInt32: case gocollUint32: case gocollFloat32: return 4;
-    default: return 8;
+    case gocollInt64: case gocollUint64: case gocollFloat64: return 8;
+    default: return 0;
   }
 }
 
 static inline const char* dtype_name(gocollDataType_t dt) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64",
-                                "uint64", "float16", "float32", "float64", "bfloat16"};
-  return (int)dt >= 0 && (int)dt < 10 ? names[dt] : "?";
+  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
+                                "float32", "float64", "bfloat16", "?", "?", "int16", "bool"};
+  return (int)dt >= 0 && (int)dt < gocollNumTypes ? names[dt] : "?";
 }
 
 /* IEEE binary16 bits of v, which must be exactly representable as a normal
@@ -96,6 +98,8 @@ static inline void store(void* buf, size_t i, gocollDataType_t dt, double v) {
   switch (dt) {
     case gocollInt8: { int8_t x = (int8_t)v; memcpy(p, &x, 1); break; }
     case gocollUint8: { uint8_t x = (uint8_t)v; memcpy(p, &x, 1); break; }
+    case gocollBool: { uint8_t x = (uint8_t)v; memcpy(p, &x, 1); break; }
+    case gocollInt16: { int16_t x = (int16_t)v; memcpy(p, &x, 2); break; }
     case gocollInt32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
     case gocollUint32: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); break; }
     case gocollInt64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }

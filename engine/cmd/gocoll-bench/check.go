@@ -32,6 +32,8 @@ import (
 //     via float32 and one rounding, as the engine documents);
 //   - Prod: ±1 and ±2 for floats (powers of two: exact until 2^14), odd
 //     integers of all widths for integer types (wrapping product).
+//   - Band, Bor, Bxor: all bit patterns of the integer types;
+//   - bool: bytes 0, 1 and 2 (2 is true too), every result 0 or 1.
 
 type kind int
 
@@ -39,14 +41,17 @@ const (
 	signedInt kind = iota
 	unsignedInt
 	floating
+	boolean
 )
 
 func kindOf(dt engine.DataType) kind {
 	switch dt {
-	case engine.Int8, engine.Int32, engine.Int64:
+	case engine.Int8, engine.Int16, engine.Int32, engine.Int64:
 		return signedInt
 	case engine.Uint8, engine.Uint32, engine.Uint64:
 		return unsignedInt
+	case engine.Bool:
+		return boolean
 	}
 	return floating
 }
@@ -105,6 +110,8 @@ func newPattern(dt engine.DataType, op engine.RedOp, reduce bool, n int, salt ui
 		switch dt {
 		case engine.Int8:
 			top = 127
+		case engine.Int16:
+			top = math.MaxInt16
 		case engine.Uint8:
 			top = 255
 		case engine.Int32:
@@ -118,6 +125,8 @@ func newPattern(dt engine.DataType, op engine.RedOp, reduce bool, n int, salt ui
 		if k == signedInt {
 			p.lo = -p.hi
 		}
+	case k == boolean:
+		p.hi = 2 // 0 false; 1 and 2 true (any byte but 0 is)
 	case k != floating:
 		p.full = true
 		p.odd = op == engine.Prod
@@ -173,8 +182,10 @@ func (p *pattern) norm(v int64) int64 {
 	switch p.dt {
 	case engine.Int8:
 		return int64(int8(v))
-	case engine.Uint8:
+	case engine.Uint8, engine.Bool:
 		return int64(uint8(v))
+	case engine.Int16:
+		return int64(int16(v))
 	case engine.Int32:
 		return int64(int32(v))
 	case engine.Uint32:
@@ -196,6 +207,8 @@ func putInt(dst []byte, dt engine.DataType, v int64) {
 	switch dt.Size() {
 	case 1:
 		dst[0] = byte(v)
+	case 2:
+		binary.NativeEndian.PutUint16(dst, uint16(v))
 	case 4:
 		binary.NativeEndian.PutUint32(dst, uint32(v))
 	default:
@@ -230,11 +243,36 @@ func (p *pattern) fill(buf []byte, rank, first, count int) {
 // their inputs.
 func (p *pattern) putReduced(dst []byte, i int) {
 	n := p.n
+	if kindOf(p.dt) == boolean {
+		acc := p.intValue(0, i) != 0
+		for r := 1; r < n; r++ {
+			x := p.intValue(r, i) != 0
+			switch p.op {
+			case engine.Sum, engine.Max, engine.Bor:
+				acc = acc || x
+			case engine.Prod, engine.Min, engine.Band:
+				acc = acc && x
+			case engine.Bxor:
+				acc = acc != x
+			}
+		}
+		dst[0] = 0
+		if acc {
+			dst[0] = 1
+		}
+		return
+	}
 	if kindOf(p.dt) != floating {
 		acc := p.intValue(0, i)
 		for r := 1; r < n; r++ {
 			x := p.intValue(r, i)
 			switch p.op {
+			case engine.Band:
+				acc &= x
+			case engine.Bor:
+				acc |= x // of sign- (zero-) extended values: still extended
+			case engine.Bxor:
+				acc ^= x
 			case engine.Sum, engine.Avg:
 				acc = p.norm(acc + x)
 			case engine.Prod:
@@ -332,8 +370,10 @@ func formatElem(dt engine.DataType, b []byte) string {
 	switch dt {
 	case engine.Int8:
 		return fmt.Sprint(int8(b[0]))
-	case engine.Uint8:
+	case engine.Uint8, engine.Bool:
 		return fmt.Sprint(b[0])
+	case engine.Int16:
+		return fmt.Sprint(int16(ne.Uint16(b)))
 	case engine.Int32:
 		return fmt.Sprint(int32(ne.Uint32(b)))
 	case engine.Uint32:

@@ -83,7 +83,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	warmup := fs.Int("w", 5, "warm-up iterations per size")
 	check := fs.Bool("c", false, "check results: count wrong elements against independently computed expectations")
 	dtype := fs.String("d", "float32", "datatype: "+typeNames())
-	redop := fs.String("o", "sum", "reduction op: sum, prod, max, min, avg")
+	redop := fs.String("o", "sum", "reduction op: sum, prod, max, min, avg, band, bor, bxor")
 	root := fs.Int("root", 0, "root rank of reduce and broadcast")
 	algo := fs.String("algo", "", "algorithm override, as GOCOLL_ALGO (e.g. ring, hd, allreduce=rd,alltoall=bruck)")
 	jsonOut := fs.Bool("json", false, "one JSON object per size instead of the table")
@@ -132,6 +132,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.redop, err = kernel.ParseRedOp(*redop); err != nil {
 		return fail("-o: %v", err)
+	}
+	if err := kernel.CheckOp(cfg.dt, cfg.redop); err != nil {
+		return fail("-d %v -o %v: %v", cfg.dt, cfg.redop, err)
 	}
 	for _, op := range strings.Split(*opList, ",") {
 		op = strings.ToLower(strings.TrimSpace(op))

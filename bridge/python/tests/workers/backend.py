@@ -206,13 +206,14 @@ def collectives(r, n, checked):
 def refused(r, n, checked):
     t = torch.ones(3)
     msgs = {}
-    msgs["bool"] = str(expect_raises(TypeError, dist.all_reduce, torch.ones(3, dtype=torch.bool)))
+    msgs["dtype"] = str(expect_raises(TypeError, dist.all_reduce,
+                                      torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)))
     msgs["sparse"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3).to_sparse()))
     msgs["meta"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3, device="meta")))
-    msgs["band"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3, dtype=torch.int64),
-                                     op=R.BAND))
+    msgs["band"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3), op=R.BAND))
     msgs["tag"] = str(expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=3))
-    assert "bool" in msgs["bool"] and "rank %d" % r in msgs["bool"], msgs["bool"]
+    assert "qint8" in msgs["dtype"] and "rank %d" % r in msgs["dtype"], msgs["dtype"]
+    assert "bitwise" in msgs["band"] and "rank %d" % r in msgs["band"], msgs["band"]
     assert "sparse" in msgs["sparse"] and "meta" in msgs["meta"], msgs
     assert "no message tags" in msgs["tag"], msgs["tag"]
     checked.append("refused inputs")

@@ -14,7 +14,7 @@ K = 5  # elements per peer for reduce_scatter / alltoall
 
 class NumpyLib:
     name = "numpy"
-    dtypes = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
+    dtypes = ["int8", "uint8", "int16", "int32", "uint32", "int64", "uint64", "float16", "float32",
               "float64"]
 
     def make(self, values, dtype):
@@ -32,7 +32,7 @@ class NumpyLib:
 
 class TorchLib:
     name = "torch"
-    dtypes = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+    dtypes = ["int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 
     def __init__(self):
         import torch
