@@ -586,12 +586,15 @@ func capi_AllToAllv(send unsafe.Pointer, sendcounts, sdispls *C.size_t, recv uns
 }
 
 //export capi_SendRecv
-func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
+func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer, tag C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	var name string
 	if isSend != 0 {
 		name = pick(nb, "gocollSend", "gocollISend")
 	} else {
 		name = pick(nb, "gocollRecv", "gocollIRecv")
+	}
+	if tag != 0 {
+		name += "Tag"
 	}
 	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
@@ -607,9 +610,9 @@ func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer
 			return engine.ErrOp(err)
 		}
 		if isSend != 0 {
-			return c.SendOp(b, int(count), dt, int(peer))
+			return c.SendTagOp(b, int(count), dt, int(peer), int(tag))
 		}
-		return c.RecvOp(b, int(count), dt, int(peer))
+		return c.RecvTagOp(b, int(count), dt, int(peer), int(tag))
 	})
 }
 

@@ -66,7 +66,7 @@ func (e *OpError) Error() string {
 	if e.Peer >= 0 {
 		peer = fmt.Sprintf(" (peer rank %d)", e.Peer)
 	}
-	return fmt.Sprintf("gocoll: %s #%d on rank %d%s: %v", e.Op, e.Seq, e.Rank, peer, e.Err)
+	return fmt.Sprintf("gocoll: %s #%d on rank %d%s: %v", e.Op, e.Seq&^p2pSeqBit, e.Rank, peer, e.Err)
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
