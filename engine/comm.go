@@ -236,6 +236,11 @@ func (c *Comm) opError(x *execCtx, err error) error {
 	if errors.As(err, &pe) {
 		peer = pe.peer
 	}
+	// The transports watch every peer: a wait on one rank may end because
+	// another failed, and the error must name that one.
+	if failed := failedRank(err); failed >= 0 {
+		peer = failed
+	}
 	if cause := context.Cause(c.abortCtx); cause != nil && errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: %v", ErrAborted, cause)
 	}

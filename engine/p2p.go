@@ -245,7 +245,7 @@ func (c *Comm) readOne(x *execCtx, peer int, in *inbox, seq uint64) error {
 	var eb [envelopeLen]byte
 	h := transport.Header{Kind: transport.KindData, Seq: seq | p2pSeqBit, Sig: envelopeSig, Len: envelopeLen}
 	if err := x.recvHeader(peer, h, eb[:]); err != nil {
-		return fmt.Errorf("recv from rank %d: waiting for the next point-to-point message: %w", peer, err)
+		return err
 	}
 	env, err := decodeEnvelope(eb[:])
 	if err != nil {

@@ -299,3 +299,23 @@ func FuzzEnvelope(f *testing.F) {
 		}
 	})
 }
+
+// A failure of another rank than the one waited for names that rank (it
+// read "recv … (peer rank 1): … rank 2 aborted").
+func TestFailureNamesTheFailedRank(t *testing.T) {
+	for _, op := range []func(c *Comm) error{
+		func(c *Comm) error { return c.Recv(make([]byte, 4), 1, Float32, 1) },
+		func(c *Comm) error { return c.AllReduce(make([]byte, 4), make([]byte, 4), 1, Float32, Sum) },
+	} {
+		comms := newLocal(t, 3, Options{})
+		comms[2].Abort()
+		err := op(comms[0])
+		var oe *OpError
+		if !errors.As(err, &oe) || oe.Peer != 2 || !errors.Is(err, ErrRemoteAbort) {
+			t.Errorf("rank 0: %v, want an OpError naming rank 2", err)
+		}
+		if err != nil && strings.Contains(err.Error(), "(peer rank 1)") {
+			t.Errorf("rank 0's error names rank 1: %v", err)
+		}
+	}
+}
