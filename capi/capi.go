@@ -16,6 +16,7 @@ import "C"
 
 import (
 	"math/bits"
+	"time"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine"
@@ -638,12 +639,35 @@ func pick(nb C.int, blocking, nonBlocking string) string {
 func capi_Test(req C.uintptr_t, done *C.int) (rc C.int) {
 	const name = "gocollTest"
 	defer guard(name, &rc)
+	return test(name, req, 0, done)
+}
+
+//export capi_WaitTimeout
+func capi_WaitTimeout(req C.uintptr_t, timeoutMs C.int, done *C.int) (rc C.int) {
+	const name = "gocollWaitTimeout"
+	defer guard(name, &rc)
+	if timeoutMs < 0 {
+		return fail(name, nil, argErr("timeout_ms %d is negative", int(timeoutMs)))
+	}
+	return test(name, req, time.Duration(timeoutMs)*time.Millisecond, done)
+}
+
+// test is gocollTest after waiting up to wait for the request.
+func test(name string, req C.uintptr_t, wait time.Duration, done *C.int) C.int {
 	if done == nil {
 		return fail(name, nil, argErr("done is NULL"))
 	}
 	rs, err := handles.request(uintptr(req))
 	if err != nil {
 		return fail(name, nil, err)
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-rs.r.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	finished, opErr := rs.r.Test()
 	if !finished {

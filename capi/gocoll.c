@@ -311,6 +311,11 @@ gocollResult_t gocollWait(gocollRequest_t request) {
   return (gocollResult_t)capi_Wait(h(request));
 }
 
+gocollResult_t gocollWaitTimeout(gocollRequest_t request, int timeout_ms, int* done) {
+  if (done != NULL) *done = 0;
+  return (gocollResult_t)capi_WaitTimeout(h(request), timeout_ms, done);
+}
+
 // ---------------------------------------------------------------------------
 // Redistribution plans
 

@@ -514,6 +514,14 @@ gocollResult_t gocollTest(gocollRequest_t request, int* done);
  * unknown), gocollInvalidUsage (request already freed). */
 gocollResult_t gocollWait(gocollRequest_t request);
 
+/* gocollTest that waits up to timeout_ms milliseconds (0: not at all) for
+ * the request to finish, without spinning: *done and the result as
+ * gocollTest. A request still running after the timeout stays valid, and
+ * its operation goes on (what torch's Work.wait(timeout) needs).
+ * Errors of the call itself: as gocollTest, and gocollInvalidArgument for
+ * a negative timeout_ms. */
+gocollResult_t gocollWaitTimeout(gocollRequest_t request, int timeout_ms, int* done);
+
 /* ---------------------------------------------------------------------------
  * Redistribution: moving a distributed array from one layout to another
  * (resharding, restoring a checkpoint of another job size) with a

@@ -400,6 +400,29 @@ static void test_sendrecv_tags(void) {
   expect_equal("recv tag 2", rb, wb, NB, gocollInt32);
 }
 
+/* gocollWaitTimeout: rank 0's receive cannot finish before rank 1 sends,
+ * which it does only once rank 0 told it that its timed wait returned. */
+static void test_wait_timeout(void) {
+  int32_t x = 0, go = 1;
+  int done = -1;
+  gocollRequest_t rq = NULL;
+  if (nranks < 2 || g_rank > 1) return;
+  if (g_rank == 0) {
+    CHECK_COMM(gocollIRecvTag(&x, 1, gocollInt32, 1, 9, comm, &rq), comm);
+    if (gocollWaitTimeout(rq, -1, &done) != gocollInvalidArgument) FAIL("gocollWaitTimeout(-1) accepted");
+    if (gocollWaitTimeout(NULL, 0, &done) != gocollInvalidArgument) FAIL("gocollWaitTimeout(NULL) accepted");
+    CHECK_COMM(gocollWaitTimeout(rq, 50, &done), comm);
+    if (done != 0) FAIL("gocollWaitTimeout: done=%d before the message was sent", done);
+    CHECK_COMM(gocollSendTag(&go, 1, gocollInt32, 1, 10, comm), comm);
+    CHECK_COMM(gocollWaitTimeout(rq, 60000, &done), comm);
+    if (done != 1 || x != 42) FAIL("gocollWaitTimeout: done=%d x=%d, want 1 and 42", done, (int)x);
+  } else {
+    CHECK_COMM(gocollRecvTag(&go, 1, gocollInt32, 0, 10, comm), comm);
+    x = 42;
+    CHECK_COMM(gocollSendTag(&x, 1, gocollInt32, 0, 9, comm), comm);
+  }
+}
+
 static void test_barrier(void) {
   RUN(gocollBarrier(comm), gocollIBarrier(comm, &rq_));
 }
@@ -582,6 +605,7 @@ int main(int argc, char** argv) {
   test_dump_state();
   mode = 1;
   test_outstanding();
+  test_wait_timeout();
   test_split();
 
   CHECK_COMM(gocollCommGetAsyncError(comm, &async), comm);
