@@ -391,11 +391,13 @@ def _prefix(counts):
 class Comm:
     """One rank's membership in a group; made by :func:`init` or :meth:`split`.
 
-    Collectives take numpy arrays or torch CPU tensors and pass their memory
-    to the library without copying. Blocking calls return their result
-    buffer; ``async_op=True`` (or the ``i``-prefixed method) returns a
-    :class:`Work`. Every rank must issue the same collectives in the same
-    order.
+    Methods have torch.distributed's names, argument order (output first)
+    and keywords (``src``, ``dst``, ``tag``, ``async_op``). Collectives take
+    numpy arrays or torch CPU tensors and pass their memory to the library
+    without copying (the list forms go through a staging buffer). Blocking
+    calls return their result buffer; ``async_op=True`` (and ``isend``,
+    ``irecv``) return a :class:`Work`. Every rank must issue the same
+    collectives in the same order.
 
     A ``with`` block destroys the communicator at its end (aborts it when the
     block raised, so that peers stop waiting); communicators still alive are
@@ -986,8 +988,10 @@ class Comm:
 
     def on_complete(self, work, callback):
         """Call ``callback(work)`` on this communicator's waiter thread once
-        ``work`` finished. Works complete in issue order, so one thread
-        waiting on them in order adds no delay (used by the DDP hook)."""
+        ``work`` finished. Collectives complete in issue order, so one
+        thread waiting on them in order adds no delay (used by the DDP hook
+        and futures); a tagged receive that finishes before works issued
+        earlier gets its callback after theirs."""
         with self._plock:
             if self._waiter is None:
                 self._waiter = _Waiter(self)
