@@ -4,7 +4,9 @@ The package is pure Python (ctypes) and needs ``libgocoll.so`` at run time.
 The wheel ships a built library inside the package (``gocoll/libgocoll.so``,
 the first place the bridge looks) when one is found at build time:
 
-1. ``$GOCOLL_LIBRARY``, when set (then it must exist);
+1. ``$GOCOLL_WHEEL_LIBRARY``, when set (then it must exist; a variable of
+   its own, so that GOCOLL_LIBRARY, which says where the bridge loads the
+   library from at run time, does not change what a wheel holds);
 2. a copy already inside the package directory (``gocoll/libgocoll.so`` or
    ``gocoll/lib/libgocoll.so``);
 3. the repository's build output, ``build/out/lib/libgocoll.so`` (what
@@ -41,10 +43,10 @@ def _in_package():
 def _library_to_copy():
     """The built library to copy into the wheel (a real file, symbolic links
     resolved), or None when there is none or one is in the package already."""
-    explicit = os.environ.get("GOCOLL_LIBRARY")
+    explicit = os.environ.get("GOCOLL_WHEEL_LIBRARY")
     if explicit:
         if not os.path.isfile(explicit):
-            sys.exit("setup.py: GOCOLL_LIBRARY=%s is not a file" % explicit)
+            sys.exit("setup.py: GOCOLL_WHEEL_LIBRARY=%s is not a file" % explicit)
         return os.path.realpath(explicit)
     if _in_package():
         return None  # package data ships it
@@ -90,7 +92,7 @@ if _in_package() or _library_to_copy() is not None:
     setup(distclass=_PlatformDistribution,
           cmdclass={"bdist_wheel": _platform_wheel(), "build_py": build_py_with_library})
 else:
-    print("setup.py: no built libgocoll.so found (GOCOLL_LIBRARY, gocoll/, %s): building a "
+    print("setup.py: no built libgocoll.so found (GOCOLL_WHEEL_LIBRARY, gocoll/, %s): building a "
           "py3-none-any wheel without it; the installed package then needs GOCOLL_LIBRARY or "
           "the library on the dynamic linker's path" % REPO_BUILD, file=sys.stderr)
     setup()

@@ -4,7 +4,7 @@ A thin ctypes bridge over ``libgocoll.so`` (no compiled extension)::
 
     import gocoll
     comm = gocoll.init()                    # torchrun / mpirun / srun environment
-    comm.all_reduce(tensor)                  # in place, numpy or torch CPU, no copy
+    comm.all_reduce(tensor)                 # in place, numpy or torch CPU, no copy
     work = comm.all_reduce(t2, op="avg", async_op=True)
     ...
     work.wait()

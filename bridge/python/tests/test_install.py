@@ -37,7 +37,7 @@ def test_offline_install_in_venv(library, tmp_path):
     build_env = dict(env)
     if os.path.realpath(library) != os.path.realpath(os.path.join(REPO, "build", "out", "lib",
                                                                   "libgocoll.so")):
-        build_env["GOCOLL_LIBRARY"] = library  # a library built elsewhere: ship that one
+        build_env["GOCOLL_WHEEL_LIBRARY"] = library  # a library built elsewhere: ship that one
     rc, out, err = run_cmd([py, "-m", "pip", "install", "--no-index", "--no-build-isolation",
                             "--disable-pip-version-check", BRIDGE], timeout=300, env=build_env,
                            cwd=str(tmp_path))
