@@ -52,26 +52,56 @@ LR, MOMENTUM = 0.01, 0.9
 # workers (one process per rank)
 
 
+def _mlp(nn):
+    return nn.Sequential(nn.Linear(1024, 1536), nn.ReLU(), nn.Linear(1536, 1024), nn.ReLU(),
+                         nn.Linear(1024, 10))
+
+
+def _cnn(nn):
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(64, 10))
+
+
+MODELS = {"mlp": (_mlp, (1024,)), "cnn": (_cnn, (3, 32, 32))}  # builder, input shape
+
+
 def make_model(name):
     import torch
     from torch import nn
     torch.manual_seed(0)  # identical weights on every rank and route
-    if name == "mlp":
-        return nn.Sequential(nn.Linear(1024, 1536), nn.ReLU(), nn.Linear(1536, 1024), nn.ReLU(),
-                             nn.Linear(1024, 10))
-    if name == "cnn":
-        return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                             nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                             nn.Flatten(), nn.Linear(64, 10))
-    raise SystemExit("unknown model %r" % name)
+    return MODELS[name][0](nn)
 
 
 def batch_of(model, batch, rank):
     import torch
     g = torch.Generator().manual_seed(1000 * rank + batch)
-    shape = (batch, 1024) if model == "mlp" else (batch, 3, 32, 32)
+    shape = (batch,) + MODELS[model][1]
     return torch.randn(shape, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+
+def _ddp(groups, model, pg):
+    from torch import nn
+    return nn.parallel.DistributedDataParallel(model, process_group=groups[pg])
+
+
+def _hook(groups, model):
+    import gocoll.torch as gt
+    net = _ddp(groups, model, "gloo")
+    net.register_comm_hook(groups["hook"].comm, gt.allreduce_hook)
+    return net
+
+
+# route -> what it wraps the model in (None: the model itself), and whether
+# the optimizer goes through DistributedGradients
+WRAP = {
+    "none": (None, False),
+    "ddp-gloo": (lambda g, m: _ddp(g, m, "gloo"), False),
+    "ddp-gocoll": (lambda g, m: _ddp(g, m, "gocoll"), False),
+    "hook": (_hook, False),
+    "dg": (None, True),
+}
 
 
 class Route:
@@ -82,19 +112,12 @@ class Route:
         from torch import nn
         import gocoll.torch as gt
         self.model = make_model(model)
-        self.net = self.model
-        sgd = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM)
-        self.opt = sgd
-        if route == "ddp-gloo":
-            self.net = nn.parallel.DistributedDataParallel(self.model, process_group=groups["gloo"])
-        elif route == "ddp-gocoll":
-            self.net = nn.parallel.DistributedDataParallel(self.model, process_group=groups["gocoll"])
-        elif route == "hook":
-            self.net = nn.parallel.DistributedDataParallel(self.model, process_group=groups["gloo"])
-            self.net.register_comm_hook(groups["hook"].comm, gt.allreduce_hook)
-        elif route == "dg":
-            self.dg = gt.DistributedGradients(self.model, groups["hook"].comm)
-            self.opt = gt.DistributedOptimizer(sgd, self.dg)
+        wrap, dg = WRAP[route]
+        self.net = self.model if wrap is None else wrap(groups, self.model)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM)
+        if dg:
+            self.opt = gt.DistributedOptimizer(self.opt, gt.DistributedGradients(self.model,
+                                                                                  groups["hook"].comm))
         self.loss = nn.functional.cross_entropy
 
     def step(self, x, y):
@@ -118,6 +141,9 @@ def worker(args):
     groups = {"gloo": dist.new_group(backend="gloo"), "gocoll": dist.new_group(backend="gocoll"),
               "hook": dist.new_group(backend="gocoll")}
     models = args.models.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise SystemExit("unknown model(s) %s; known: %s" % (unknown, ", ".join(MODELS)))
     batches = [int(b) for b in args.batches.split(",")]
     routes = {(m, r): Route(r, m, groups) for m in models for r in ROUTES}
     data = {(m, b): batch_of(m, b, rank) for m in models for b in batches}
@@ -174,7 +200,7 @@ def table(results, args):
                  "communication overhead (step − no communication) and its ratio to Gloo's."
                  % (args.rounds, args.steps))
     lines.append("")
-    lines.append("| ranks | model | parameters | max |Δw| / max |w| vs DDP on Gloo after the run |")
+    lines.append("| ranks | model | parameters | weights after the run vs DDP on Gloo: max \\|Δw\\| / max \\|w\\| |")
     lines.append("|---|---|---:|---|")
     for n, res in results:
         for m, d in res["weights"].items():

@@ -160,17 +160,15 @@ def sigint(r, backend):
     os._exit(0)  # the aborted communicator and gloo's group need no goodbye
 
 
+MODES = {
+    "errors": errors,
+    "sigint-hook": lambda r: sigint(r, backend=False),
+    "sigint-backend": lambda r: sigint(r, backend=True),
+}
+
+
 def run():
-    mode = sys.argv[1]
-    r, _ = rank_size()
-    if mode == "errors":
-        errors(r)
-    elif mode == "sigint-hook":
-        sigint(r, backend=False)
-    elif mode == "sigint-backend":
-        sigint(r, backend=True)
-    else:
-        raise SystemExit("unknown mode %r" % mode)
+    MODES[sys.argv[1]](rank_size()[0])
 
 
 if __name__ == "__main__":
