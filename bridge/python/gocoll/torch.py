@@ -11,7 +11,9 @@
 - :func:`broadcast_parameters` gives every rank the root's weights.
 - :func:`empty` allocates a tensor in gocollMemAlloc memory.
 - Importing this module registers the torch.distributed backend "gocoll"
-  (:class:`ProcessGroupGocoll`): ``dist.init_process_group("gocoll")``.
+  (:class:`ProcessGroupGocoll`): ``dist.init_process_group("gocoll")``;
+  :func:`monitored_barrier` is ``dist.monitored_barrier`` for its groups
+  (torch 1.13's accepts gloo only).
 
 Every rank must run the same model and call these in the same order: the
 collectives they issue must be identical on every rank.
