@@ -46,7 +46,7 @@ step go-test go test -count=1 -timeout 15m ./...
 fuzz_all() {
 	for target in engine/bootstrap:FuzzReadFrame engine/bootstrap:FuzzDecodeTable engine/bootstrap:FuzzReplyErr \
 		engine/bootstrap:FuzzUniqueIDParse engine/transport:FuzzDecodeHeader \
-		engine/transport/tcp:FuzzServerHandshake engine/internal/shmseg:FuzzCheckHeader; do
+		engine/transport/tcp:FuzzServerHandshake engine/internal/shmseg:FuzzCheckHeader engine:FuzzEnvelope; do
 		go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "${FUZZTIME:-4s}" "./${target%%:*}" || return 1
 	done
 }

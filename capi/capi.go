@@ -16,6 +16,7 @@ import "C"
 
 import (
 	"math/bits"
+	"time"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine"
@@ -616,12 +617,15 @@ func capi_AllToAllv(send unsafe.Pointer, sendcounts, sdispls *C.size_t, recv uns
 }
 
 //export capi_SendRecv
-func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
+func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer, tag C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	var name string
 	if isSend != 0 {
 		name = pick(nb, "gocollSend", "gocollISend")
 	} else {
 		name = pick(nb, "gocollRecv", "gocollIRecv")
+	}
+	if tag != 0 {
+		name += "Tag"
 	}
 	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
 		dt, err := datatype(dtype)
@@ -637,9 +641,9 @@ func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer
 			return engine.ErrOp(err)
 		}
 		if isSend != 0 {
-			return c.SendOp(b, int(count), dt, int(peer))
+			return c.SendTagOp(b, int(count), dt, int(peer), int(tag))
 		}
-		return c.RecvOp(b, int(count), dt, int(peer))
+		return c.RecvTagOp(b, int(count), dt, int(peer), int(tag))
 	})
 }
 
@@ -665,12 +669,35 @@ func pick(nb C.int, blocking, nonBlocking string) string {
 func capi_Test(req C.uintptr_t, done *C.int) (rc C.int) {
 	const name = "gocollTest"
 	defer guard(name, &rc)
+	return test(name, req, 0, done)
+}
+
+//export capi_WaitTimeout
+func capi_WaitTimeout(req C.uintptr_t, timeoutMs C.int, done *C.int) (rc C.int) {
+	const name = "gocollWaitTimeout"
+	defer guard(name, &rc)
+	if timeoutMs < 0 {
+		return fail(name, nil, argErr("timeout_ms %d is negative", int(timeoutMs)))
+	}
+	return test(name, req, time.Duration(timeoutMs)*time.Millisecond, done)
+}
+
+// test is gocollTest after waiting up to wait for the request.
+func test(name string, req C.uintptr_t, wait time.Duration, done *C.int) C.int {
 	if done == nil {
 		return fail(name, nil, argErr("done is NULL"))
 	}
 	rs, err := handles.request(uintptr(req))
 	if err != nil {
 		return fail(name, nil, err)
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-rs.r.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	finished, opErr := rs.r.Test()
 	if !finished {

@@ -255,26 +255,52 @@ gocollResult_t gocollIAllToAllv(const void* sendbuff, const size_t sendcounts[],
 
 gocollResult_t gocollSend(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
                           gocollComm_t comm) {
-  return (gocollResult_t)capi_SendRecv(1, (void*)sendbuff, count, datatype, peer, h(comm), 0, 0, NULL);
+  return (gocollResult_t)capi_SendRecv(1, (void*)sendbuff, count, datatype, peer, 0, h(comm), 0, 0, NULL);
 }
 
 gocollResult_t gocollISend(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
                            gocollComm_t comm, gocollRequest_t* request) {
   uintptr_t out = 0;
-  gocollResult_t rc = (gocollResult_t)capi_SendRecv(1, (void*)sendbuff, count, datatype, peer, h(comm),
+  gocollResult_t rc = (gocollResult_t)capi_SendRecv(1, (void*)sendbuff, count, datatype, peer, 0, h(comm),
                                                     1, request != NULL, &out);
   return finish(rc, request, out);
 }
 
 gocollResult_t gocollRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
                           gocollComm_t comm) {
-  return (gocollResult_t)capi_SendRecv(0, recvbuff, count, datatype, peer, h(comm), 0, 0, NULL);
+  return (gocollResult_t)capi_SendRecv(0, recvbuff, count, datatype, peer, 0, h(comm), 0, 0, NULL);
 }
 
 gocollResult_t gocollIRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
                            gocollComm_t comm, gocollRequest_t* request) {
   uintptr_t out = 0;
-  gocollResult_t rc = (gocollResult_t)capi_SendRecv(0, recvbuff, count, datatype, peer, h(comm),
+  gocollResult_t rc = (gocollResult_t)capi_SendRecv(0, recvbuff, count, datatype, peer, 0, h(comm),
+                                                    1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollSendTag(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
+                             int tag, gocollComm_t comm) {
+  return (gocollResult_t)capi_SendRecv(1, (void*)sendbuff, count, datatype, peer, tag, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollISendTag(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
+                              int tag, gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_SendRecv(1, (void*)sendbuff, count, datatype, peer, tag, h(comm),
+                                                    1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
+gocollResult_t gocollRecvTag(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
+                             int tag, gocollComm_t comm) {
+  return (gocollResult_t)capi_SendRecv(0, recvbuff, count, datatype, peer, tag, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIRecvTag(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
+                              int tag, gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_SendRecv(0, recvbuff, count, datatype, peer, tag, h(comm),
                                                     1, request != NULL, &out);
   return finish(rc, request, out);
 }
@@ -299,6 +325,11 @@ gocollResult_t gocollTest(gocollRequest_t request, int* done) {
 
 gocollResult_t gocollWait(gocollRequest_t request) {
   return (gocollResult_t)capi_Wait(h(request));
+}
+
+gocollResult_t gocollWaitTimeout(gocollRequest_t request, int timeout_ms, int* done) {
+  if (done != NULL) *done = 0;
+  return (gocollResult_t)capi_WaitTimeout(h(request), timeout_ms, done);
 }
 
 // ---------------------------------------------------------------------------

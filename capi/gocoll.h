@@ -499,6 +499,26 @@ gocollResult_t gocollSend(const void* sendbuff, size_t count, gocollDataType_t d
 gocollResult_t gocollRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
                           gocollComm_t comm);
 
+/* gocollSend with a message tag, 0 … INT_MAX (gocollSend is tag 0), as in
+ * MPI and torch.distributed: the peer's gocollRecvTag with the same tag
+ * takes it. Messages to one peer leave in issue order; the receiver takes
+ * messages of different tags in whatever order it posts its receives, and
+ * messages of one tag in order. A message that arrives before its receive
+ * is posted is kept by the receiver (memory for its payload). Every send
+ * must be received before the receiver's next collective on comm: a
+ * collective that meets a message nobody received fails with
+ * gocollInvalidUsage on that rank.
+ * Errors: as gocollSend; gocollInvalidArgument for a negative tag. */
+gocollResult_t gocollSendTag(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
+                             int tag, gocollComm_t comm);
+
+/* Receives into recvbuff the oldest message from peer with this tag that no
+ * earlier receive took. count and datatype must be the sender's: a
+ * difference fails with gocollInvalidUsage (and, as every failure, leaves
+ * the communicator unusable). Errors: as gocollSendTag. */
+gocollResult_t gocollRecvTag(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
+                             int tag, gocollComm_t comm);
+
 /* Returns once every rank of comm called it. */
 gocollResult_t gocollBarrier(gocollComm_t comm);
 
@@ -558,6 +578,13 @@ gocollResult_t gocollISend(const void* sendbuff, size_t count, gocollDataType_t 
 /* Non-blocking gocollRecv. */
 gocollResult_t gocollIRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
                            gocollComm_t comm, gocollRequest_t* request);
+/* Non-blocking gocollSendTag. */
+gocollResult_t gocollISendTag(const void* sendbuff, size_t count, gocollDataType_t datatype, int peer,
+                              int tag, gocollComm_t comm, gocollRequest_t* request);
+/* Non-blocking gocollRecvTag. Receives with different tags from one peer
+ * complete independently: each as soon as its own message arrived. */
+gocollResult_t gocollIRecvTag(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
+                              int tag, gocollComm_t comm, gocollRequest_t* request);
 /* Non-blocking gocollBarrier: completes once every rank issued it. */
 gocollResult_t gocollIBarrier(gocollComm_t comm, gocollRequest_t* request);
 
@@ -579,6 +606,14 @@ gocollResult_t gocollTest(gocollRequest_t request, int* done);
  * Errors of the call itself: gocollInvalidArgument (request NULL or
  * unknown), gocollInvalidUsage (request already freed). */
 gocollResult_t gocollWait(gocollRequest_t request);
+
+/* gocollTest that waits up to timeout_ms milliseconds (0: not at all) for
+ * the request to finish, without spinning: *done and the result as
+ * gocollTest. A request still running after the timeout stays valid, and
+ * its operation goes on (what torch's Work.wait(timeout) needs).
+ * Errors of the call itself: as gocollTest, and gocollInvalidArgument for
+ * a negative timeout_ms. */
+gocollResult_t gocollWaitTimeout(gocollRequest_t request, int timeout_ms, int* done);
 
 /* ---------------------------------------------------------------------------
  * Redistribution: moving a distributed array from one layout to another

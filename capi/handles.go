@@ -66,6 +66,7 @@ func (s *commState) close() {
 type waiter interface {
 	Test() (bool, error)
 	Wait() error
+	Done() <-chan struct{}
 }
 
 // reqState is a live request handle.

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"unsafe"
 
@@ -485,67 +484,6 @@ func layout(name string, buf []byte, counts, displs []int, n, es int) ([]sched.B
 		}
 	}
 	return l, nil
-}
-
-// Send sends count elements to peer, which must call Recv with the same
-// count and type. Sends to one peer are received in order.
-func (c *Comm) Send(buf []byte, count int, dt DataType, peer int) error {
-	return c.run(c.sendReq(buf, count, dt, peer))
-}
-
-// ISend is the non-blocking Send: it returns once the operation is queued.
-func (c *Comm) ISend(buf []byte, count int, dt DataType, peer int) (*Request, error) {
-	return c.start(c.sendReq(buf, count, dt, peer))
-}
-
-// SendOp prepares a Send without issuing it (see Op).
-func (c *Comm) SendOp(buf []byte, count int, dt DataType, peer int) Op {
-	return c.op(c.sendReq(buf, count, dt, peer))
-}
-
-func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer int) (*Request, error) {
-	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkBuf("send", buf, count, dt)); err != nil {
-		return nil, err
-	}
-	if peer == c.rank {
-		return nil, fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
-	}
-	buf = buf[:count*dt.Size()]
-	sig := signature(pointToPoint, dt, count, 0, -1, "")
-	return &Request{op: "send", peer: peer, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
-		x.sig, x.bytes = sig, len(buf)
-		return x.send(peer, 0, buf)
-	}}, nil
-}
-
-// Recv receives count elements from peer's matching Send.
-func (c *Comm) Recv(buf []byte, count int, dt DataType, peer int) error {
-	return c.run(c.recvReq(buf, count, dt, peer))
-}
-
-// IRecv is the non-blocking Recv: it returns once the operation is queued.
-func (c *Comm) IRecv(buf []byte, count int, dt DataType, peer int) (*Request, error) {
-	return c.start(c.recvReq(buf, count, dt, peer))
-}
-
-// RecvOp prepares a Recv without issuing it (see Op).
-func (c *Comm) RecvOp(buf []byte, count int, dt DataType, peer int) Op {
-	return c.op(c.recvReq(buf, count, dt, peer))
-}
-
-func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer int) (*Request, error) {
-	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkBuf("recv", buf, count, dt)); err != nil {
-		return nil, err
-	}
-	if peer == c.rank {
-		return nil, fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
-	}
-	buf = buf[:count*dt.Size()]
-	sig := signature(pointToPoint, dt, count, 0, -1, "")
-	return &Request{op: "recv", peer: peer, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
-		x.sig, x.bytes = sig, len(buf)
-		return x.recv(peer, 0, buf)
-	}}, nil
 }
 
 // Barrier returns once every rank called it.

@@ -47,16 +47,17 @@ type Comm struct {
 	// two goroutine hand-offs on small messages). It guards what follows.
 	execMu  sync.Mutex
 	seq     uint64   // collective sequence number
-	sendSeq []uint64 // point-to-point sequence per peer, each direction
-	recvSeq []uint64
+	sendSeq []uint64 // point-to-point sequence per peer: stream messages sent
+	recvSeq []uint64 // receives issued per peer (names them in flight records)
 	scratch [4][]byte
 	plans   map[planKey]plan // schedules built so far (see plan)
 	poolMu  sync.Mutex       // scratch for concurrent receives of one schedule
 	pool    [][]byte
 
 	p2pWG    sync.WaitGroup
-	p2pChain map[int]chan struct{} // per (peer, direction): done channel of the last p2p op
-	arena    *shmcoll.Arena        // shared-memory collectives, when every rank is on this host
+	p2pChain map[p2pKey]chan struct{} // done channel of each chain's last p2p op (worker only)
+	inboxes  []*inbox                 // per peer: tag matching of received messages (p2p.go)
+	arena    *shmcoll.Arena           // shared-memory collectives, when every rank is on this host
 
 	// Placement, equal on every rank: the ranks of each host (in local
 	// order), whether every host holds as many, and the ring orders the
@@ -82,6 +83,7 @@ type Request struct {
 	// sequence and do not wait for each other unless they share a peer and
 	// direction, so a send and a receive issued back to back both progress.
 	peer   int
+	tag    int
 	isSend bool
 	run    func(x *execCtx) error
 	done   chan struct{}
@@ -118,7 +120,8 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 	c := &Comm{
 		rank: rank, size: size, tr: tr, opts: opts, algo: spec,
 		queue:    make(chan *Request, 256),
-		p2pChain: map[int]chan struct{}{},
+		p2pChain: map[p2pKey]chan struct{}{},
+		inboxes:  newInboxes(size),
 		plans:    map[planKey]plan{},
 		sendSeq:  make([]uint64, size),
 		recvSeq:  make([]uint64, size),
@@ -201,14 +204,15 @@ func (c *Comm) execute(r *Request, x *execCtx) {
 }
 
 // startP2P runs a send or receive on its own goroutine, after the previous
-// one with the same peer and direction (streams are FIFO per peer).
+// one of its chain (see p2pKey).
 func (c *Comm) startP2P(r *Request) {
-	key, seqs := 2*r.peer, c.recvSeq
+	key, seqs := p2pKey{peer: r.peer, tag: r.tag}, c.recvSeq
 	if r.isSend {
-		key, seqs = key+1, c.sendSeq
+		key, seqs = p2pKey{peer: r.peer, send: true}, c.sendSeq
 	}
 	x := &execCtx{c: c, op: r.op, seq: seqs[r.peer] | p2pSeqBit}
 	seqs[r.peer]++
+	c.pruneChains()
 	prev := c.p2pChain[key]
 	c.p2pChain[key] = r.done
 	c.p2pWG.Add(1)
@@ -231,6 +235,11 @@ func (c *Comm) opError(x *execCtx, err error) error {
 	var pe *peerError
 	if errors.As(err, &pe) {
 		peer = pe.peer
+	}
+	// The transports watch every peer: a wait on one rank may end because
+	// another failed, and the error must name that one.
+	if failed := failedRank(err); failed >= 0 {
+		peer = failed
 	}
 	if cause := context.Cause(c.abortCtx); cause != nil && errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: %v", ErrAborted, cause)
@@ -465,13 +474,21 @@ func (l lightCtx) Err() error {
 }
 
 func (x *execCtx) send(peer, step int, data []byte) error {
-	x.waitingFor(peer)
-	return wrapPeer(peer, x.c.tr.Send(x.context(), peer, x.header(step, len(data)), data), x.c.opts.Timeout)
+	return x.sendHeader(peer, x.header(step, len(data)), data)
 }
 
 func (x *execCtx) recv(peer, step int, buf []byte) error {
+	return x.recvHeader(peer, x.header(step, len(buf)), buf)
+}
+
+func (x *execCtx) sendHeader(peer int, h transport.Header, data []byte) error {
 	x.waitingFor(peer)
-	return wrapPeer(peer, x.c.tr.Recv(x.context(), peer, x.header(step, len(buf)), buf), x.c.opts.Timeout)
+	return wrapPeer(peer, x.c.tr.Send(x.context(), peer, h, data), x.c.opts.Timeout)
+}
+
+func (x *execCtx) recvHeader(peer int, want transport.Header, buf []byte) error {
+	x.waitingFor(peer)
+	return wrapPeer(peer, x.c.tr.Recv(x.context(), peer, want, buf), x.c.opts.Timeout)
 }
 
 // recvVar receives the next message of this collective from peer, whatever

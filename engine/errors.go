@@ -57,7 +57,7 @@ type OpError struct {
 	Op   string // "allreduce", "send", …
 	Seq  uint64 // the collective's sequence number on this communicator
 	Rank int    // this rank
-	Peer int    // the peer being waited on, -1 if none
+	Peer int    // the peer that failed, else the one being waited on; -1 if none
 	Err  error
 }
 
@@ -66,7 +66,7 @@ func (e *OpError) Error() string {
 	if e.Peer >= 0 {
 		peer = fmt.Sprintf(" (peer rank %d)", e.Peer)
 	}
-	return fmt.Sprintf("gocoll: %s #%d on rank %d%s: %v", e.Op, e.Seq, e.Rank, peer, e.Err)
+	return fmt.Sprintf("gocoll: %s #%d on rank %d%s: %v", e.Op, e.Seq&^p2pSeqBit, e.Rank, peer, e.Err)
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
@@ -94,6 +94,20 @@ func wrapPeer(peer int, err error, timeout time.Duration) error {
 		err = fmt.Errorf("%w after %v waiting for rank %d", ErrTimeout, timeout, peer)
 	}
 	return &peerError{peer: peer, err: err}
+}
+
+// failedRank is the rank err says failed (went away, or where an abort
+// started), or -1.
+func failedRank(err error) int {
+	var lost *transport.PeerLostError
+	if errors.As(err, &lost) {
+		return lost.Peer
+	}
+	var rae *transport.RemoteAbortError
+	if errors.As(err, &rae) {
+		return rae.Peer
+	}
+	return -1
 }
 
 func invalidArg(format string, args ...any) error {

@@ -168,7 +168,7 @@ func (f *recorder) snapshot(now time.Time) (recs []flight.Record, total uint64) 
 
 // p2pSeqBit marks the sequence numbers of sends and receives in message
 // headers (they count per peer and direction, not with the collectives).
-const p2pSeqBit = 1 << 63
+const p2pSeqBit = transport.PointToPoint
 
 // state is the communicator's dump.
 func (c *Comm) state(reason string) flight.Dump {

@@ -75,6 +75,11 @@ func childMain(role string) int {
 			return 1
 		}
 		sub.Destroy()
+	case "tags":
+		if err := tagExchange(c); err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: %v\n", c.Rank(), err)
+			return 1
+		}
 	case "loop":
 		// Allreduce until something fails; report the error on stderr.
 		b := make([]byte, 4<<10)
@@ -360,6 +365,25 @@ func TestConformanceProcesses(t *testing.T) {
 	}
 	// Leftovers in /dev/shm are checked where each host's /dev/shm is
 	// private (netns_test.go): here other packages' tests share it.
+}
+
+// Tagged sends and receives across processes (p2p_test.go's exchange),
+// over TCP and over shared memory.
+func TestTaggedProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	for _, tr := range []string{"tcp", "auto"} {
+		t.Run(tr, func(t *testing.T) {
+			kids := startRanks(t, "tags", 3, []string{"GOCOLL_TRANSPORT=" + tr, "GOCOLL_TIMEOUT=60s"}, nil)
+			waitRanks(t, kids, 2*time.Minute)
+			for r, k := range kids {
+				if k.Err != nil {
+					t.Errorf("rank %d: %v\n%s", r, k.Err, k.Out.String())
+				}
+			}
+		})
+	}
 }
 
 // A killed rank makes every survivor fail with an error, within seconds.

@@ -238,6 +238,9 @@ func (r *Request) Wait() error {
 	return r.err
 }
 
+// Done is closed when the call finished.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
 // Test reports whether the call finished, and its error if it did.
 func (r *Request) Test() (bool, error) {
 	select {

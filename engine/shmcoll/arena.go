@@ -494,9 +494,29 @@ func (a *Arena) await(ctx context.Context, s *segment, p uint64) error {
 	if errors.Is(err, transport.ErrAborted) || err == ErrClosed {
 		return err // this rank's own doing, already explained
 	}
-	// The context's error, or a peer that aborted, closed or died.
-	return fmt.Errorf("shmcoll: rank %d: %s #%d waiting for rank %d: %w",
-		a.rank, kindNames[a.cur.id.desc&0xff], a.cur.id.seq, s.rank, err)
+	// The context's error, or a peer that aborted, closed or died: the
+	// check looks at every peer, so the rank that failed may not be the
+	// one this rank waited for, and must come first in the message.
+	name, seq := kindNames[a.cur.id.desc&0xff], a.cur.id.seq
+	if failed := failedRank(err); failed >= 0 && failed != s.rank {
+		return fmt.Errorf("shmcoll: rank %d: %s #%d: rank %d failed while this rank waited for rank %d: %w",
+			a.rank, name, seq, failed, s.rank, err)
+	}
+	return fmt.Errorf("shmcoll: rank %d: %s #%d waiting for rank %d: %w", a.rank, name, seq, s.rank, err)
+}
+
+// failedRank is the rank a peer failure names (lost, or where an abort
+// started), or -1.
+func failedRank(err error) int {
+	var ple *transport.PeerLostError
+	if errors.As(err, &ple) {
+		return ple.Peer
+	}
+	var rae *transport.RemoteAbortError
+	if errors.As(err, &rae) {
+		return rae.Peer
+	}
+	return -1
 }
 
 // check runs before every futex sleep: local abort or close, every peer's

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -345,5 +346,47 @@ func TestConcurrentCallsRejected(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFailureNamesTheFailedRank: rank 2 waits for rank 0 (which never
+// arrives) when rank 1 fails: the error must lead with rank 1, not read as
+// if rank 0 had failed ("waiting for rank 0: … rank 1").
+func TestFailureNamesTheFailedRank(t *testing.T) {
+	for _, how := range []string{"closed", "aborted"} {
+		t.Run(how, func(t *testing.T) {
+			w := newWorld(t, 3, testSlot)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- allReduce(ctx, w.arenas[2], 1, 64) }()
+			// Rank 2 sleeps on rank 0's arrival word once it registered as
+			// a waiter there.
+			waiting := w.arenas[2].segs[0].waiters
+			for waiting.Load() == 0 {
+				if ctx.Err() != nil {
+					t.Fatal("rank 2 never waited for rank 0")
+				}
+				runtime.Gosched()
+			}
+			if how == "closed" {
+				w.arenas[1].Close()
+			} else {
+				w.arenas[1].Abort(errors.New("boom"))
+			}
+			err := <-done
+			if err == nil {
+				t.Fatal("rank 2 succeeded without ranks 0 and 1")
+			}
+			want := "shmcoll: rank 2: allreduce #1: rank 1 failed while this rank waited for rank 0: "
+			if !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("rank 2's error %q does not start with %q", err, want)
+			}
+			var ple *transport.PeerLostError
+			var rae *transport.RemoteAbortError
+			if !(errors.As(err, &ple) && ple.Peer == 1) && !(errors.As(err, &rae) && rae.Peer == 1) {
+				t.Errorf("rank 2's error does not wrap rank 1's failure: %v", err)
+			}
+		})
 	}
 }

@@ -84,6 +84,10 @@ func (e *RemoteAbortError) Error() string {
 }
 func (e *RemoteAbortError) Is(target error) bool { return target == ErrRemoteAbort }
 
+// PointToPoint marks the sequence numbers of point-to-point messages (sends
+// and receives count per peer, apart from the collectives).
+const PointToPoint = 1 << 63
+
 // Check compares a received header with the expected one. It turns abort
 // messages into RemoteAbortError (the caller passes the reason payload).
 func Check(peer int, want, got Header) error {
@@ -95,8 +99,14 @@ func Check(peer int, want, got Header) error {
 	}
 	what := "step"
 	switch {
+	case got.Seq&PointToPoint != want.Seq&PointToPoint && want.Seq&PointToPoint == 0:
+		what = fmt.Sprintf("kind of message (this rank is in collective #%d, rank %d sent a point-to-point message that was not received before it)",
+			want.Seq, peer)
+	case got.Seq&PointToPoint != want.Seq&PointToPoint:
+		what = fmt.Sprintf("kind of message (this rank waits for point-to-point message #%d, rank %d sent collective #%d: a receive with no matching send)",
+			want.Seq&^PointToPoint, peer, got.Seq)
 	case got.Seq != want.Seq:
-		what = fmt.Sprintf("sequence (this rank at #%d, rank %d at #%d)", want.Seq, peer, got.Seq)
+		what = fmt.Sprintf("sequence (this rank at #%d, rank %d at #%d)", want.Seq&^PointToPoint, peer, got.Seq&^PointToPoint)
 	case got.Sig != want.Sig:
 		what = fmt.Sprintf("collective, datatype, count, op or root (signature %016x here, %016x from rank %d)", want.Sig, got.Sig, peer)
 	case got.Len != want.Len:

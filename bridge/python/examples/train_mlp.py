@@ -92,7 +92,7 @@ def main():
         opt.step()
         # the global mean loss, for the log
         l = loss.detach().reshape(1).clone()
-        comm.allreduce(l, op="avg")
+        comm.all_reduce(l, op="avg")
         if first is None:
             first = l.item()
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
@@ -102,8 +102,8 @@ def main():
     # every rank must hold the same weights
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     hi, lo = flat.clone(), flat.clone()
-    comm.allreduce(hi, op="max")
-    comm.allreduce(lo, op="min")
+    comm.all_reduce(hi, op="max")
+    comm.all_reduce(lo, op="min")
     spread = (hi - lo).abs().max().item()
     if rank == 0:
         print("done: %d steps in %.2fs (%.2f ms/step), loss %.5f -> %.5f, weight spread across ranks %g"

@@ -4,8 +4,8 @@ A thin ctypes bridge over ``libgocoll.so`` (no compiled extension)::
 
     import gocoll
     comm = gocoll.init()                    # torchrun / mpirun / srun environment
-    comm.allreduce(tensor)                  # in place, numpy or torch CPU, no copy
-    work = comm.allreduce(t2, op="avg", async_op=True)
+    comm.all_reduce(tensor)                 # in place, numpy or torch CPU, no copy
+    work = comm.all_reduce(t2, op="avg", async_op=True)
     ...
     work.wait()
 

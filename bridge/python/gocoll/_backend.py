@@ -20,19 +20,23 @@ Things torch 1.13 forces on the design, found by experiment:
 - ``Future.set_exception`` stores the exception as a *value*; C++ consumers
   (DDP) then crash or fail with "Unable to cast". The future handed out is a
   ``then`` of the one completed here whose callback raises the error, which
-  torch turns into a real error carrying gocoll's message.
+  torch turns into a real error carrying gocoll's message (gocoll._futures).
 - C++ calls ``wait`` with a zero timedelta meaning "no timeout".
+- DDP waits for the futures in C++, where Ctrl-C cannot raise: a work issued
+  on the main thread arms its communicator (gocoll._interrupt) until it
+  completes, so that SIGINT aborts it.
 """
 
 import datetime
 import os
 import threading
+import time
 
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
-from . import errors
+from . import _futures, _interrupt, errors
 from .comm import init as _init, get_unique_id as _get_unique_id
 
 BACKEND = "gocoll"
@@ -86,12 +90,6 @@ def _default_pg_timeout():
     return constants.default_pg_timeout
 
 
-def _unwrap(fut):
-    # Runs as a then-callback: raising here makes torch mark the child future
-    # with a real error (see the module docstring).
-    return fut.wait()
-
-
 class _Work(_c10d.Work):
     """One torch.distributed operation: the gocoll works it issued (in
     order), a step run once after they all finished (copying out of a
@@ -108,8 +106,9 @@ class _Work(_c10d.Work):
         self._done = threading.Event()
         self._exc = None
         self._consumed = False
-        self._base = torch.futures.Future()
+        self._base, self._public = _futures.pair()
         self._fut = None
+        self._armed = bool(self._gworks) and _interrupt.arm(pg._comm)
         pg._keep(self)
         if self._gworks:
             pg._comm.on_complete(self._gworks[-1], lambda _w: self._complete())
@@ -139,6 +138,8 @@ class _Work(_c10d.Work):
             self._gworks = None
             self._post = None
             self._done.set()
+            if self._armed:
+                _interrupt.disarm(self._pg._comm)
         # outside the lock: then-callbacks (DDP's) run here
         if exc is not None:
             self._base.set_exception(exc)
@@ -158,18 +159,22 @@ class _Work(_c10d.Work):
         beyond GOCOLL_TIMEOUT) raises :class:`gocoll.Timeout` when it passes;
         the operation itself goes on."""
         secs = _seconds(timeout)
-        if secs is None:
-            gworks = self._gworks
-            for w in gworks or ():
-                try:
-                    w.wait()  # on this thread: Ctrl-C can interrupt it
-                except Exception:
-                    pass  # reported by _complete
-            self._complete()
-        elif not self._done.wait(secs):
-            raise errors.Timeout("gocoll: %s on rank %d did not finish within %gs (Work.wait "
-                                 "timeout); the operation is still pending"
-                                 % (self._op, self._pg._grank, secs), op=self._op)
+        # On this thread, not through the waiter (which follows issue order
+        # while tagged receives may finish in any order); Ctrl-C can
+        # interrupt it.
+        deadline = None if secs is None else time.monotonic() + secs
+        for w in self._gworks or ():
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                w.wait(left)
+            except errors.Timeout:
+                if not w.is_completed():
+                    raise errors.Timeout("gocoll: %s on rank %d did not finish within %gs (Work.wait "
+                                         "timeout); the operation is still pending"
+                                         % (self._op, self._pg._grank, secs), op=self._op) from None
+            except Exception:
+                pass  # reported by _complete
+        self._complete()
         self._consumed = True
         self._maybe_release()
         if self._exc is not None:
@@ -177,10 +182,14 @@ class _Work(_c10d.Work):
         return True
 
     def is_completed(self):
+        if not self._done.is_set():
+            gworks = self._gworks
+            if gworks is not None and all(w.is_completed() for w in gworks):
+                self._complete()
         return self._done.is_set()
 
     def is_success(self):
-        if not self._done.is_set():
+        if not self.is_completed():
             raise RuntimeError("gocoll: %s: is_success() called before the work completed"
                                % self._op)
         return self._exc is None
@@ -204,8 +213,7 @@ class _Work(_c10d.Work):
         operation finished, or with gocoll's error (a real error for C++
         consumers such as DDP)."""
         with self._lock:
-            if self._fut is None:
-                self._fut = self._base.then(_unwrap)
+            self._fut = self._public
         self._consumed = True
         self._maybe_release()
         return self._fut
@@ -350,7 +358,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             t = _one(tensors, op)
             _check_dense(t, op)
             b, back = self._staged(t)
-            return [self.comm.allreduce(b, self._redop(opts, op), async_op=True)], back
+            return [self.comm.all_reduce(b, self._redop(opts, op), async_op=True)], back
         return self._issue(op, go, tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -362,7 +370,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             if len({t.dtype for t in tensors}) > 1:
                 raise errors.InvalidArgument("gocoll: %s: tensors have different dtypes" % op)
             flat = torch.cat([t.reshape(-1) for t in tensors])
-            w = self.comm.allreduce(flat, self._redop(opts, op), async_op=True)
+            w = self.comm.all_reduce(flat, self._redop(opts, op), async_op=True)
 
             def back():
                 off = 0
@@ -382,7 +390,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             if getattr(opts, "rootTensor", 0) != 0:
                 raise errors.InvalidArgument("gocoll: broadcast: rootTensor must be 0")
             b, back = self._staged(t)
-            return [self.comm.broadcast(b, root=opts.rootRank, async_op=True)], back
+            return [self.comm.broadcast(b, src=opts.rootRank, async_op=True)], back
         return self._issue(op, go, tensors)
 
     def reduce(self, tensors, opts=None):
@@ -392,7 +400,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             t = _one(tensors, op)
             _check_dense(t, op)
             b, back = self._staged(t)
-            w = self.comm.reduce(b, root=opts.rootRank, op=self._redop(opts, op), async_op=True)
+            w = self.comm.reduce(b, dst=opts.rootRank, op=self._redop(opts, op), async_op=True)
             return [w], back
         return self._issue(op, go, tensors)
 
@@ -406,7 +414,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             self._check_list(outs, t, op, "output_tensor_list")
             b = t.contiguous()
             flat = torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype)
-            w = self.comm.allgather(b, out=flat, async_op=True)
+            w = self.comm.all_gather_into_tensor(flat, b, async_op=True)
 
             def back():
                 for i, o in enumerate(outs):
@@ -425,7 +433,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
                     "gocoll: %s: output has %d elements, want world size (%d) x input (%d)"
                     % (op, output.numel(), self.size(), input.numel()))
             o, back = self._staged(output)
-            return [self.comm.allgather(input.contiguous(), out=o, async_op=True)], back
+            return [self.comm.all_gather_into_tensor(o, input.contiguous(), async_op=True)], back
         return self._issue(op, go, [output])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -438,8 +446,8 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             self._check_list(ins, out, op, "input_list")
             flat = torch.cat([x.reshape(-1) for x in ins])
             o, back = self._staged(out)
-            return [self.comm.reduce_scatter(flat, self._redop(opts, op), out=o,
-                                             async_op=True)], back
+            return [self.comm.reduce_scatter_tensor(o, flat, self._redop(opts, op),
+                                                    async_op=True)], back
         return self._issue(op, go, output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
@@ -453,8 +461,8 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
                     "gocoll: %s: input has %d elements, want world size (%d) x output (%d)"
                     % (op, input.numel(), self.size(), output.numel()))
             o, back = self._staged(output)
-            return [self.comm.reduce_scatter(input.contiguous(), self._redop(opts, op), out=o,
-                                             async_op=True)], back
+            return [self.comm.reduce_scatter_tensor(o, input.contiguous(), self._redop(opts, op),
+                                                    async_op=True)], back
         return self._issue(op, go, [output])
 
     def _rows(self, t, splits, op, what):
@@ -583,32 +591,26 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
                                                            like.dtype, like.numel()))
 
     # -- point to point -------------------------------------------------------
-
-    def _tag(self, tag, op):
-        if tag:
-            raise errors.InvalidArgument(
-                "gocoll: %s on rank %d: tag %d: gocoll has no message tags; messages between two "
-                "ranks match in the order they were posted, so pass tag=0" % (op, self._grank, tag))
+    # Tags match as in gloo: a recv with tag t takes the oldest message from
+    # src with tag t (gocoll matches them in the engine).
 
     def send(self, tensors, dst, tag=0):
         op = "send"
 
         def go():
-            self._tag(tag, op)
             t = _one(tensors, op)
             _check_dense(t, op)
-            return [self.comm.send(t.contiguous(), dst, async_op=True)], None
+            return [self.comm.send(t.contiguous(), dst, tag, async_op=True)], None
         return self._issue(op, go, tensors)
 
     def recv(self, tensors, src, tag=0):
         op = "recv"
 
         def go():
-            self._tag(tag, op)
             t = _one(tensors, op)
             _check_dense(t, op)
             b, back = self._staged(t)
-            return [self.comm.recv(b, src, async_op=True)], back
+            return [self.comm.recv(b, src, tag, async_op=True)], back
         return self._issue(op, go, tensors)
 
     def recv_anysource(self, tensors, tag=0):
@@ -617,6 +619,19 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
 
     def barrier(self, opts=None):
         return self._issue("barrier", lambda: ([self.comm.barrier(async_op=True)], None), [])
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """torch's monitored_barrier on this group (``gocoll.torch.monitored_barrier``
+        calls it: torch 1.13's ``dist.monitored_barrier`` accepts gloo only).
+        Rank 0 names the ranks that did not arrive within ``timeout`` (default:
+        the group's) in a :class:`gocoll.Timeout` and aborts the group's
+        communicator; see :meth:`gocoll.Comm.monitored_barrier`."""
+        if timeout is None:
+            timeout = self._timeout
+        try:
+            self.comm.monitored_barrier(timeout, wait_all_ranks)
+        except errors.Error as e:
+            raise self._named(e, "monitored_barrier") from None
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         raise errors.InvalidArgument("gocoll: all_gather_coalesced is not supported by the gocoll "

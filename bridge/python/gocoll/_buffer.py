@@ -158,3 +158,53 @@ def same_kind(buf, other, what):
     if buf.dtype != other.dtype:
         raise _invalid(what, "dtype %s differs from the input's %s"
                        % (TYPE_NAMES[other.dtype], TYPE_NAMES[buf.dtype]))
+
+
+def concat(objs):
+    """One new 1-D array/tensor holding ``objs`` (of one library) flattened, in order."""
+    first = objs[0]
+    is_tensor, torch = _is_tensor(first)
+    if is_tensor:
+        return torch.cat([o.reshape(-1) for o in objs])
+    np = sys.modules["numpy"]
+    return np.concatenate([np.asarray(o).reshape(-1) for o in objs])
+
+
+def copy_into(dst, src):
+    """Copy the elements of ``src`` (any shape, as many elements) into ``dst``."""
+    is_tensor, _ = _is_tensor(dst)
+    if is_tensor:
+        dst.copy_(src.reshape(dst.shape))
+    else:
+        dst[...] = src.reshape(dst.shape)
+
+
+def dtype_count(obj, what):
+    """(gocoll datatype, element count) of a numpy array or torch tensor of
+    any layout: for buffers gocoll only copies from or into."""
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(obj, np.ndarray):
+        code = _NUMPY_TYPES.get((obj.dtype.kind, obj.dtype.itemsize))
+        if code is None and obj.dtype.name == "bfloat16":
+            code = BFLOAT16
+        if code is None:
+            raise errors.UnsupportedDtype("gocoll: %s has dtype %s, which gocoll does not support"
+                                          % (what, obj.dtype), code=errors.INVALID_ARGUMENT)
+        return code, obj.size
+    is_tensor, torch = _is_tensor(obj)
+    if not is_tensor:
+        raise TypeError("gocoll: %s must be a numpy.ndarray or a torch CPU tensor, not %s"
+                        % (what, type(obj).__name__))
+    code = _torch_map(torch).get(obj.dtype)
+    if code is None:
+        raise errors.UnsupportedDtype("gocoll: %s has dtype %s, which gocoll does not support"
+                                      % (what, obj.dtype), code=errors.INVALID_ARGUMENT)
+    if not obj.is_cpu or obj.layout is not torch.strided:
+        raise _invalid(what, "tensor must be a dense CPU tensor (it is %s on %s)"
+                       % (obj.layout, obj.device))
+    return code, obj.numel()
+
+
+def is_tensor(obj):
+    """Whether ``obj`` is a torch tensor (without importing torch)."""
+    return _is_tensor(obj)[0]

@@ -12,6 +12,13 @@ thread may call): the call returns, and Python raises KeyboardInterrupt. The
 communicator is unusable afterwards, as after any failure, and its peers
 learn of the abort.
 
+The main thread may also wait where gocoll cannot see it: inside torch,
+when DDP's reducer waits in C++ for the future of gocoll's comm hook (or of
+the "gocoll" backend's work) and no Python runs until the peer answers. Such
+operations :func:`arm` their communicator while they are in flight, and
+SIGINT aborts armed communicators too; the future then fails, DDP returns to
+Python, and Python raises KeyboardInterrupt.
+
 Nothing is installed when the wake-up fd is already taken (asyncio's event
 loop uses it) or the module is first used off the main thread; Ctrl-C then
 waits for the call to end, as before. Other signals, and SIGINT with a
@@ -26,6 +33,7 @@ _main_ident = threading.main_thread().ident
 _lock = threading.Lock()
 _installed = None  # None: not tried yet; then True or False
 _current = None  # the communicator of the blocking call on the main thread
+_armed = {}  # id(comm) -> [comm, operations in flight]: see arm()
 
 
 def enter(comm):
@@ -45,6 +53,33 @@ def enter(comm):
 def leave():
     global _current
     _current = None
+
+
+def arm(comm):
+    """Note an operation on ``comm`` that the main thread will wait for
+    inside torch (a future handed to DDP): until :func:`disarm`, Ctrl-C
+    aborts ``comm``. Returns whether it was noted (only on the main thread,
+    where SIGINT raises KeyboardInterrupt)."""
+    if threading.get_ident() != _main_ident:
+        return False
+    if _installed is None:
+        _install()
+    if not _installed:
+        return False
+    with _lock:
+        entry = _armed.setdefault(id(comm), [comm, 0])
+        entry[1] += 1
+    return True
+
+
+def disarm(comm):
+    """The end of an operation :func:`arm` noted (any thread may call it)."""
+    with _lock:
+        entry = _armed.get(id(comm))
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del _armed[id(comm)]
 
 
 def installed():
@@ -87,8 +122,14 @@ def _watch(fd):
             return
         if signal.SIGINT not in data:
             continue
-        comm = _current
-        if comm is None or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             continue
-        comm._interrupted = True  # its abort() and destroy() then only tidy up
-        comm._lib.gocollCommAbort(comm._h)
+        with _lock:
+            comms = [e[0] for e in _armed.values()]
+        if _current is not None:
+            comms.append(_current)
+        for comm in comms:
+            if comm._closed:
+                continue
+            comm._interrupted = True  # its abort() and destroy() then only tidy up
+            comm._lib.gocollCommAbort(comm._h)

@@ -112,6 +112,8 @@ SIGNATURES = {
     "gocollAllToAllv": (Result, [c_void_p, p_size_t, p_size_t, c_void_p, p_size_t, p_size_t, DataType, Comm]),
     "gocollSend": (Result, [c_void_p, c_size_t, DataType, c_int, Comm]),
     "gocollRecv": (Result, [c_void_p, c_size_t, DataType, c_int, Comm]),
+    "gocollSendTag": (Result, [c_void_p, c_size_t, DataType, c_int, c_int, Comm]),
+    "gocollRecvTag": (Result, [c_void_p, c_size_t, DataType, c_int, c_int, Comm]),
     "gocollBarrier": (Result, [Comm]),
     # non-blocking forms: same arguments plus gocollRequest_t*
     "gocollIAllReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, Comm, p_void_p]),
@@ -124,6 +126,8 @@ SIGNATURES = {
                                   p_void_p]),
     "gocollISend": (Result, [c_void_p, c_size_t, DataType, c_int, Comm, p_void_p]),
     "gocollIRecv": (Result, [c_void_p, c_size_t, DataType, c_int, Comm, p_void_p]),
+    "gocollISendTag": (Result, [c_void_p, c_size_t, DataType, c_int, c_int, Comm, p_void_p]),
+    "gocollIRecvTag": (Result, [c_void_p, c_size_t, DataType, c_int, c_int, Comm, p_void_p]),
     "gocollIBarrier": (Result, [Comm, p_void_p]),
     "gocollAllToAllw": (Result, [c_void_p, p_size_t, ctypes.POINTER(BlockType), c_void_p, p_size_t,
                                  ctypes.POINTER(BlockType), Comm]),
@@ -131,6 +135,7 @@ SIGNATURES = {
                                   ctypes.POINTER(BlockType), Comm, p_void_p]),
     "gocollTest": (Result, [Request, p_int]),
     "gocollWait": (Result, [Request]),
+    "gocollWaitTimeout": (Result, [Request, c_int, p_int]),
     # redistribution plans
     "gocollPlanCyclic": (Result, [p_void_p, c_int, c_int, c_int, c_int, ctypes.c_long, ctypes.c_long,
                                   ctypes.c_long, ctypes.c_long, c_size_t]),

@@ -11,6 +11,7 @@ import numbers
 import operator
 import sys
 import threading
+import time
 
 from . import _buffer, _interrupt, _lib, errors
 from ._buffer import as_buffer
@@ -63,6 +64,7 @@ _TORCH_OPS = (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4), ("
 
 
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+MONITOR_TAG = _INT_MAX  # the message tag monitored_barrier uses; user tags are below it
 _SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
 
 
@@ -275,52 +277,97 @@ def _destroy_all():
 
 
 class Work:
-    """A non-blocking operation. Keeps the Python objects of its buffers alive
-    until it completed (also when the caller drops this handle: the
-    communicator holds it until it is done)."""
+    """A non-blocking operation, with torch.distributed's ``Work`` methods.
+    Keeps the Python objects of its buffers alive until it completed (also
+    when the caller drops this handle: the communicator holds it until it is
+    done)."""
 
-    __slots__ = ("_comm", "_req", "_keep", "_result", "_op", "_lock", "_done", "_exc",
-                 "__weakref__")
+    __slots__ = ("_comm", "_req", "_keep", "_result", "_op", "_lock", "_done", "_exc", "_post",
+                 "_fut", "__weakref__")
 
-    def __init__(self, comm, req, keep, result, op):
+    def __init__(self, comm, req, keep, result, op, post=None):
         self._comm = comm
         self._req = req
         self._keep = keep
         self._result = result
         self._op = op
+        self._post = post  # run once on success (copying out of a staging buffer)
         self._lock = threading.Lock()
         self._done = False
         self._exc = None
+        self._fut = None
 
     def _finish(self, rc):
         # with self._lock held
-        if rc != 0:
+        if rc != 0 and self._comm._interrupted:
+            # Said plainly: C++ waiters (DDP) see only this text, while
+            # Python raises KeyboardInterrupt at its next bytecode.
+            self._exc = errors.InvalidUsage(
+                "gocoll: %s on rank %d interrupted: Ctrl-C (SIGINT) aborted the communicator"
+                % (self._op, self._comm._rank), code=errors.INVALID_USAGE, op=self._op)
+        elif rc != 0:
             self._exc = _error(self._comm._lib, rc, self._op, self._comm._h)
+        elif self._post is not None:
+            try:
+                self._post()
+            except Exception as e:  # a staging copy that failed is the operation's error
+                self._exc = e
         self._done = True
         self._req = None
         self._keep = None
+        self._post = None
         self._comm._forget(self)
 
     def wait(self, timeout=None):
-        """Block until the operation finished (never longer than
-        GOCOLL_TIMEOUT after it started) and return its result buffer (None
-        for barrier/send); raise the operation's error if it failed.
-        ``timeout`` is accepted for torch.distributed compatibility; the
-        library's GOCOLL_TIMEOUT bounds the wait."""
+        """Block until the operation finished and return its result buffer
+        (None for barrier and send); raise the operation's error if it
+        failed. Never longer than GOCOLL_TIMEOUT after the operation started.
+
+        ``timeout`` (seconds or a ``datetime.timedelta``; None or 0: no
+        limit of its own) raises :class:`gocoll.Timeout` when it passes
+        first; the operation goes on and can be waited for again."""
         if not self._done:
             _lib.check_process()
-            with self._lock:
+            ms = _timeout_ms(timeout)
+            # Another thread (the communicator's waiter) may be inside a
+            # wait on this work: a timed wait must not block on it longer.
+            if not self._lock.acquire(timeout=-1 if ms is None else ms / 1000):
                 if not self._done:
-                    noted = _interrupt.enter(self._comm)
-                    try:
-                        rc = self._comm._lib.gocollWait(self._req)
-                    finally:
-                        if noted:
-                            _interrupt.leave()
-                    self._finish(rc)
+                    raise self._timed_out(timeout)
+            else:
+                try:
+                    if not self._done:
+                        self._wait_locked(ms)
+                finally:
+                    self._lock.release()
+            if not self._done:
+                raise self._timed_out(timeout)
         if self._exc is not None:
             raise self._exc
         return self._result
+
+    def _wait_locked(self, ms):
+        lib = self._comm._lib
+        noted = _interrupt.enter(self._comm)  # Ctrl-C aborts the communicator
+        try:
+            if ms is None:
+                rc, done = lib.gocollWait(self._req), 1
+            else:
+                d = ctypes.c_int()
+                rc = lib.gocollWaitTimeout(self._req, ms, ctypes.byref(d))
+                done = d.value
+        finally:
+            if noted:
+                _interrupt.leave()
+        if done:
+            self._finish(rc)
+        elif rc != 0:
+            raise _error(lib, rc, "gocollWaitTimeout", self._comm._h)
+
+    def _timed_out(self, timeout):
+        return errors.Timeout("gocoll: %s on rank %d did not finish within %s (Work.wait timeout); "
+                              "the operation is still pending" % (self._op, self._comm._rank, timeout),
+                              code=errors.TIMEOUT, op=self._op)
 
     def is_completed(self):
         """True once the operation finished (successfully or not); never blocks.
@@ -342,6 +389,13 @@ class Work:
             self._lock.release()
         return self._done
 
+    def is_success(self):
+        """Whether the finished operation succeeded; RuntimeError before it finished."""
+        if not self.is_completed():
+            raise RuntimeError("gocoll: %s: is_success() called before the operation finished"
+                               % self._op)
+        return self._exc is None
+
     def exception(self):
         """The error the finished operation raised, else None."""
         return self._exc
@@ -350,9 +404,38 @@ class Work:
         """Alias of :meth:`wait`."""
         return self.wait()
 
+    def get_future(self):
+        """A ``torch.futures.Future`` completed, once the operation finished,
+        with ``[result]`` (``[]`` for barrier and send, as torch's futures
+        hold the output tensors) or with the operation's error, which C++
+        consumers such as DDP receive as a real error. Completed by the
+        communicator's waiter thread, which follows issue order."""
+        with self._lock:
+            if self._fut is None:
+                from . import _futures  # torch is needed only here
+                self._fut = _futures.of_work(self)
+            return self._fut
+
     def __repr__(self):
         state = "done" if self._done else "pending"
         return "<gocoll.Work %s %s>" % (self._op, state)
+
+
+def _timeout_ms(timeout):
+    """A wait's timeout in milliseconds for gocollWaitTimeout; None: none."""
+    if timeout is None:
+        return None
+    secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+    try:
+        secs = float(secs)
+    except (TypeError, ValueError):
+        raise errors.InvalidArgument("gocoll: wait: timeout must be seconds or a timedelta, got %r"
+                                     % (timeout,)) from None
+    if secs < 0 or secs != secs:
+        raise errors.InvalidArgument("gocoll: wait: timeout %r is negative" % (timeout,))
+    if secs == 0:
+        return None  # torch's C++ passes a zero timeout for "none"
+    return min(int(secs * 1000 + 0.999), _INT_MAX)
 
 
 def _ptr_array(values, n, what, op="alltoallv"):
@@ -408,11 +491,13 @@ def _prefix(counts):
 class Comm:
     """One rank's membership in a group; made by :func:`init` or :meth:`split`.
 
-    Collectives take numpy arrays or torch CPU tensors and pass their memory
-    to the library without copying. Blocking calls return their result
-    buffer; ``async_op=True`` (or the ``i``-prefixed method) returns a
-    :class:`Work`. Every rank must issue the same collectives in the same
-    order.
+    Methods have torch.distributed's names, argument order (output first)
+    and keywords (``src``, ``dst``, ``tag``, ``async_op``). Collectives take
+    numpy arrays or torch CPU tensors and pass their memory to the library
+    without copying (the list forms go through a staging buffer). Blocking
+    calls return their result buffer; ``async_op=True`` (and ``isend``,
+    ``irecv``) return a :class:`Work`. Every rank must issue the same
+    collectives in the same order.
 
     A ``with`` block destroys the communicator at its end (aborts it when the
     block raised, so that peers stop waiting); communicators still alive are
@@ -629,7 +714,9 @@ class Comm:
 
     # -- the call itself ----------------------------------------------------
 
-    def _run(self, name, args, async_op, keep, result, op):
+    def _run(self, name, args, async_op, keep, result, op, post=None):
+        """Call ``name`` (blocking) or its I-form (``async_op``: returns a
+        :class:`Work`); ``post`` runs once the call succeeded."""
         h = self._handle()
         if not async_op:
             noted = _interrupt.enter(self)  # Ctrl-C aborts this call
@@ -640,12 +727,14 @@ class Comm:
                     _interrupt.leave()
             if rc != 0:
                 raise _error(self._lib, rc, op, h)
+            if post is not None:
+                post()
             return result
         req = ctypes.c_void_p()
         rc = getattr(self._lib, "gocollI" + name[len("gocoll"):])(*args, h, ctypes.byref(req))
         if rc != 0:
             raise _error(self._lib, rc, op, h)
-        w = Work(self, req.value, keep, result, op)
+        w = Work(self, req.value, keep, result, op, post)
         with self._plock:
             self._pending.add(w)
         return w
@@ -669,22 +758,45 @@ class Comm:
                                                                "shape %s" % (shape,)))
         return o
 
-    # -- collectives --------------------------------------------------------
+    def _list(self, objs, what, like, equal=True):
+        """Check a list of arrays/tensors (one per rank, any layout: gocoll
+        copies from or into them) against ``like``'s dtype, and its element
+        count when ``equal``; returns their element counts."""
+        if isinstance(objs, (str, bytes)) or not hasattr(objs, "__len__"):
+            raise TypeError("gocoll: %s must be a list of %d tensors, got %s"
+                            % (what, self._size, type(objs).__name__))
+        if len(objs) != self._size:
+            raise errors.InvalidArgument("gocoll: %s has %d entries, want one per rank (%d)"
+                                         % (what, len(objs), self._size))
+        counts = []
+        for i, o in enumerate(objs):
+            dt, count = _buffer.dtype_count(o, "%s[%d]" % (what, i))
+            if dt != like.dtype:
+                raise errors.InvalidArgument("gocoll: %s[%d] has dtype %s, want %s" % (
+                    what, i, _buffer.TYPE_NAMES[dt], _buffer.TYPE_NAMES[like.dtype]))
+            if equal and count != like.count:
+                raise errors.InvalidArgument("gocoll: %s[%d] has %d elements, want %d"
+                                             % (what, i, count, like.count))
+            counts.append(count)
+        return counts
 
-    def allreduce(self, tensor, op="sum", *, out=None, async_op=False):
-        """Reduce ``tensor`` over all ranks with ``op``; the result replaces
-        ``tensor`` (in place) or goes to ``out``. Returns the result buffer,
-        or a :class:`Work` when ``async_op``."""
-        b = as_buffer(tensor, "allreduce tensor", writable=out is None)
-        o = b if out is None else self._out(b, out, "allreduce out", tuple(getattr(tensor, "shape", ())), b.count)
+    # -- collectives (torch.distributed's names, arguments and order) --------
+
+    def all_reduce(self, tensor, op="sum", *, out=None, async_op=False):
+        """Reduce ``tensor`` over all ranks with ``op`` ("sum", "prod", "max",
+        "min", "avg", gocoll.ReduceOp or torch's ReduceOp); the result
+        replaces ``tensor`` (in place) or goes to ``out``. Returns the result
+        buffer, or a :class:`Work` when ``async_op``."""
+        b = as_buffer(tensor, "all_reduce tensor", writable=out is None)
+        o = b if out is None else self._out(b, out, "all_reduce out", tuple(getattr(tensor, "shape", ())), b.count)
         return self._run("gocollAllReduce", (b.ptr, o.ptr, b.count, b.dtype, _op(op)), async_op,
-                         (b.obj, o.obj), o.obj, "allreduce")
+                         (b.obj, o.obj), o.obj, "all_reduce")
 
-    def reduce(self, tensor, root=0, op="sum", *, out=None, async_op=False):
-        """Like allreduce, but only ``root`` receives the result (into
+    def reduce(self, tensor, dst=0, op="sum", *, out=None, async_op=False):
+        """Like all_reduce, but only rank ``dst`` receives the result (into
         ``tensor``, or ``out``); other ranks' buffers are left unchanged."""
-        root = self._peer(root, "root")
-        is_root = root == self._rank
+        dst = self._peer(dst, "reduce dst")
+        is_root = dst == self._rank
         b = as_buffer(tensor, "reduce tensor", writable=is_root and out is None)
         if out is None:
             o = b
@@ -692,92 +804,183 @@ class Comm:
             o = self._out(b, out, "reduce out", tuple(tensor.shape), b.count)
         else:
             o = as_buffer(out, "reduce out", writable=False)
-        return self._run("gocollReduce", (b.ptr, o.ptr, b.count, b.dtype, _op(op), root), async_op,
+        return self._run("gocollReduce", (b.ptr, o.ptr, b.count, b.dtype, _op(op), dst), async_op,
                          (b.obj, o.obj), o.obj, "reduce")
 
-    def broadcast(self, tensor, root=0, *, out=None, async_op=False):
-        """Copy root's ``tensor`` to every rank's ``tensor`` (or ``out``)."""
-        root = self._peer(root, "root")
-        is_root = root == self._rank
+    def broadcast(self, tensor, src=0, *, out=None, async_op=False):
+        """Copy rank ``src``'s ``tensor`` to every rank's ``tensor`` (or ``out``)."""
+        src = self._peer(src, "broadcast src")
+        is_root = src == self._rank
         b = as_buffer(tensor, "broadcast tensor", writable=out is None and not is_root)
         o = b if out is None else self._out(b, out, "broadcast out", tuple(tensor.shape), b.count)
-        return self._run("gocollBroadcast", (b.ptr, o.ptr, b.count, b.dtype, root), async_op,
+        return self._run("gocollBroadcast", (b.ptr, o.ptr, b.count, b.dtype, src), async_op,
                          (b.obj, o.obj), o.obj, "broadcast")
 
-    def allgather(self, tensor, *, out=None, async_op=False):
-        """Gather every rank's ``tensor`` into ``out`` (size × tensor, in rank
-        order); a new array/tensor of shape ``(size, *tensor.shape)`` when
-        ``out`` is None. In place when ``tensor`` is ``out``'s block ``rank``."""
-        b = as_buffer(tensor, "allgather tensor", writable=False)
-        shape = (self._size,) + tuple(tensor.shape)
-        o = self._out(b, out, "allgather out", shape, b.count * self._size)
+    def all_gather(self, tensor_list, tensor, *, async_op=False):
+        """torch's list form: every rank's ``tensor`` lands in
+        ``tensor_list[rank]`` (one tensor per rank, each of ``tensor``'s size
+        and dtype, any shape). Gathers into a staging buffer and copies out;
+        :meth:`all_gather_into_tensor` avoids the copy."""
+        b = as_buffer(tensor, "all_gather tensor", writable=False)
+        self._list(tensor_list, "all_gather tensor_list", b)
+        k = b.count
+        flat = as_buffer(_buffer.new_like(b, (self._size * k,)), "all_gather staging")
+
+        def post():
+            for i, o in enumerate(tensor_list):
+                _buffer.copy_into(o, flat.obj[i * k:(i + 1) * k])
+        return self._run("gocollAllGather", (b.ptr, flat.ptr, k, b.dtype), async_op,
+                         (b.obj, flat.obj, tensor_list), tensor_list, "all_gather", post)
+
+    def all_gather_into_tensor(self, output, input, *, async_op=False):
+        """Every rank's ``input`` concatenated in rank order into ``output``
+        (size × input elements); ``output=None`` makes a new buffer of shape
+        ``(size, *input.shape)``. In place when ``input`` is ``output``'s
+        block ``rank``."""
+        b = as_buffer(input, "all_gather_into_tensor input", writable=False)
+        shape = (self._size,) + tuple(input.shape)
+        o = self._out(b, output, "all_gather_into_tensor output", shape, b.count * self._size)
         return self._run("gocollAllGather", (b.ptr, o.ptr, b.count, b.dtype), async_op,
-                         (b.obj, o.obj), o.obj, "allgather")
+                         (b.obj, o.obj), o.obj, "all_gather_into_tensor")
 
-    all_gather = allgather
+    def reduce_scatter(self, output, input, op="sum", *, async_op=False):
+        """Reduce over all ranks and give block ``rank`` to this rank's
+        ``output``. ``input`` is torch's list of one tensor per rank (each of
+        ``output``'s size), or one tensor of size × output elements (as
+        :meth:`reduce_scatter_tensor`)."""
+        if isinstance(input, (list, tuple)):
+            o = as_buffer(output, "reduce_scatter output", writable=True)
+            self._list(input, "reduce_scatter input", o)
+            flat = as_buffer(_buffer.concat(list(input)), "reduce_scatter staging", writable=False)
+            return self._run("gocollReduceScatter", (flat.ptr, o.ptr, o.count, o.dtype, _op(op)),
+                             async_op, (flat.obj, o.obj), o.obj, "reduce_scatter")
+        return self.reduce_scatter_tensor(output, input, op, async_op=async_op)
 
-    def reduce_scatter(self, tensor, op="sum", *, out=None, async_op=False):
-        """Reduce ``tensor`` (size blocks of equal length) over all ranks and
-        give block ``rank`` to this rank: into ``out`` or a new buffer of
-        shape ``tensor.shape[1:]`` (if ``tensor.shape[0] == size``) or
-        ``(numel // size,)``."""
-        b = as_buffer(tensor, "reduce_scatter tensor", writable=False)
+    def reduce_scatter_tensor(self, output, input, op="sum", *, async_op=False):
+        """Reduce ``input`` (size blocks of equal length) over all ranks and
+        give block ``rank`` to this rank: into ``output``, or (``output=None``)
+        a new buffer of shape ``input.shape[1:]`` (if ``input.shape[0] ==
+        size``) or ``(numel // size,)``. In place when ``output`` is
+        ``input``'s block ``rank``."""
+        b = as_buffer(input, "reduce_scatter_tensor input", writable=False)
         if b.count % self._size:
             raise errors.InvalidArgument(
-                "gocoll: reduce_scatter tensor has %d elements, not a multiple of the %d ranks"
-                % (b.count, self._size))
+                "gocoll: reduce_scatter_tensor input has %d elements, not a multiple of the %d "
+                "ranks" % (b.count, self._size))
         n = b.count // self._size
-        shp = tuple(tensor.shape)
+        shp = tuple(input.shape)
         shape = shp[1:] if shp and shp[0] == self._size else (n,)
-        o = self._out(b, out, "reduce_scatter out", shape, n)
+        o = self._out(b, output, "reduce_scatter_tensor output", shape, n)
         return self._run("gocollReduceScatter", (b.ptr, o.ptr, n, b.dtype, _op(op)), async_op,
-                         (b.obj, o.obj), o.obj, "reduce_scatter")
+                         (b.obj, o.obj), o.obj, "reduce_scatter_tensor")
 
-    def alltoall(self, tensor, *, out=None, async_op=False):
-        """Block j of ``tensor`` (numel/size elements) goes to rank j, which
-        stores it as block ``rank`` of its result (``out``, a new buffer of
-        ``tensor``'s shape, or ``tensor`` itself when ``out is tensor``)."""
-        b = as_buffer(tensor, "alltoall tensor", writable=out is tensor)
-        if b.count % self._size:
-            raise errors.InvalidArgument(
-                "gocoll: alltoall tensor has %d elements, not a multiple of the %d ranks"
-                % (b.count, self._size))
-        o = b if out is tensor else self._out(b, out, "alltoall out", tuple(tensor.shape), b.count)
-        return self._run("gocollAllToAll", (b.ptr, o.ptr, b.count // self._size, b.dtype), async_op,
-                         (b.obj, o.obj), o.obj, "alltoall")
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *,
+                          async_op=False):
+        """``input`` split along dim 0 (equally, or in ``input_split_sizes``
+        rows) goes to the ranks in order; the received rows fill ``output``
+        (split by ``output_split_sizes``). With equal splits ``output`` may
+        be ``input`` (in place) or None (a new buffer like ``input``)."""
+        n = self._size
+        if not output_split_sizes and not input_split_sizes:
+            b = as_buffer(input, "all_to_all_single input", writable=output is input)
+            if b.count % n:
+                raise errors.InvalidArgument("gocoll: all_to_all_single: input has %d elements, not "
+                                             "divisible by the %d ranks" % (b.count, n))
+            o = b if output is input else self._out(b, output, "all_to_all_single output",
+                                                    tuple(input.shape), b.count)
+            return self._run("gocollAllToAll", (b.ptr, o.ptr, b.count // n, b.dtype), async_op,
+                             (b.obj, o.obj), o.obj, "all_to_all_single")
+
+        def counts(t, splits, what):
+            shape = tuple(t.shape)
+            rows = shape[0] if shape else 1
+            numel = t.numel() if callable(t.size) else int(t.size)  # torch or numpy
+            per_row = numel // rows if rows else 0
+            if not splits:
+                if rows % n:
+                    raise errors.InvalidArgument("gocoll: all_to_all_single: %s has %d rows, not "
+                                                 "divisible by the %d ranks" % (what, rows, n))
+                return [rows // n * per_row] * n
+            try:
+                splits = [operator.index(s) for s in splits]
+            except TypeError:
+                raise errors.InvalidArgument("gocoll: all_to_all_single: %s split sizes must be "
+                                             "integers, got %r" % (what, splits)) from None
+            if len(splits) != n or sum(splits) != rows or min(splits) < 0:
+                raise errors.InvalidArgument("gocoll: all_to_all_single: %s split sizes %s must be "
+                                             "%d non-negative row counts adding up to %d"
+                                             % (what, splits, n, rows))
+            return [s * per_row for s in splits]
+
+        if output is None:
+            raise errors.InvalidArgument("gocoll: all_to_all_single: output is needed with split sizes")
+        sc = counts(input, input_split_sizes, "input")
+        rc = counts(output, output_split_sizes, "output")
+        return self._alltoallv(input, sc, rc, None, None, output, async_op, "all_to_all_single")
+
+    def all_to_all(self, output_tensor_list, input_tensor_list, *, async_op=False):
+        """torch's list form: ``input_tensor_list[j]`` goes to rank j, which
+        stores it in its ``output_tensor_list[rank]``; sizes may differ per
+        pair (through a staging buffer)."""
+        n = self._size
+        if len(input_tensor_list) != n or len(output_tensor_list) != n:
+            raise errors.InvalidArgument("gocoll: all_to_all: need %d input and output tensors, got "
+                                         "%d and %d" % (n, len(input_tensor_list),
+                                                        len(output_tensor_list)))
+        dt, _ = _buffer.dtype_count(input_tensor_list[0], "all_to_all input_tensor_list[0]")
+        first = _buffer.Buffer(input_tensor_list[0], 0, 0, dt, _buffer.is_tensor(input_tensor_list[0]))
+        sc = self._list(input_tensor_list, "all_to_all input_tensor_list", first, equal=False)
+        rc = self._list(output_tensor_list, "all_to_all output_tensor_list", first, equal=False)
+        flat_in = _buffer.concat(list(input_tensor_list))
+        flat_out = _buffer.new_like(first, (sum(rc),))
+
+        def post():
+            off = 0
+            for t, c in zip(output_tensor_list, rc):
+                _buffer.copy_into(t, flat_out[off:off + c])
+                off += c
+        return self._alltoallv(flat_in, sc, rc, None, None, flat_out, async_op,
+                               "all_to_all", post, result=output_tensor_list)
 
     def alltoallv(self, tensor, send_counts, recv_counts, *, send_displs=None, recv_displs=None,
                   out=None, async_op=False):
-        """All-to-all with per-peer counts (elements): ``send_counts[j]``
-        elements from ``tensor`` at ``send_displs[j]`` go to rank j, which
-        stores them at ``recv_displs[rank]`` of its ``out``. Displacements
-        default to the packed prefix sums; ``out`` defaults to a new 1-D
-        buffer just large enough."""
+        """All-to-all with per-peer counts in elements (torch has no such
+        call): ``send_counts[j]`` elements from ``tensor`` at
+        ``send_displs[j]`` go to rank j, which stores them at
+        ``recv_displs[rank]`` of its ``out``. Displacements default to the
+        packed prefix sums; ``out`` defaults to a new 1-D buffer just large
+        enough."""
+        return self._alltoallv(tensor, send_counts, recv_counts, send_displs, recv_displs, out,
+                               async_op, "alltoallv")
+
+    def _alltoallv(self, tensor, send_counts, recv_counts, send_displs, recv_displs, out, async_op,
+                   op, post=None, result=None):
         n = self._size
-        sc = _ptr_array(send_counts, n, "send_counts")
-        rc = _ptr_array(recv_counts, n, "recv_counts")
-        sd = _ptr_array(send_displs, n, "send_displs") or _prefix(sc)
-        rd = _ptr_array(recv_displs, n, "recv_displs") or _prefix(rc)
-        b = as_buffer(tensor, "alltoallv tensor", writable=False)
+        sc = _ptr_array(send_counts, n, "send_counts", op)
+        rc = _ptr_array(recv_counts, n, "recv_counts", op)
+        sd = _ptr_array(send_displs, n, "send_displs", op) or _prefix(sc)
+        rd = _ptr_array(recv_displs, n, "recv_displs", op) or _prefix(rc)
+        b = as_buffer(tensor, "%s input" % op, writable=False)
         need_s = max((d + c for d, c in zip(sd, sc) if c), default=0)
         if need_s > b.count:
             raise errors.InvalidArgument(
-                "gocoll: alltoallv: send blocks reach element %d but tensor has %d elements"
-                % (need_s, b.count))
+                "gocoll: %s: send blocks reach element %d but the input has %d elements"
+                % (op, need_s, b.count))
         need_r = max((d + c for d, c in zip(rd, rc) if c), default=0)
         if out is None:
-            o = as_buffer(_buffer.new_like(b, (need_r,)), "alltoallv out")
+            o = as_buffer(_buffer.new_like(b, (need_r,)), "%s output" % op)
         else:
-            o = as_buffer(out, "alltoallv out", writable=True)
-            _buffer.same_kind(b, o, "alltoallv out")
+            o = as_buffer(out, "%s output" % op, writable=True)
+            _buffer.same_kind(b, o, "%s output" % op)
             if need_r > o.count:
                 raise errors.InvalidArgument(
-                    "gocoll: alltoallv: receive blocks reach element %d but out has %d elements"
-                    % (need_r, o.count))
+                    "gocoll: %s: receive blocks reach element %d but the output has %d elements"
+                    % (op, need_r, o.count))
         arr = _lib.c_size_t * n
         a_sc, a_sd, a_rc, a_rd = arr(*sc), arr(*sd), arr(*rc), arr(*rd)
         return self._run("gocollAllToAllv", (b.ptr, a_sc, a_sd, o.ptr, a_rc, a_rd, b.dtype),
-                         async_op, (b.obj, o.obj, a_sc, a_sd, a_rc, a_rd), o.obj, "alltoallv")
+                         async_op, (b.obj, o.obj, a_sc, a_sd, a_rc, a_rd),
+                         o.obj if result is None else result, op, post)
 
     def alltoallw(self, tensor, send_types, recv_types, *, send_displs=None, recv_displs=None,
                   out=None, async_op=False):
@@ -819,104 +1022,116 @@ class Comm:
         return self._run("gocollAllToAllw", (b.ptr, a_sd, a_st, o.ptr, a_rd, a_rt), async_op,
                          (b.obj, o.obj, a_sd, a_st, a_rd, a_rt), o.obj, "alltoallw")
 
-    def send(self, tensor, peer, *, async_op=False):
-        """Send ``tensor`` to ``peer``, which posts a matching :meth:`recv`."""
-        peer = self._peer(peer, "peer")
-        b = as_buffer(tensor, "send tensor", writable=False)
-        return self._run("gocollSend", (b.ptr, b.count, b.dtype, peer), async_op, (b.obj,), None,
-                         "send")
+    # -- point to point ------------------------------------------------------
 
-    def recv(self, tensor, peer, *, async_op=False):
-        """Receive ``peer``'s matching :meth:`send` into ``tensor``."""
-        peer = self._peer(peer, "peer")
+    def _tag(self, tag, op):
+        t = _c_int(tag, "%s tag" % op)
+        if not 0 <= t < MONITOR_TAG:
+            raise errors.InvalidArgument("gocoll: %s: tag %d is outside [0, %d] (%d is reserved for "
+                                         "monitored_barrier)" % (op, t, MONITOR_TAG - 1, MONITOR_TAG))
+        return t
+
+    def send(self, tensor, dst, tag=0, *, async_op=False):
+        """Send ``tensor`` to rank ``dst``, whose :meth:`recv` with the same
+        ``tag`` (and count and dtype) takes it. Messages to one rank leave in
+        issue order; the receiver takes different tags in any order it
+        likes, one tag in order. Every message must be received before the
+        receiver's next collective on this communicator."""
+        dst = self._peer(dst, "send dst")
+        tag = self._tag(tag, "send")
+        b = as_buffer(tensor, "send tensor", writable=False)
+        return self._run("gocollSendTag", (b.ptr, b.count, b.dtype, dst, tag), async_op, (b.obj,),
+                         None, "send")
+
+    def recv(self, tensor, src, tag=0, *, async_op=False):
+        """Receive into ``tensor`` the oldest message from rank ``src`` with
+        ``tag`` that no earlier recv took; count and dtype must be the
+        sender's."""
+        src = self._peer(src, "recv src")
+        tag = self._tag(tag, "recv")
         b = as_buffer(tensor, "recv tensor", writable=True)
-        return self._run("gocollRecv", (b.ptr, b.count, b.dtype, peer), async_op, (b.obj,), b.obj,
-                         "recv")
+        return self._run("gocollRecvTag", (b.ptr, b.count, b.dtype, src, tag), async_op, (b.obj,),
+                         b.obj, "recv")
+
+    def isend(self, tensor, dst, tag=0):
+        """:meth:`send` returning a :class:`Work`."""
+        return self.send(tensor, dst, tag, async_op=True)
+
+    def irecv(self, tensor, src, tag=0):
+        """:meth:`recv` returning a :class:`Work`."""
+        return self.recv(tensor, src, tag, async_op=True)
+
+    # -- barriers -------------------------------------------------------------
 
     def barrier(self, *, async_op=False):
         """Return once every rank called barrier."""
         return self._run("gocollBarrier", (), async_op, None, None, "barrier")
 
-    # -- non-blocking spellings --------------------------------------------
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """torch.distributed's monitored_barrier: rank 0 waits up to
+        ``timeout`` (seconds or a timedelta; None: GOCOLL_TIMEOUT) for a
+        message from every other rank, then releases them. A rank that did
+        not arrive is named in the :class:`gocoll.Timeout` rank 0 raises —
+        the first one, or every one with ``wait_all_ranks`` — and rank 0
+        then aborts the communicator, so that the other ranks fail at once
+        (:class:`gocoll.RemoteError`) instead of waiting for a release. Uses
+        messages of tag 2**31-1 (reserved)."""
+        self._handle()
+        ms = _timeout_ms(timeout)
+        secs = None if ms is None else ms / 1000
+        one = lambda: (ctypes.c_uint8 * 1)()  # noqa: E731  (a 1-byte token)
+        op = "monitored_barrier"
 
-    def iallreduce(self, tensor, op="sum", *, out=None):
-        return self.allreduce(tensor, op, out=out, async_op=True)
+        def start(name, peer):
+            buf = one()
+            return self._run(name, (ctypes.addressof(buf), 1, _buffer.UINT8, peer, MONITOR_TAG), True,
+                             (buf,), None, op)
 
-    def ireduce(self, tensor, root=0, op="sum", *, out=None):
-        return self.reduce(tensor, root, op, out=out, async_op=True)
-
-    def ibroadcast(self, tensor, root=0, *, out=None):
-        return self.broadcast(tensor, root, out=out, async_op=True)
-
-    def iallgather(self, tensor, *, out=None):
-        return self.allgather(tensor, out=out, async_op=True)
-
-    def ireduce_scatter(self, tensor, op="sum", *, out=None):
-        return self.reduce_scatter(tensor, op, out=out, async_op=True)
-
-    def ialltoall(self, tensor, *, out=None):
-        return self.alltoall(tensor, out=out, async_op=True)
-
-    def ialltoallv(self, tensor, send_counts, recv_counts, **kw):
-        return self.alltoallv(tensor, send_counts, recv_counts, async_op=True, **kw)
-
-    def ialltoallw(self, tensor, send_types, recv_types, **kw):
-        return self.alltoallw(tensor, send_types, recv_types, async_op=True, **kw)
-
-    def isend(self, tensor, peer):
-        return self.send(tensor, peer, async_op=True)
-
-    def irecv(self, tensor, peer):
-        return self.recv(tensor, peer, async_op=True)
-
-    def ibarrier(self):
-        return self.barrier(async_op=True)
-
-    # -- torch.distributed's names and argument orders (output first) -------
-
-    all_reduce = allreduce
-
-    def all_gather_into_tensor(self, output, input, *, async_op=False):
-        """torch's form of :meth:`allgather`: ``output`` holds size × input."""
-        return self.allgather(input, out=output, async_op=async_op)
-
-    def reduce_scatter_tensor(self, output, input, op="sum", *, async_op=False):
-        """torch's form of :meth:`reduce_scatter`: ``input`` holds size × output."""
-        return self.reduce_scatter(input, op, out=output, async_op=async_op)
-
-    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *,
-                          async_op=False):
-        """torch's all_to_all_single: ``input`` split along dim 0 (equally, or
-        in ``input_split_sizes`` rows) goes to the ranks in order; the
-        received rows fill ``output`` (split by ``output_split_sizes``)."""
-        n = self._size
-
-        def counts(t, splits, what):
-            shape = tuple(t.shape)
-            rows = shape[0] if shape else 1
-            numel = t.numel() if callable(t.size) else int(t.size)  # torch or numpy
-            per_row = numel // rows if rows else 0
-            if not splits:
-                if rows % n:
-                    raise errors.InvalidArgument("gocoll: all_to_all_single: %s has %d rows, not "
-                                                 "divisible by the %d ranks" % (what, rows, n))
-                return [rows // n * per_row] * n
-            splits = [int(s) for s in splits]
-            if len(splits) != n or sum(splits) != rows:
-                raise errors.InvalidArgument("gocoll: all_to_all_single: %s split sizes %s must be "
-                                             "%d row counts adding up to %d" % (what, splits, n, rows))
-            return [s * per_row for s in splits]
-
-        sc = counts(input, input_split_sizes, "input")
-        rc = counts(output, output_split_sizes, "output")
-        return self.alltoallv(input, sc, rc, out=output, async_op=async_op)
+        if self._rank != 0:
+            release = start("gocollRecvTag", 0)
+            arrived = start("gocollSendTag", 0)
+            try:
+                release.wait(secs)
+            except errors.Timeout:
+                if release.is_completed():
+                    raise
+                self.abort()
+                raise errors.Timeout("gocoll: monitored_barrier on rank %d: rank 0 did not release "
+                                     "this rank within %s; communicator aborted"
+                                     % (self._rank, timeout), code=errors.TIMEOUT, op=op) from None
+            arrived.wait()
+            return None
+        waits = [(r, start("gocollRecvTag", r)) for r in range(1, self._size)]
+        deadline = None if secs is None else time.monotonic() + secs
+        missing = []
+        for r, w in waits:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                w.wait(left)
+            except errors.Timeout:
+                if w.is_completed():
+                    raise  # the library's own timeout (GOCOLL_TIMEOUT)
+                missing.append(r)
+                if not wait_all_ranks:
+                    break
+        if missing:
+            self.abort()
+            who = ("rank %d" % missing[0]) if len(missing) == 1 else \
+                "ranks %s" % ", ".join(str(r) for r in missing)
+            raise errors.Timeout("gocoll: monitored_barrier on rank 0: %s did not arrive within %s; "
+                                 "communicator aborted" % (who, timeout), code=errors.TIMEOUT, op=op)
+        for w in [start("gocollSendTag", r) for r in range(1, self._size)]:
+            w.wait()
+        return None
 
     # -- completion callbacks -----------------------------------------------
 
     def on_complete(self, work, callback):
         """Call ``callback(work)`` on this communicator's waiter thread once
-        ``work`` finished. Works complete in issue order, so one thread
-        waiting on them in order adds no delay (used by the DDP hook)."""
+        ``work`` finished. Collectives complete in issue order, so one
+        thread waiting on them in order adds no delay (used by the DDP hook
+        and futures); a tagged receive that finishes before works issued
+        earlier gets its callback after theirs."""
         with self._plock:
             if self._waiter is None:
                 self._waiter = _Waiter(self)

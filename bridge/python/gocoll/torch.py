@@ -11,7 +11,9 @@
 - :func:`broadcast_parameters` gives every rank the root's weights.
 - :func:`empty` allocates a tensor in gocollMemAlloc memory.
 - Importing this module registers the torch.distributed backend "gocoll"
-  (:class:`ProcessGroupGocoll`): ``dist.init_process_group("gocoll")``.
+  (:class:`ProcessGroupGocoll`): ``dist.init_process_group("gocoll")``;
+  :func:`monitored_barrier` is ``dist.monitored_barrier`` for its groups
+  (torch 1.13's accepts gloo only).
 
 Every rank must run the same model and call these in the same order: the
 collectives they issue must be identical on every rank.
@@ -23,7 +25,7 @@ import threading
 
 import torch
 
-from . import errors
+from . import _futures, _interrupt, errors
 from .comm import Comm
 
 __all__ = ["DistributedGradients", "DistributedOptimizer", "allreduce_hook", "broadcast_parameters",
@@ -76,23 +78,29 @@ def allreduce_hook(state, bucket):
     ``state`` is a :class:`gocoll.Comm` (or an object with a ``comm``
     attribute). The allreduce runs asynchronously, in place on DDP's bucket
     buffer; the returned ``torch.futures.Future`` is completed with that
-    buffer by the communicator's waiter thread when it finished (or with the
-    error)."""
+    buffer by the communicator's waiter thread when it finished, or fails
+    with gocoll's error, which DDP raises as a RuntimeError carrying
+    gocoll's message. While it is in flight, Ctrl-C aborts the communicator
+    (DDP waits for it in C++, where Python cannot raise KeyboardInterrupt),
+    so the step ends with KeyboardInterrupt instead of waiting for the peers."""
     comm = _comm_of(state)
     buf = bucket.buffer()
-    fut = torch.futures.Future()
+    base, fut = _futures.pair()
     try:
-        work = comm.allreduce(buf, op="avg", async_op=True)
+        work = comm.all_reduce(buf, op="avg", async_op=True)
     except Exception as e:
-        fut.set_exception(e)
+        base.set_exception(e)
         return fut
+    armed = _interrupt.arm(comm)
 
     def done(w):
+        if armed:
+            _interrupt.disarm(comm)
         exc = w.exception()
         if exc is not None:
-            fut.set_exception(exc)
+            base.set_exception(exc)
         else:
-            fut.set_result(buf)
+            base.set_result(buf)
 
     comm.on_complete(work, done)
     return fut
@@ -144,11 +152,11 @@ def broadcast_parameters(model, comm, root=0, include_buffers=True, bucket_cap_m
         g[2] += size
     for dtype, ts, _ in groups:
         if len(ts) == 1 and ts[0].is_contiguous():
-            comm.broadcast(ts[0], root=root)
+            comm.broadcast(ts[0], src=root)
             continue
         flat = torch.cat([t.reshape(-1) for t in ts]) if comm.rank == root else \
             torch.empty(sum(t.numel() for t in ts), dtype=dtype)
-        comm.broadcast(flat, root=root)
+        comm.broadcast(flat, src=root)
         if comm.rank != root:
             off = 0
             for t in ts:
@@ -307,9 +315,13 @@ class DistributedGradients:
         g = p.grad
         if g is None:
             slot.zero_()
-        elif g.data_ptr() != slot.data_ptr():
-            if g.is_sparse:
-                raise errors.InvalidArgument("DistributedGradients: sparse gradients are not supported")
+            return
+        # Before data_ptr(), which a sparse tensor does not have.
+        if g.layout is not torch.strided:
+            raise errors.InvalidArgument(
+                "DistributedGradients: sparse gradients are not supported (a parameter's gradient "
+                "is %s, e.g. from nn.Embedding(sparse=True)); use dense gradients" % g.layout)
+        if g.data_ptr() != slot.data_ptr():
             slot.copy_(g)
 
     def _launch_ready(self):
@@ -319,7 +331,7 @@ class DistributedGradients:
             self._next += 1
 
     def _launch(self, b):
-        b.work = self.comm.allreduce(b.buffer, op=self.op, async_op=True)
+        b.work = self.comm.all_reduce(b.buffer, op=self.op, async_op=True)
         b.launched = True
 
     # -- per step -----------------------------------------------------------
@@ -349,7 +361,7 @@ class DistributedGradients:
             used_work = None
             if self.find_unused_parameters:
                 self._used = torch.tensor(self._ready, dtype=torch.uint8)
-                used_work = self.comm.allreduce(self._used, op="max", async_op=True)
+                used_work = self.comm.all_reduce(self._used, op="max", async_op=True)
             ready = self._ready
             self._ready = [False] * len(self._params)
             self._next = 0
@@ -447,3 +459,19 @@ from ._backend import register as _register_backend  # noqa: E402
 
 _register_backend()
 __all__.append("ProcessGroupGocoll")
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """``torch.distributed.monitored_barrier`` for every backend: torch 1.13's
+    accepts gloo groups only, so this calls a gocoll group's own
+    :meth:`ProcessGroupGocoll.monitored_barrier` (rank 0 raises
+    :class:`gocoll.Timeout` naming the ranks that did not arrive within
+    ``timeout``) and hands other groups to torch."""
+    import torch.distributed as dist
+    pg = dist.distributed_c10d._get_default_group() if group is None else group
+    if isinstance(pg, ProcessGroupGocoll):
+        return pg.monitored_barrier(timeout, wait_all_ranks)
+    return dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+
+__all__.append("monitored_barrier")

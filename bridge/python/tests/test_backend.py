@@ -12,7 +12,7 @@ import pytest
 from launch import BRIDGE, PYTHON, WORKERS, free_port_pair, run_cmd, run_ranks
 
 WORKER = os.path.join(WORKERS, "backend.py")
-CHECKS = 25  # entries of the worker's "checked" list when everything ran
+CHECKS = 28  # entries of the worker's "checked" list when everything ran
 
 
 def _results(out):
@@ -31,6 +31,10 @@ def _check(results, n):
         assert out["ddp_gocoll_vs_gloo"] <= 1e-5
         assert "mismatched collective" in out["mismatch"]
         assert "gocoll" in out["ddp_error"] and "gocoll" in out["ddp_async_error"]
+        if "monitored_barrier_all" in out:  # rank 0: the odd ranks did not arrive
+            want = "rank 1" if n < 4 else "ranks 1, 3"
+            assert want + " did not arrive" in out["monitored_barrier_all"]
+            assert "rank 1 did not arrive" in out["monitored_barrier"]
 
 
 @pytest.mark.parametrize("nranks", [2, 4])

@@ -25,6 +25,10 @@ def test_async_zero_copy_and_bad_inputs(library):
     # errors found by the library carry gocollGetLastError's text
     assert "overlap" in msgs["library overlap"]
     assert "self" in msgs["library send to self"]
+    # Work.wait(timeout) gave up while the receive could not finish; a
+    # future's error is gocoll's
+    assert "did not finish within 0.2" in r0["work"]["wait_timeout"]
+    assert "gocoll" in r0["work"]["future_error"]
     # comm.topology(): both ranks on this host, its hardware detected
     assert r0["topology"] == {"hosts": 1, "source": "hwloc"} or r0["topology"]["source"] == "sys"
 

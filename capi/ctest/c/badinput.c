@@ -157,6 +157,8 @@ int main(void) {
   EXPECT(gocollSend(buf, 4, gocollFloat32, 0, comm), gocollInvalidUsage, comm); /* to self */
   EXPECT(gocollRecv(out, 4, gocollFloat32, 0, comm), gocollInvalidUsage, comm);
   EXPECT(gocollSend(NULL, 4, gocollFloat32, 1, comm), gocollInvalidArgument, comm);
+  EXPECT(gocollSendTag(buf, 4, gocollFloat32, 0, -1, comm), gocollInvalidArgument, comm);
+  EXPECT(gocollRecvTag(out, 4, gocollFloat32, 0, -2, comm), gocollInvalidArgument, comm);
 
   /* All-to-allv arrays. */
   EXPECT(gocollAllToAllv(buf, NULL, displs, out, counts, displs, gocollFloat32, comm), gocollInvalidArgument, comm);

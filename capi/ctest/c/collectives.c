@@ -419,6 +419,57 @@ static void test_sendrecv(void) {
   free(want);
 }
 
+/* Tagged messages received in the reverse order of their sends: the tag,
+ * not the order, decides which receive gets which message. Small messages,
+ * so that the blocking mode's sends complete before anyone receives. */
+static void test_sendrecv_tags(void) {
+  enum { NA = 10, NB = 20 };
+  int32_t a[NA], b[NB], ra[NA], rb[NB], wa[NA], wb[NB];
+  int i;
+  int next = (g_rank + 1) % nranks, prev = (g_rank + nranks - 1) % nranks;
+  if (nranks < 2) return;
+  for (i = 0; i < NA; i++) { a[i] = g_rank * 100 + i; wa[i] = prev * 100 + i; ra[i] = -1; }
+  for (i = 0; i < NB; i++) { b[i] = -(g_rank * 100 + i); wb[i] = -(prev * 100 + i); rb[i] = -1; }
+  if (mode == 0) {
+    CHECK_COMM(gocollSendTag(a, NA, gocollInt32, next, 5, comm), comm);
+    CHECK_COMM(gocollSendTag(b, NB, gocollInt32, next, 2, comm), comm);
+    CHECK_COMM(gocollRecvTag(rb, NB, gocollInt32, prev, 2, comm), comm);
+    CHECK_COMM(gocollRecvTag(ra, NA, gocollInt32, prev, 5, comm), comm);
+  } else {
+    gocollRequest_t rq[4];
+    CHECK_COMM(gocollIRecvTag(rb, NB, gocollInt32, prev, 2, comm, &rq[0]), comm);
+    CHECK_COMM(gocollIRecvTag(ra, NA, gocollInt32, prev, 5, comm, &rq[1]), comm);
+    CHECK_COMM(gocollISendTag(a, NA, gocollInt32, next, 5, comm, &rq[2]), comm);
+    CHECK_COMM(gocollISendTag(b, NB, gocollInt32, next, 2, comm, &rq[3]), comm);
+    for (i = 0; i < 4; i++) complete(rq[i]);
+  }
+  expect_equal("recv tag 5", ra, wa, NA, gocollInt32);
+  expect_equal("recv tag 2", rb, wb, NB, gocollInt32);
+}
+
+/* gocollWaitTimeout: rank 0's receive cannot finish before rank 1 sends,
+ * which it does only once rank 0 told it that its timed wait returned. */
+static void test_wait_timeout(void) {
+  int32_t x = 0, go = 1;
+  int done = -1;
+  gocollRequest_t rq = NULL;
+  if (nranks < 2 || g_rank > 1) return;
+  if (g_rank == 0) {
+    CHECK_COMM(gocollIRecvTag(&x, 1, gocollInt32, 1, 9, comm, &rq), comm);
+    if (gocollWaitTimeout(rq, -1, &done) != gocollInvalidArgument) FAIL("gocollWaitTimeout(-1) accepted");
+    if (gocollWaitTimeout(NULL, 0, &done) != gocollInvalidArgument) FAIL("gocollWaitTimeout(NULL) accepted");
+    CHECK_COMM(gocollWaitTimeout(rq, 50, &done), comm);
+    if (done != 0) FAIL("gocollWaitTimeout: done=%d before the message was sent", done);
+    CHECK_COMM(gocollSendTag(&go, 1, gocollInt32, 1, 10, comm), comm);
+    CHECK_COMM(gocollWaitTimeout(rq, 60000, &done), comm);
+    if (done != 1 || x != 42) FAIL("gocollWaitTimeout: done=%d x=%d, want 1 and 42", done, (int)x);
+  } else {
+    CHECK_COMM(gocollRecvTag(&go, 1, gocollInt32, 0, 10, comm), comm);
+    x = 42;
+    CHECK_COMM(gocollSendTag(&x, 1, gocollInt32, 0, 9, comm), comm);
+  }
+}
+
 static void test_barrier(void) {
   RUN(gocollBarrier(comm), gocollIBarrier(comm, &rq_));
 }
@@ -593,6 +644,7 @@ int main(int argc, char** argv) {
     test_alltoallv();
     test_alltoallw();
     test_sendrecv();
+    test_sendrecv_tags();
     test_barrier();
     test_memalloc();
     if (rank == 0) fprintf(stderr, "mode %s: %.2fs\n", mode_names[mode], now_seconds() - t);
@@ -601,6 +653,7 @@ int main(int argc, char** argv) {
   test_dump_state();
   mode = 1;
   test_outstanding();
+  test_wait_timeout();
   test_split();
 
   CHECK_COMM(gocollCommGetAsyncError(comm, &async), comm);

@@ -211,13 +211,70 @@ def refused(r, n, checked):
     msgs["sparse"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3).to_sparse()))
     msgs["meta"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3, device="meta")))
     msgs["band"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3), op=R.BAND))
-    msgs["tag"] = str(expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=3))
+    msgs["tag"] = str(expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=-3))
     assert "qint8" in msgs["dtype"] and "rank %d" % r in msgs["dtype"], msgs["dtype"]
     assert "bitwise" in msgs["band"] and "rank %d" % r in msgs["band"], msgs["band"]
     assert "sparse" in msgs["sparse"] and "meta" in msgs["meta"], msgs
-    assert "no message tags" in msgs["tag"], msgs["tag"]
+    assert "tag -3" in msgs["tag"], msgs["tag"]
     checked.append("refused inputs")
     return msgs
+
+
+def tags(r, n, checked):
+    """Tagged isend/irecv: every rank sends its successor three messages of
+    different sizes with tags 3, 1, 2 and receives its predecessor's in the
+    order 2, 3, 1. Then a receive completes while an earlier one (another
+    tag) still waits: rank 1 sends tag 22 first and tag 21 only once rank 0
+    got tag 22 (through the store), so waiting in issue order would hang."""
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    sizes = {3: 5, 1: 7, 2: 1}
+    sends = [dist.isend(val(r, (sizes[t],), salt=50 + t), nxt, tag=t) for t in (3, 1, 2)]
+    got = {t: torch.empty(sizes[t]) for t in (2, 3, 1)}
+    recvs = [dist.irecv(got[t], prv, tag=t) for t in (2, 3, 1)]
+    for w in recvs + sends:
+        w.wait()
+    for t, x in got.items():
+        eq(x, val(prv, (sizes[t],), salt=50 + t), "recv tag %d" % t)
+    checked.append("tags out of order")
+    store = dist.distributed_c10d._get_default_store()
+    if r == 0:
+        a, b = torch.empty(2), torch.empty(3)
+        wa, wb = dist.irecv(a, 1, tag=21), dist.irecv(b, 1, tag=22)
+        wb.wait(datetime.timedelta(seconds=60))
+        assert wb.is_completed() and not wa.is_completed()
+        store.set("test/tag21", "go")
+        wa.wait()
+        eq(b, val(1, (3,), salt=22), "tag 22")
+        eq(a, val(1, (2,), salt=21), "tag 21")
+    elif r == 1:
+        dist.send(val(1, (3,), salt=22), 0, tag=22)
+        store.wait(["test/tag21"])
+        dist.send(val(1, (2,), salt=21), 0, tag=21)
+    checked.append("tagged recv not behind another tag")
+
+
+def monitored(r, n, checked, out):
+    """gocoll.torch.monitored_barrier on gocoll groups: everyone arrives;
+    the odd ranks do not arrive (rank 0 names all of them with
+    wait_all_ranks, the first without), and the ranks that did arrive fail
+    at once with rank 0's abort."""
+    second = datetime.timedelta(seconds=1)
+    gocoll.torch.monitored_barrier(dist.new_group(), datetime.timedelta(seconds=60))
+    missing = [q for q in range(n) if q % 2]
+    for wait_all in (True, False):
+        g = dist.new_group()
+        if r == 0:
+            e = expect_raises(gocoll.Timeout, gocoll.torch.monitored_barrier, g, second, wait_all)
+            named = missing if wait_all else missing[:1]
+            who = ("rank %d" % named[0]) if len(named) == 1 else \
+                "ranks %s" % ", ".join(str(q) for q in named)
+            assert "%s did not arrive within" % who in str(e), (who, e)
+            out["monitored_barrier" + ("_all" if wait_all else "")] = str(e)
+        elif r not in missing:
+            expect_raises(gocoll.RemoteError, gocoll.torch.monitored_barrier, g,
+                          datetime.timedelta(seconds=60), wait_all)
+    dist.barrier()  # the default group is untouched
+    checked.append("monitored_barrier")
 
 
 def make_model(dtype=torch.float32):
@@ -299,6 +356,8 @@ def run():
     checked, out = [], {}
     collectives(r, n, checked)
     out["refused"] = refused(r, n, checked)
+    tags(r, n, checked)
+    monitored(r, n, checked, out)
     ddp(r, n, checked, out)
     mismatch(r, n, checked, out)
     out["checked"] = checked

@@ -88,16 +88,16 @@ def run_lib(c, L, asyncs):
                          ("avg", (sum(everyone) // n) if is_int else sum(everyone) / n)]:
             x = L.make(base(N, r), dt)
             p = L.ptr(x)
-            res = run(c.allreduce, x, op)
+            res = run(c.all_reduce, x, op)
             assert res is x and L.ptr(x) == p
             check("allreduce %s %s" % (op, dt), x, want)
         x = L.make(pbase(N, r), dt)
-        run(c.allreduce, x, gocoll.ReduceOp.PROD)
+        run(c.all_reduce, x, gocoll.ReduceOp.PROD)
         check("allreduce prod %s" % dt, x, np.prod([pbase(N, q) for q in range(n)], axis=0))
         # allreduce into out=
         x = L.make(base(N, r), dt)
         out = L.empty(N, dt)
-        res = run(c.allreduce, x, "sum", out=out)
+        res = run(c.all_reduce, x, "sum", out=out)
         assert res is out
         check("allreduce out %s" % dt, out, sum(everyone))
         check("allreduce input untouched %s" % dt, x, base(N, r))
@@ -117,31 +117,50 @@ def run_lib(c, L, asyncs):
         check("broadcast out %s" % dt, out, base(N, root))
         # allgather, new output and in place
         x = L.make(base(N, r), dt)
-        got = run(c.allgather, x)
-        check("allgather %s" % dt, got, np.stack(everyone))
+        got = run(c.all_gather_into_tensor, None, x)
+        check("all_gather_into_tensor %s" % dt, got, np.stack(everyone))
         out = L.make(np.zeros(n * N), dt)
         mine = out[r * N:(r + 1) * N]
         mine[:] = L.make(base(N, r), dt)
-        run(c.allgather, mine, out=out)
-        check("allgather in place %s" % dt, out, np.concatenate(everyone))
+        run(c.all_gather_into_tensor, out, mine)
+        check("all_gather_into_tensor in place %s" % dt, out, np.concatenate(everyone))
+        # torch's list form (outputs of another shape: only the sizes must match)
+        outs = [L.empty(N, dt).reshape(1, N) for _ in range(n)]
+        assert run(c.all_gather, outs, L.make(base(N, r), dt)) is outs
+        for q in range(n):
+            check("all_gather list %s" % dt, outs[q].reshape(N), base(N, q))
         # reduce_scatter
         full = [base(n * K, q) for q in range(n)]
         x = L.make(base(n * K, r), dt)
-        got = run(c.reduce_scatter, x, "sum")
-        check("reduce_scatter %s" % dt, got, sum(full)[r * K:(r + 1) * K])
+        got = run(c.reduce_scatter_tensor, None, x, "sum")
+        check("reduce_scatter_tensor %s" % dt, got, sum(full)[r * K:(r + 1) * K])
         x2 = L.make(base(n * K, r), dt).reshape(n, K)
-        got = run(c.reduce_scatter, x2, "max")
-        check("reduce_scatter 2-D %s" % dt, got, np.max(full, axis=0)[r * K:(r + 1) * K])
+        got = run(c.reduce_scatter_tensor, None, x2, "max")
+        check("reduce_scatter_tensor 2-D %s" % dt, got, np.max(full, axis=0)[r * K:(r + 1) * K])
+        # torch's reduce_scatter(output, input_list), and with one input tensor
+        out = L.empty(K, dt)
+        ins = [L.make(base(n * K, r)[j * K:(j + 1) * K], dt) for j in range(n)]
+        assert run(c.reduce_scatter, out, ins, "sum") is out
+        check("reduce_scatter list %s" % dt, out, sum(full)[r * K:(r + 1) * K])
+        out = L.empty(K, dt)
+        run(c.reduce_scatter, out, L.make(base(n * K, r), dt), "min")
+        check("reduce_scatter tensor input %s" % dt, out, np.min(full, axis=0)[r * K:(r + 1) * K])
         # alltoall: block j of rank q is 100*q + 10*j + i (fits int8 only mod 128, so small)
         def a2a(q):
             return np.array([(q * 4 + j) % 50 + i for j in range(n) for i in range(K)])
         x = L.make(a2a(r), dt)
-        got = run(c.alltoall, x)
-        check("alltoall %s" % dt, got, np.concatenate([a2a(q)[r * K:(r + 1) * K] for q in range(n)]))
+        got = run(c.all_to_all_single, None, x)
+        check("all_to_all_single %s" % dt, got, np.concatenate([a2a(q)[r * K:(r + 1) * K] for q in range(n)]))
         x = L.make(a2a(r), dt)
-        run(c.alltoall, x, out=x)
-        check("alltoall in place %s" % dt, x,
+        run(c.all_to_all_single, x, x)
+        check("all_to_all_single in place %s" % dt, x,
               np.concatenate([a2a(q)[r * K:(r + 1) * K] for q in range(n)]))
+        # torch's list form: rank i sends i+j+1 elements to rank j
+        ins = [L.make(np.full(r + j + 1, (3 * r + j) % 50), dt) for j in range(n)]
+        outs = [L.empty(i + r + 1, dt) for i in range(n)]
+        assert run(c.all_to_all, outs, ins) is outs
+        for q in range(n):
+            check("all_to_all list %s" % dt, outs[q], np.full(q + r + 1, (3 * q + r) % 50))
         # alltoallv: rank i sends i+j+1 elements valued 10*i+j to rank j
         sc = [r + j + 1 for j in range(n)]
         rcnt = [i + r + 1 for i in range(n)]
@@ -159,6 +178,16 @@ def run_lib(c, L, asyncs):
             ws.wait()
             assert wr.wait() is y
             check("send/recv %s" % dt, y, base(N, (r - 1) % n))
+            # tags: two messages received in the reverse order of their sends
+            x2 = L.make(base(N, r) + 1, dt)
+            y2 = L.empty(N, dt)
+            ws = [c.isend(x, (r + 1) % n, tag=5), c.isend(x2, (r + 1) % n, tag=2)]
+            c.recv(y2, (r - 1) % n, tag=2)
+            c.recv(y, (r - 1) % n, tag=5)
+            for w in ws:
+                w.wait()
+            check("recv tag 2 %s" % dt, y2, base(N, (r - 1) % n) + 1)
+            check("recv tag 5 %s" % dt, y, base(N, (r - 1) % n))
             # blocking pair: even ranks send first
             if r % 2 == 0 and r + 1 < n:
                 c.send(x, r + 1)
@@ -179,9 +208,9 @@ def run_split(c):
     assert sub.size == len(members), (sub.size, members)
     assert sub.rank == sorted(members, reverse=True).index(r), sub.rank
     x = np.array([r], dtype=np.int64)
-    sub.allreduce(x)
+    sub.all_reduce(x)
     assert x[0] == sum(members), (x, members)
-    g = sub.allgather(np.array([r], dtype=np.int32))
+    g = sub.all_gather_into_tensor(None, np.array([r], dtype=np.int32))
     assert list(g.ravel()) == sorted(members, reverse=True), g
     none = c.split(None if r == 0 else 7)
     assert (none is None) == (r == 0)
@@ -196,18 +225,18 @@ def run_split(c):
 def run_edges(c, with_torch):
     """Empty buffers, scalars (0-d), and torch.distributed's op objects."""
     z = np.zeros(0, dtype=np.float32)
-    assert c.allreduce(z) is z
-    assert c.allgather(z).shape == (c.size, 0)
-    c.broadcast(z, root=0)
+    assert c.all_reduce(z) is z
+    assert c.all_gather_into_tensor(None, z).shape == (c.size, 0)
+    c.broadcast(z, src=0)
     s = np.array(c.rank + 1.0)  # 0-d
-    c.allreduce(s)
+    c.all_reduce(s)
     assert s == sum(range(1, c.size + 1)), s
     if with_torch:
         import torch
         import torch.distributed as dist
-        c.allreduce(torch.zeros(0))
+        c.all_reduce(torch.zeros(0))
         t = torch.full((3,), float(c.rank))
-        c.allreduce(t, op=dist.ReduceOp.MAX)
+        c.all_reduce(t, op=dist.ReduceOp.MAX)
         assert torch.all(t == c.size - 1), t
 
 

@@ -14,7 +14,7 @@ def work():
     with gocoll.init() as c:
         x = np.ones(1000, dtype=np.float32)
         for _ in range(3):
-            c.allreduce(x)
+            c.all_reduce(x)
         c.barrier()
         path = c.dump_state()
         with open(path) as f:

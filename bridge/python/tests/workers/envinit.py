@@ -14,7 +14,7 @@ def work():
     with gocoll.init() as c:
         assert (c.rank, c.size) == (rank, size), (c.rank, c.size, rank, size)
         x = np.array([rank], dtype=np.int64)
-        c.allreduce(x)
+        c.all_reduce(x)
         assert x[0] == sum(range(size))
     report({"rank": rank})
 

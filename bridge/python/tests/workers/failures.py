@@ -15,7 +15,7 @@ def fresh(world):
     buf = np.zeros(gocoll.UNIQUE_ID_BYTES, dtype=np.uint8)
     if world.rank == 0:
         buf[:] = np.frombuffer(gocoll.get_unique_id(), dtype=np.uint8)
-    world.broadcast(buf, root=0)
+    world.broadcast(buf, src=0)
     return gocoll.init(rank=world.rank, size=world.size, unique_id=buf.tobytes())
 
 
@@ -26,7 +26,7 @@ def work():
     out = {}
 
     # 1. ranks issue different collectives -> InvalidUsage (a RuntimeError) on both
-    e = expect_raises(gocoll.InvalidUsage, c1.allreduce, np.zeros(4 + r, dtype=np.float32))
+    e = expect_raises(gocoll.InvalidUsage, c1.all_reduce, np.zeros(4 + r, dtype=np.float32))
     assert isinstance(e, RuntimeError) and e.code == 5
     out["mismatch"] = str(e)
     ae = c1.async_error()
@@ -38,7 +38,7 @@ def work():
     # 2. rank 1 does not take part in time -> Timeout (a TimeoutError) on rank 0
     if r == 0:
         t0 = time.monotonic()
-        e = expect_raises(gocoll.Timeout, c2.allreduce, np.ones(10))
+        e = expect_raises(gocoll.Timeout, c2.all_reduce, np.ones(10))
         took = time.monotonic() - t0
         assert isinstance(e, TimeoutError) and isinstance(e, gocoll.Error) and e.code == 8
         assert 2.0 < took < 30, took
@@ -51,7 +51,7 @@ def work():
         # still complete (it finds everything it needs), but the next
         # operation must fail with RemoteError.
         try:
-            c2.allreduce(np.ones(10))
+            c2.all_reduce(np.ones(10))
             out["late_allreduce"] = "completed"
         except gocoll.Error as e:
             out["late_allreduce"] = "%s: %s" % (type(e).__name__, e)
@@ -62,7 +62,7 @@ def work():
 
     # 3. abort unblocks a pending operation at once; the peer gets RemoteError
     if r == 0:
-        w = c3.allreduce(np.ones(10), async_op=True)
+        w = c3.all_reduce(np.ones(10), async_op=True)
         time.sleep(0.2)
         assert not w.is_completed()
         t0 = time.monotonic()
@@ -79,7 +79,7 @@ def work():
         # the library could still complete the first one from data rank 0
         # had sent before aborting; then the one after is the RemoteError.)
         try:
-            c3.allreduce(np.ones(10))
+            c3.all_reduce(np.ones(10))
             out["first_after_abort"] = "completed"
             e = expect_raises(gocoll.RemoteError, c3.barrier)
         except gocoll.RemoteError as first:
@@ -93,7 +93,7 @@ def work():
 
     # the world communicator is untouched by all that
     x = np.array([r + 1.0])
-    world.allreduce(x)
+    world.all_reduce(x)
     assert x[0] == 3.0
     report(out)
 

@@ -24,7 +24,7 @@ def work():
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
         t0 = time.monotonic()
         try:
-            comm.allreduce(np.ones(1 << 16, dtype=np.float32))
+            comm.all_reduce(np.ones(1 << 16, dtype=np.float32))
             out["outcome"] = "completed"
         except KeyboardInterrupt:
             out["outcome"] = "KeyboardInterrupt"
@@ -40,14 +40,14 @@ def work():
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.2)
-            c2.allreduce(np.ones(4, dtype=np.float32))
+            c2.all_reduce(np.ones(4, dtype=np.float32))
             out["own_handler"] = "ran" if got else "did not run"
         finally:
             signal.signal(signal.SIGINT, old)
         c2.destroy()
     else:
         time.sleep(6.0)  # join long after rank 0 was interrupted
-        e = expect_raises(gocoll.Error, comm.allreduce, np.ones(1 << 16, dtype=np.float32))
+        e = expect_raises(gocoll.Error, comm.all_reduce, np.ones(1 << 16, dtype=np.float32))
         out["peer"] = "%s: %s" % (type(e).__name__, e)
     report(out)
     comm.abort()

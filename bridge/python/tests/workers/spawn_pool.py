@@ -12,7 +12,7 @@ def child(rank, size, uid, q):
     import numpy as np
     with gocoll.init(rank=rank, size=size, unique_id=uid) as c:
         x = np.array([rank + 1.0])
-        c.allreduce(x)
+        c.all_reduce(x)
     q.put((rank, float(x[0])))
 
 

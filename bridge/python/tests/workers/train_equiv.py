@@ -156,8 +156,8 @@ def work():
     # every rank ends with identical parameters
     flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
     mx, mn = flat.clone(), flat.clone()
-    comm.allreduce(mx, op="max")
-    comm.allreduce(mn, op="min")
+    comm.all_reduce(mx, op="max")
+    comm.all_reduce(mn, op="min")
     out["dg_rank_spread"] = (mx - mn).abs().max().item()
     comm.destroy()
     dist.destroy_process_group()

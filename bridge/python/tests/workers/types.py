@@ -62,44 +62,44 @@ def run_numpy():
         ins = [values("bool", q, salt) for q in range(n)]
         want = functools.reduce(rule, [truth(x) for x in ins])
         x = ins[r].copy()
-        c.allreduce(x, op)
+        c.all_reduce(x, op)
         same(x, want, "bool allreduce " + op)
         full = [np.concatenate([values("bool", q, salt + 50 + j) for j in range(n)]) for q in range(n)]
         want = functools.reduce(rule, [truth(x) for x in full])[r * N:(r + 1) * N]
-        same(c.reduce_scatter(full[r].copy(), op), want, "bool reduce_scatter " + op)
+        same(c.reduce_scatter_tensor(None, full[r].copy(), op), want, "bool reduce_scatter " + op)
     # the bitwise ops on every integer type, by name and by ReduceOp
     for dt in INT_TYPES:
         for salt, (op, rule) in enumerate(sorted(INT_RULES.items())):
             ins = [values(dt, q, salt) for q in range(n)]
             x = ins[r].copy()
-            c.allreduce(x, getattr(gocoll.ReduceOp, op.upper()) if salt % 2 else op)
+            c.all_reduce(x, getattr(gocoll.ReduceOp, op.upper()) if salt % 2 else op)
             same(x, functools.reduce(rule, ins), "%s allreduce %s" % (dt, op))
     # int16 arithmetic wraps, as torch's does
     ins = [np.full(N, 30000 + q, dtype=np.int16) for q in range(n)]
     x = ins[r].copy()
-    c.allreduce(x, "sum")
+    c.all_reduce(x, "sum")
     same(x, np.full(N, sum(30000 + q for q in range(n)), np.int64).astype(np.int16), "int16 sum wraps")
     ins = [values("int16", q, 9) for q in range(n)]
     for op, rule in (("max", np.maximum), ("min", np.minimum)):
         x = ins[r].copy()
-        c.allreduce(x, op)
+        c.all_reduce(x, op)
         same(x, functools.reduce(rule, ins), "int16 " + op)
     x = np.full(N, 2 * (r + 1), dtype=np.int16)
-    c.allreduce(x, "avg")
+    c.all_reduce(x, "avg")
     same(x, np.full(N, (n + 1), dtype=np.int16), "int16 avg")
 
     # refused: bitwise on floats, avg on bool; the communicator goes on
     for dt in ("float16", "float32", "float64"):
         for op in ("band", "bor", gocoll.BXOR):
-            expect_raises(gocoll.InvalidArgument, c.allreduce, np.zeros(4, dt), op,
+            expect_raises(gocoll.InvalidArgument, c.all_reduce, np.zeros(4, dt), op,
                           contains="bitwise ops take integer and bool types only")
-    expect_raises(gocoll.InvalidArgument, c.allreduce, np.zeros(4, np.bool_), "avg",
+    expect_raises(gocoll.InvalidArgument, c.all_reduce, np.zeros(4, np.bool_), "avg",
                   contains="avg is not defined on bool")
-    expect_raises(gocoll.InvalidArgument, c.reduce_scatter, np.zeros(4 * n, np.float32), "bxor",
+    expect_raises(gocoll.InvalidArgument, c.reduce_scatter_tensor, None, np.zeros(4 * n, np.float32), "bxor",
                   contains="bxor")
     checked.append("refused")
     x = np.array([r + 1], dtype=np.int32)
-    c.allreduce(x)
+    c.all_reduce(x)
     assert x[0] == n * (n + 1) // 2, x
 
     # bad settings are refused before any rendezvous, naming the setting
@@ -126,14 +126,14 @@ def run_numpy():
     gate = gocoll.init(rank=r, size=n, unique_id=ids[2])  # the environment's timeout
     x = np.full(4, r + 1, dtype=np.float32)
     if r == 0:
-        w = long_.allreduce(x, async_op=True)
-        e = expect_raises(gocoll.Timeout, short.allreduce, np.zeros(4, np.float32))
+        w = long_.all_reduce(x, async_op=True)
+        e = expect_raises(gocoll.Timeout, short.all_reduce, np.zeros(4, np.float32))
         assert "300ms" in str(e), e  # the short communicator's own deadline
         gate.barrier()  # only now do the others join long_
         w.wait()
     else:
         gate.barrier()
-        long_.allreduce(x)
+        long_.all_reduce(x)
     same(x, np.full(4, n * (n + 1) / 2, dtype=np.float32), "long communicator outlives the short one")
     short.abort()
     gate.barrier()

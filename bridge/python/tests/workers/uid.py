@@ -36,7 +36,7 @@ def work():
     with gocoll.init(rank=rank, size=size, unique_id=uid) as c:
         assert (c.rank, c.size) == (rank, size)
         x = np.full(5, rank, dtype=np.int32)
-        c.allreduce(x)
+        c.all_reduce(x)
         assert np.all(x == sum(range(size))), x
     assert c.closed
     # leave a communicator and a non-blocking operation to the atexit handler
@@ -52,7 +52,7 @@ def work():
             time.sleep(0.02)
         buf[:] = np.frombuffer(open(path + ".2", "rb").read(), dtype=np.uint8)
     world = gocoll.init(rank=rank, size=size, unique_id=buf.tobytes().hex())
-    world.allreduce(np.ones(1000), async_op=True)  # handle dropped on purpose
+    world.all_reduce(np.ones(1000), async_op=True)  # handle dropped on purpose
     report({"version": gocoll.version(), "library": gocoll.library_path(), "pending": world.pending()})
 
 

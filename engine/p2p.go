@@ -1,0 +1,442 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/gocoll/gocoll/engine/transport"
+)
+
+// Point-to-point messages carry a tag, as in MPI and torch.distributed: a
+// receive with tag t takes the oldest message with tag t from its peer that
+// no earlier receive took, so messages with different tags may be received
+// in any order the receiver chooses, while messages with one tag stay in
+// order. Send and Recv use tag 0.
+//
+// The transports deliver one ordered stream per peer and a receiver must
+// name a message's length before reading it, so a message travels as two:
+// an envelope (tag, datatype, count) of fixed size, then the payload. The
+// receiving side reads the stream only while one of its receives waits, one
+// reader at a time, for all of them: a message whose receive was posted
+// lands in that receive's buffer; one that arrived early is kept (MPI's and
+// Gloo's unexpected-message queue) until a receive asks for its tag. A
+// Python matcher above an in-order stream could not do this without
+// buffering every message.
+//
+// Reading happens only while a receive is in flight, and collectives wait
+// for point-to-point operations issued before them, so the stream is never
+// read ahead into a collective's messages.
+
+// MaxTag is the largest tag a send or receive accepts (C's INT_MAX, so that
+// every binding can pass any tag).
+const MaxTag = math.MaxInt32
+
+// envelopeLen is the size of an envelope: tag, count (8 bytes each) and
+// datatype (4), padded.
+const envelopeLen = 24
+
+// envelopeSig marks envelopes in their headers (no collective has this
+// signature's inputs), so that a receive meeting a collective's message
+// reports a mismatch instead of reading it as an envelope.
+var envelopeSig = signature(pointToPoint, 0, 0, 0, -1, "envelope")
+
+// envelope describes the payload that follows it.
+type envelope struct {
+	tag   int
+	dt    DataType
+	count int
+}
+
+func (e envelope) bytes() int { return e.count * e.dt.Size() }
+
+func (e envelope) encode(b []byte) {
+	_ = b[envelopeLen-1]
+	binary.LittleEndian.PutUint64(b[0:], uint64(e.tag))
+	binary.LittleEndian.PutUint64(b[8:], uint64(e.count))
+	binary.LittleEndian.PutUint32(b[16:], uint32(e.dt))
+	clear(b[20:envelopeLen])
+}
+
+// maxP2PBytes bounds the payload an envelope may announce: a corrupt count
+// must not make an early message allocate without limit.
+const maxP2PBytes = 1 << 46
+
+// decodeEnvelope parses an envelope received from a peer.
+func decodeEnvelope(b []byte) (envelope, error) {
+	if len(b) != envelopeLen {
+		return envelope{}, fmt.Errorf("%w: envelope of %d bytes, want %d", transport.ErrProtocol, len(b), envelopeLen)
+	}
+	tag := binary.LittleEndian.Uint64(b[0:])
+	count := binary.LittleEndian.Uint64(b[8:])
+	dt := DataType(int32(binary.LittleEndian.Uint32(b[16:])))
+	switch {
+	case tag > MaxTag:
+		return envelope{}, fmt.Errorf("%w: envelope with tag %d", transport.ErrProtocol, tag)
+	case !dt.Valid():
+		return envelope{}, fmt.Errorf("%w: envelope with datatype %d", transport.ErrProtocol, int32(dt))
+	case count > maxP2PBytes/uint64(dt.Size()):
+		return envelope{}, fmt.Errorf("%w: envelope announcing %d elements of %s", transport.ErrProtocol, count, dt)
+	}
+	return envelope{tag: int(tag), dt: dt, count: int(count)}, nil
+}
+
+func payloadSig(dt DataType, count int) uint64 { return signature(pointToPoint, dt, count, 0, -1, "") }
+
+// inbox is the receiving end of one peer's point-to-point messages.
+type inbox struct {
+	mu      sync.Mutex
+	seq     uint64        // number of the next message on the stream
+	reading bool          // a receive is reading the stream for all of them
+	posted  []*posting    // receives waiting for a message, oldest first
+	early   []early       // messages no receive was waiting for, oldest first
+	broken  error         // the stream failed: every receive fails with this
+	wake    chan struct{} // closed (then replaced) whenever a read ends
+}
+
+// posting is a receive waiting in an inbox.
+type posting struct {
+	env     envelope // what it expects
+	buf     []byte
+	claimed bool // a reader is receiving its payload into buf
+	done    bool
+	err     error
+}
+
+type early struct {
+	env  envelope
+	data []byte
+}
+
+func newInboxes(n int) []*inbox {
+	in := make([]*inbox, n)
+	for i := range in {
+		in[i] = &inbox{wake: make(chan struct{})}
+	}
+	return in
+}
+
+// take removes and returns the oldest early message with tag, if any.
+func (in *inbox) take(tag int) (early, bool) {
+	for i, m := range in.early {
+		if m.env.tag == tag {
+			in.early = slices.Delete(in.early, i, i+1)
+			return m, true
+		}
+	}
+	return early{}, false
+}
+
+// claim removes and returns the oldest posted receive for tag, if any.
+func (in *inbox) claim(tag int) *posting {
+	for i, p := range in.posted {
+		if p.env.tag == tag {
+			in.posted = slices.Delete(in.posted, i, i+1)
+			p.claimed = true
+			return p
+		}
+	}
+	return nil
+}
+
+func (in *inbox) unpost(p *posting) {
+	if i := slices.Index(in.posted, p); i >= 0 {
+		in.posted = slices.Delete(in.posted, i, i+1)
+	}
+}
+
+// signal wakes the receives waiting for a read to end. Called with mu held.
+func (in *inbox) signal() {
+	close(in.wake)
+	in.wake = make(chan struct{})
+}
+
+// breakWith fails every waiting receive, and every later one, with err.
+// Called with mu held.
+func (in *inbox) breakWith(err error) {
+	if in.broken == nil {
+		in.broken = err
+	}
+	for _, p := range in.posted {
+		p.done, p.err = true, in.broken
+	}
+	in.posted = nil
+}
+
+// accepts checks that a message matched by tag is the one the receive
+// expects (same datatype and count, as a collective's signature would).
+func (p *posting) accepts(peer int, got envelope) error {
+	want := p.env
+	if got.dt == want.dt && got.count == want.count {
+		return nil
+	}
+	return &peerError{peer: peer, err: fmt.Errorf("%w: recv from rank %d with tag %d expects %d × %s (%d bytes), rank %d sent %d × %s (%d bytes)",
+		ErrMismatch, peer, want.tag, want.count, want.dt, want.bytes(), peer, got.count, got.dt, got.bytes())}
+}
+
+// recvTagged completes the receive p from peer: from an early message, or
+// by waiting while this or another receive reads the stream.
+func (c *Comm) recvTagged(x *execCtx, peer int, p *posting) error {
+	x.waitingFor(peer)
+	in := c.inboxes[peer]
+	in.mu.Lock()
+	if in.broken != nil {
+		err := in.broken
+		in.mu.Unlock()
+		return err
+	}
+	if m, ok := in.take(p.env.tag); ok {
+		in.mu.Unlock()
+		if err := p.accepts(peer, m.env); err != nil {
+			return err
+		}
+		copy(p.buf, m.data)
+		return nil
+	}
+	in.posted = append(in.posted, p)
+	ctx := x.context()
+	expired := false
+	for !p.done {
+		if in.broken != nil {
+			in.unpost(p)
+			p.done, p.err = true, in.broken
+			break
+		}
+		if !in.reading {
+			in.reading = true
+			seq := in.seq
+			in.mu.Unlock()
+			err := c.readOne(x, peer, in, seq)
+			in.mu.Lock()
+			in.reading = false
+			if err != nil {
+				in.breakWith(err)
+			}
+			in.signal()
+			continue
+		}
+		wake := in.wake
+		in.mu.Unlock()
+		if expired {
+			<-wake // the reader fills p.buf: wait for it, bounded by its own deadline
+		} else {
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				expired = true
+			}
+		}
+		in.mu.Lock()
+		if expired && !p.claimed && !p.done {
+			in.unpost(p)
+			in.mu.Unlock()
+			return wrapPeer(peer, ctx.Err(), c.opts.Timeout)
+		}
+	}
+	in.mu.Unlock()
+	return p.err
+}
+
+// readOne reads message seq of peer's stream: into the buffer of the oldest
+// receive posted for its tag, else into an early message.
+func (c *Comm) readOne(x *execCtx, peer int, in *inbox, seq uint64) error {
+	var eb [envelopeLen]byte
+	h := transport.Header{Kind: transport.KindData, Seq: seq | p2pSeqBit, Sig: envelopeSig, Len: envelopeLen}
+	if err := x.recvHeader(peer, h, eb[:]); err != nil {
+		return err
+	}
+	env, err := decodeEnvelope(eb[:])
+	if err != nil {
+		return &peerError{peer: peer, err: err}
+	}
+	in.mu.Lock()
+	p := in.claim(env.tag)
+	in.mu.Unlock()
+	var dst []byte
+	if p != nil {
+		if err := p.accepts(peer, env); err != nil {
+			in.mu.Lock()
+			p.done, p.err = true, err
+			in.mu.Unlock()
+			return err
+		}
+		dst = p.buf
+	} else {
+		dst = make([]byte, env.bytes())
+	}
+	if len(dst) > 0 {
+		h = transport.Header{Kind: transport.KindData, Seq: seq | p2pSeqBit, Sig: payloadSig(env.dt, env.count), Step: 1, Len: uint64(len(dst))}
+		err = x.recvHeader(peer, h, dst)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err != nil {
+		if p != nil {
+			p.done, p.err = true, err
+		}
+		return err
+	}
+	in.seq = seq + 1
+	if p == nil {
+		// Its receive may have been posted while the payload came in.
+		if p = in.claim(env.tag); p == nil {
+			in.early = append(in.early, early{env, dst})
+			return nil
+		}
+		if err := p.accepts(peer, env); err != nil {
+			p.done, p.err = true, err
+			return err
+		}
+		copy(p.buf, dst)
+	}
+	p.done = true
+	return nil
+}
+
+// sendTagged sends env's envelope, then its payload.
+func (x *execCtx) sendTagged(peer int, env envelope, data []byte) error {
+	var eb [envelopeLen]byte
+	env.encode(eb[:])
+	h := transport.Header{Kind: transport.KindData, Seq: x.seq, Sig: envelopeSig, Len: envelopeLen}
+	if err := x.sendHeader(peer, h, eb[:]); err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	h = transport.Header{Kind: transport.KindData, Seq: x.seq, Sig: payloadSig(env.dt, env.count), Step: 1, Len: uint64(len(data))}
+	return x.sendHeader(peer, h, data)
+}
+
+func checkTag(tag int) error {
+	if tag < 0 || tag > MaxTag {
+		return invalidArg("tag %d out of range [0,%d]", tag, MaxTag)
+	}
+	return nil
+}
+
+// Send sends count elements to peer with tag 0 (see SendTag).
+func (c *Comm) Send(buf []byte, count int, dt DataType, peer int) error {
+	return c.SendTag(buf, count, dt, peer, 0)
+}
+
+// ISend is the non-blocking Send: it returns once the operation is queued.
+func (c *Comm) ISend(buf []byte, count int, dt DataType, peer int) (*Request, error) {
+	return c.ISendTag(buf, count, dt, peer, 0)
+}
+
+// SendOp prepares a Send without issuing it (see Op).
+func (c *Comm) SendOp(buf []byte, count int, dt DataType, peer int) Op {
+	return c.SendTagOp(buf, count, dt, peer, 0)
+}
+
+// SendTag sends count elements to peer, which receives them with a RecvTag
+// of the same tag, count and type. Messages to one peer leave in issue
+// order; the receiver may take messages of different tags in any order. A
+// send may wait until the peer posts a receive from this rank (any tag).
+func (c *Comm) SendTag(buf []byte, count int, dt DataType, peer, tag int) error {
+	return c.run(c.sendReq(buf, count, dt, peer, tag))
+}
+
+// ISendTag is the non-blocking SendTag: it returns once the operation is queued.
+func (c *Comm) ISendTag(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
+	return c.start(c.sendReq(buf, count, dt, peer, tag))
+}
+
+// SendTagOp prepares a SendTag without issuing it (see Op).
+func (c *Comm) SendTagOp(buf []byte, count int, dt DataType, peer, tag int) Op {
+	return c.op(c.sendReq(buf, count, dt, peer, tag))
+}
+
+func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
+	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf("send", buf, count, dt)); err != nil {
+		return nil, err
+	}
+	if peer == c.rank {
+		return nil, fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
+	}
+	buf = buf[:count*dt.Size()]
+	env := envelope{tag: tag, dt: dt, count: count}
+	sig := payloadSig(dt, count)
+	return &Request{op: "send", peer: peer, tag: tag, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
+		x.sig, x.bytes = sig, len(buf)
+		return x.sendTagged(peer, env, buf)
+	}}, nil
+}
+
+// Recv receives count elements from peer's Send (tag 0; see RecvTag).
+func (c *Comm) Recv(buf []byte, count int, dt DataType, peer int) error {
+	return c.RecvTag(buf, count, dt, peer, 0)
+}
+
+// IRecv is the non-blocking Recv: it returns once the operation is queued.
+func (c *Comm) IRecv(buf []byte, count int, dt DataType, peer int) (*Request, error) {
+	return c.IRecvTag(buf, count, dt, peer, 0)
+}
+
+// RecvOp prepares a Recv without issuing it (see Op).
+func (c *Comm) RecvOp(buf []byte, count int, dt DataType, peer int) Op {
+	return c.RecvTagOp(buf, count, dt, peer, 0)
+}
+
+// RecvTag receives into buf the oldest message from peer with tag that no
+// earlier receive took. Its count and type must be the sender's: a
+// difference fails with ErrMismatch (and, as every failure, ends the
+// communicator). Receives with different tags from one peer complete in
+// whatever order their messages arrive; receives with one tag, in issue order.
+func (c *Comm) RecvTag(buf []byte, count int, dt DataType, peer, tag int) error {
+	return c.run(c.recvReq(buf, count, dt, peer, tag))
+}
+
+// IRecvTag is the non-blocking RecvTag: it returns once the operation is queued.
+func (c *Comm) IRecvTag(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
+	return c.start(c.recvReq(buf, count, dt, peer, tag))
+}
+
+// RecvTagOp prepares a RecvTag without issuing it (see Op).
+func (c *Comm) RecvTagOp(buf []byte, count int, dt DataType, peer, tag int) Op {
+	return c.op(c.recvReq(buf, count, dt, peer, tag))
+}
+
+func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
+	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf("recv", buf, count, dt)); err != nil {
+		return nil, err
+	}
+	if peer == c.rank {
+		return nil, fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
+	}
+	buf = buf[:count*dt.Size()]
+	env := envelope{tag: tag, dt: dt, count: count}
+	sig := payloadSig(dt, count)
+	return &Request{op: "recv", peer: peer, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
+		x.sig, x.bytes = sig, len(buf)
+		return c.recvTagged(x, peer, &posting{env: env, buf: buf})
+	}}, nil
+}
+
+// p2pKey names a chain of point-to-point operations that run one after
+// the other: the sends to a peer (its stream is written in issue order),
+// and the receives from a peer with one tag (matched in issue order).
+// Receives with different tags run side by side.
+type p2pKey struct {
+	peer int
+	send bool
+	tag  int
+}
+
+// pruneChains forgets finished chains once there are many (a program
+// may use a new tag every step). Called by the worker only.
+func (c *Comm) pruneChains() {
+	if len(c.p2pChain) < 2*c.size+64 {
+		return
+	}
+	for k, done := range c.p2pChain {
+		select {
+		case <-done:
+			delete(c.p2pChain, k)
+		default:
+		}
+	}
+}
