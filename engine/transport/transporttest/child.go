@@ -184,7 +184,8 @@ func runChild[T stopper](role string, prepare func(Config) (Setup[T], error), ro
 		}
 		addrs[q] = addr
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), childWait)
+	// Only a bound on a hang: the parent kills children it is done with.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*Hang)
 	defer cancel()
 	x, err := s.Connect(ctx, addrs)
 	if err != nil {
@@ -242,6 +243,13 @@ func (c *Child) Say(t testing.TB, format string, a ...any) {
 // returns the rest.
 func (c *Child) Expect(t testing.TB, word string) string {
 	t.Helper()
+	return c.ExpectWithin(t, word, childWait)
+}
+
+// ExpectWithin is Expect for a line that may take longer than usual (the
+// result of a long computation).
+func (c *Child) ExpectWithin(t testing.TB, word string, d time.Duration) string {
+	t.Helper()
 	select {
 	case line, ok := <-c.lines:
 		if !ok {
@@ -252,8 +260,8 @@ func (c *Child) Expect(t testing.TB, word string) string {
 			t.Fatalf("rank %d (child) said %q, expected %s; output:\n%s", c.Rank, line, word, c.Output())
 		}
 		return strings.TrimSpace(rest)
-	case <-time.After(childWait):
-		t.Fatalf("rank %d (child) said nothing for %v while %s was expected; output:\n%s", c.Rank, childWait, word, c.Output())
+	case <-time.After(d):
+		t.Fatalf("rank %d (child) said nothing for %v while %s was expected; output:\n%s", c.Rank, d, word, c.Output())
 	}
 	return ""
 }

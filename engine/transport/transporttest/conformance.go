@@ -30,7 +30,8 @@ func RunConformance(t *testing.T, mk Maker) {
 
 func testExchange(t *testing.T, mk Maker, n int) {
 	ts := NewMesh(t, mk, n, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), Hang)
+	// Megabytes between every pair: slow under the race detector.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*Hang)
 	defer cancel()
 	for r, tr := range ts {
 		if tr.Rank() != r || tr.Size() != n {
@@ -156,7 +157,7 @@ func testContext(t *testing.T, mk Maker) {
 					return ts[0].Recv(ctx, 1, Hdr(0, 4), make([]byte, 4))
 				})
 				if how == "cancel" {
-					blocked(t, mk, c, ts[0], 1, send)
+					blockedOn(t, mk, c, ts[0], 1, send)
 					cancel()
 				}
 				if err := Within(t, c.res, "the waiting call"); !errors.Is(err, want) {

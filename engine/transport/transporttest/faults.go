@@ -113,7 +113,7 @@ func testAbort(t *testing.T, mk Maker, send bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), Hang)
 	defer cancel()
 	own := goCall(func() error { return ts[0].Recv(ctx, 2, Hdr(0, 16), make([]byte, 16)) })
-	blocked(t, mk, own, ts[0], 2, false)
+	blockedOn(t, mk, own, ts[0], 2, false)
 	c1, c3 := waiters(t, mk, ts, send)
 	ts[0].Abort(errors.New(reason))
 	if err := Within(t, own.res, "rank 0's own call"); !errors.Is(err, transport.ErrAborted) || errors.Is(err, transport.ErrPeerLost) || errors.Is(err, transport.ErrRemoteAbort) {
@@ -149,7 +149,7 @@ func testAbortNamesOrigin(t *testing.T, mk Maker) {
 			ctx, cancel := context.WithTimeout(context.Background(), Hang)
 			defer cancel()
 			c := goCall(func() error { return ts[1].Recv(ctx, 0, Hdr(0, 8), make([]byte, 8)) })
-			blocked(t, mk, c, ts[1], 0, false)
+			blockedOn(t, mk, c, ts[1], 0, false)
 			ts[0].Abort(fmt.Errorf("allreduce #3: %w", tc.cause))
 			err := Within(t, c.res, "rank 1's call")
 			var rae *transport.RemoteAbortError
@@ -173,7 +173,7 @@ func testAbortRelayed(t *testing.T, mk Maker) {
 	ctx, cancel := context.WithTimeout(context.Background(), Hang)
 	defer cancel()
 	c := goCall(func() error { return ts[2].Recv(ctx, 1, Hdr(0, 8), make([]byte, 8)) })
-	blocked(t, mk, c, ts[2], 1, false)
+	blockedOn(t, mk, c, ts[2], 1, false)
 	ts[0].Abort(errors.New(reason))
 	WantAbortFrom(t, "rank 2", Within(t, c.res, "rank 2's Recv from rank 1"), 0, reason)
 	WantAbortFrom(t, "rank 1's next call", ts[1].Send(ctx, 2, Hdr(0, 0), nil), 0, reason)
@@ -246,8 +246,8 @@ func testClose(t *testing.T, mk Maker) {
 	closed := mk.Caps().Closed
 	own := goCall(func() error { return ts[0].Recv(ctx, 1, Hdr(0, 4), make([]byte, 4)) })
 	peer := goCall(func() error { return ts[1].Recv(ctx, 0, Hdr(0, 4), make([]byte, 4)) })
-	blocked(t, mk, own, ts[0], 1, false)
-	blocked(t, mk, peer, ts[1], 0, false)
+	blockedOn(t, mk, own, ts[0], 1, false)
+	blockedOn(t, mk, peer, ts[1], 0, false)
 	if err := ts[0].Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func testNoLeak(t *testing.T, mk Maker) {
 			t.Fatal(err)
 		}
 		c := goCall(func() error { return ts[1].Recv(ctx, 0, Hdr(9, 1), make([]byte, 1)) })
-		blocked(t, mk, c, ts[1], 0, false)
+		blockedOn(t, mk, c, ts[1], 0, false)
 		ts[1].Close()
 		if err := Within(t, c.res, "the pending Recv"); !errors.Is(err, mk.Caps().Closed) {
 			t.Errorf("pending Recv at Close: %v", err)
@@ -318,14 +318,7 @@ func testNoLeak(t *testing.T, mk Maker) {
 			tr.Close()
 		}
 	}()
-	deadline := time.Now().Add(Hang)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(time.Millisecond)
-	}
+	awaitGoroutines(t, before)
 }
 
 // ---- the same with rank 0 in a child process ----

@@ -21,6 +21,7 @@
 package transporttest
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -320,23 +321,22 @@ func goCall(f func() error) *call {
 	return c
 }
 
-// blocked waits until c waits on peer: through the Maker's Waiter when it
-// has one, else until c started and the scheduler ran others a while. A
-// call that returns meanwhile fails the test.
-func blocked(t testing.TB, mk any, c *call, tr transport.Transport, peer int, send bool) {
+// blocked waits until call c waits: until waiting says so when there is
+// such a hook, else until c started and the scheduler ran others a while.
+// A call that returns meanwhile fails the test.
+func blocked(t testing.TB, c *call, what string, waiting func() bool) {
 	t.Helper()
-	w, _ := mk.(Waiter)
 	deadline := time.Now().Add(Hang)
 	for i := 0; ; i++ {
 		select {
 		case err := <-c.res:
-			t.Fatalf("rank %d's call on rank %d returned instead of waiting: %v", tr.Rank(), peer, err)
+			t.Fatalf("%s returned instead of waiting: %v", what, err)
 		default:
 		}
-		if w != nil && w.Waiting(tr, peer, send) {
+		if waiting != nil && waiting() {
 			return
 		}
-		if w == nil && c.started.Load() {
+		if waiting == nil && c.started.Load() {
 			if i > 100 {
 				return
 			}
@@ -344,10 +344,20 @@ func blocked(t testing.TB, mk any, c *call, tr transport.Transport, peer int, se
 			continue
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("rank %d's call on rank %d is not waiting after %v", tr.Rank(), peer, Hang)
+			t.Fatalf("%s is not waiting after %v", what, Hang)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// blockedOn is blocked for tr's call to peer, through mk's Waiter if any.
+func blockedOn(t testing.TB, mk any, c *call, tr transport.Transport, peer int, send bool) {
+	t.Helper()
+	var waiting func() bool
+	if w, ok := mk.(Waiter); ok {
+		waiting = func() bool { return w.Waiting(tr, peer, send) }
+	}
+	blocked(t, c, fmt.Sprintf("rank %d's %s on rank %d", tr.Rank(), opName(send), peer), waiting)
 }
 
 // probeSeq numbers the empty probe messages of stopped (never sent).
@@ -395,7 +405,7 @@ func blockOn(t testing.TB, mk Maker, tr transport.Transport, peer int, send bool
 		}
 		return tr.Recv(ctx, peer, Hdr(0, 8), make([]byte, 8))
 	})
-	blocked(t, mk, c, tr, peer, send)
+	blockedOn(t, mk, c, tr, peer, send)
 	return c
 }
 
@@ -435,7 +445,7 @@ func exchange(ctx context.Context, tr transport.Transport, peers []int, sizes []
 					errc <- fmt.Errorf("rank %d: recv #%d (%d B) from rank %d: %w", me, k, n, p, err)
 					return
 				}
-				if want := Payload(p, me, k, n); !slices.Equal(buf, want) {
+				if want := Payload(p, me, k, n); !bytes.Equal(buf, want) {
 					errc <- fmt.Errorf("rank %d: recv #%d (%d B) from rank %d: wrong content", me, k, n, p)
 					return
 				}
