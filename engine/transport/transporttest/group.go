@@ -142,9 +142,7 @@ func checkSums(ctx context.Context, g Group, sizes []int) error {
 func sig(size int) uint64 { return 0xa11 ^ uint64(size)<<12 }
 
 func groupSizes(c GroupCaps) []int {
-	s := append([]int{0, 1, 7, 4093}, c.Sizes...)
-	slices.Sort(s)
-	return slices.Compact(s)
+	return unique(append([]int{0, 1, 7, 4093}, c.Sizes...))
 }
 
 // RunGroup checks a collective path: sums right for 1 to 4 ranks at every

@@ -479,13 +479,13 @@ func exchangeAll(ctx context.Context, ts []transport.Transport, sizes []int, fir
 	return errors.Join(errs...)
 }
 
-// sizes is the kit's message sizes plus the Maker's, without repeats.
+// sizes is the kit's message sizes plus the Maker's, ascending, without
+// repeats.
 func sizes(c Caps) []int {
-	s := append([]int{0, 1, 7, 4093, 65537, 1<<20 + 3}, c.Sizes...)
-	seen := map[int]bool{}
-	return slices.DeleteFunc(s, func(n int) bool {
-		dup := seen[n]
-		seen[n] = true
-		return dup
-	})
+	return unique(append([]int{0, 1, 7, 4093, 65537, 1<<20 + 3}, c.Sizes...))
+}
+
+func unique(s []int) []int {
+	slices.Sort(s)
+	return slices.Compact(s)
 }
