@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,21 +22,29 @@ import (
 var awkwardCounts = []int{0, 1, 5, 13, 64}
 
 // TestConformanceInProcess is the whole matrix: every collective × datatype ×
-// op × algorithm × rank count 1..9, over the in-memory transport.
+// op × algorithm × rank count 1..9, with ranks as goroutines, over the
+// in-memory transport and over shared memory (see worlds).
 func TestConformanceInProcess(t *testing.T) {
 	algos := []string{"", "allreduce=ring,reduce=tree,broadcast=pipeline,alltoall=bruck,reducescatter=ring",
 		"allreduce=hd,reduce=hd,reducescatter=hd,broadcast=tree,alltoall=pairwise", "allreduce=rd", "allreduce=dbtree", "alltoall=aggregate,alltoallv=aggregate,alltoallw=aggregate", "alltoall=aggregate-tree,alltoallv=aggregate-tree,alltoallw=aggregate-tree"}
-	for n := 1; n <= 9; n++ {
-		for _, algo := range algos {
-			t.Run(fmt.Sprintf("n=%d/algo=%s", n, algo), func(t *testing.T) {
-				t.Parallel()
-				comms := newLocal(t, n, Options{Algo: algo, Timeout: time.Minute})
-				s := suite{dtypes: kernel.AllDataTypes(), ops: kernel.AllRedOps(), counts: awkwardCounts}
-				if testing.Short() {
-					s.dtypes = []DataType{Float32, Float16, Int8}
+	for _, w := range worlds {
+		for n := 1; n <= 9; n++ {
+			for _, algo := range algos {
+				if algo != "" && w.msgRanks != nil && !slices.Contains(w.msgRanks, n) || testing.Short() && w.shortRanks > 0 && n > w.shortRanks {
+					continue
 				}
-				mustRanks(t, comms, func(c *Comm) error { return conformance(c, s) })
-			})
+				t.Run(fmt.Sprintf("%s/n=%d/algo=%s", w.name, n, algo), func(t *testing.T) {
+					if w.parallel {
+						t.Parallel()
+					}
+					comms := w.make(t, n, Options{Algo: algo, Timeout: time.Minute})
+					s := suite{dtypes: kernel.AllDataTypes(), ops: kernel.AllRedOps(), counts: awkwardCounts}
+					if testing.Short() {
+						s.dtypes = []DataType{Float32, Float16, Int8}
+					}
+					mustRanks(t, comms, func(c *Comm) error { return conformance(c, s) })
+				})
+			}
 		}
 	}
 }
@@ -300,26 +309,35 @@ func TestTimeoutNamesPeer(t *testing.T) {
 	}
 }
 
+// TestAbortUnblocks: an abort fails the collectives pending on every rank
+// (the shared-memory collectives' too), naming the rank that aborted.
 func TestAbortUnblocks(t *testing.T) {
-	comms := newLocal(t, 3, Options{Timeout: time.Minute})
-	done := make(chan error, 2)
-	for _, c := range comms[:2] {
-		go func() { done <- c.Barrier() }()
-	}
-	time.Sleep(20 * time.Millisecond)
-	comms[0].Abort()
-	for i := 0; i < 2; i++ {
-		select {
-		case err := <-done:
-			if !errors.Is(err, ErrAborted) && !errors.Is(err, ErrRemoteAbort) {
-				t.Errorf("pending call after abort: %v", err)
+	for _, w := range worlds {
+		t.Run(w.name, func(t *testing.T) {
+			comms := w.make(t, 3, Options{Timeout: time.Minute})
+			done := make(chan error, 2)
+			for _, c := range comms[1:] {
+				go func() { done <- c.Barrier() }()
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("abort did not unblock pending calls")
-		}
-	}
-	if _, err := comms[0].IBarrier(); !errors.Is(err, ErrInvalidUsage) {
-		t.Errorf("call after abort: %v", err)
+			for _, c := range comms[1:] {
+				awaitPending(t, c)
+			}
+			comms[0].Abort()
+			for i := 0; i < 2; i++ {
+				select {
+				case err := <-done:
+					var rae *transport.RemoteAbortError
+					if !errors.As(err, &rae) || rae.Peer != 0 {
+						t.Errorf("pending call after abort: %v, want a RemoteAbortError naming rank 0", err)
+					}
+				case <-time.After(time.Minute):
+					t.Fatal("abort did not unblock pending calls")
+				}
+			}
+			if _, err := comms[0].IBarrier(); !errors.Is(err, ErrInvalidUsage) {
+				t.Errorf("call after abort: %v", err)
+			}
+		})
 	}
 }
 

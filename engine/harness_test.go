@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gocoll/gocoll/engine/kernel"
 )
@@ -48,6 +49,98 @@ func newLocal(t testing.TB, n int, opts Options) []*Comm {
 		}
 	})
 	return comms
+}
+
+// newJoined makes n ranks in this process that join as processes of one
+// host would (a unique id, then NewComm on each rank's goroutine), so they
+// connect through what join picks for them: with Options.Transport "auto"
+// the shared-memory rings and the shared-memory collectives (package
+// shmcoll), with "tcp" loopback TCP.
+func newJoined(t testing.TB, n int, opts Options) []*Comm {
+	t.Helper()
+	id, err := NewUniqueID(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { comms[r], errs[r] = NewComm(id, n, r, opts) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range comms {
+			if c != nil {
+				c.Abort()
+				c.Destroy()
+			}
+		}
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return comms
+}
+
+// newShm is newJoined over shared memory; it fails the test when the ranks
+// did not get the shared-memory collectives.
+func newShm(t testing.TB, n int, opts Options) []*Comm {
+	t.Helper()
+	opts.Transport = "auto"
+	comms := newJoined(t, n, opts)
+	for r, c := range comms {
+		if n > 1 && c.arena == nil {
+			t.Fatalf("rank %d: no shared-memory collectives", r)
+		}
+	}
+	return comms
+}
+
+// A world makes n in-process ranks: goroutines over the in-memory
+// transport, or joined over shared memory.
+type world struct {
+	name string
+	make func(t testing.TB, n int, opts Options) []*Comm
+	// parallel: several worlds may run at once. Shared-memory ranks poll
+	// and yield as if each had a core (shmsync.PolicyFor): several such
+	// worlds at once on a small machine mostly wait for each other.
+	parallel bool
+	// msgRanks are the rank counts at which the conformance matrix runs
+	// the message algorithms (nil: all); the default ones run at all.
+	msgRanks []int
+	// shortRanks bounds the rank counts of the matrix with -short (0: no
+	// bound).
+	shortRanks int
+}
+
+// Over shared memory the default algorithms are the shared-memory
+// collectives, the matrix's point there; the message algorithms run over
+// the rings at a power of two and a non-power of two (and across
+// processes, TestConformanceProcesses).
+var worlds = []world{
+	{name: "mem", make: newLocal, parallel: true},
+	{name: "shm", make: newShm, msgRanks: []int{4, 5}, shortRanks: 5},
+}
+
+// awaitPending waits until c has an operation issued and not finished.
+func awaitPending(t testing.TB, c *Comm) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c.mu.Lock()
+		n := c.pending
+		c.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank %d: no operation pending after a minute", c.rank)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // setElem stores the small integer v as element i of buf in type dt.

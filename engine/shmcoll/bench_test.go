@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/transport/transporttest"
 )
 
 var benchSizes = []int{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
@@ -183,10 +185,14 @@ func BenchmarkAllReduceProcesses(b *testing.B) {
 }
 
 func benchProcesses(b *testing.B, n, size int) {
-	kids := startRanks(b, n, 0, roles(n, "bench"), fmt.Sprintf("%d %d", b.N, size))
-	l := kids[0].next(b, 10*time.Minute)
+	b.Setenv(slotVar, strconv.Itoa(DefaultSlotBytes))
+	_, kids := transporttest.StartGroup(b, groupMaker{}, roles(n, "bench"))
+	for _, c := range kids {
+		c.Say(b, "%d %d", b.N, size)
+	}
+	l := "TIME " + kids[0].ExpectWithin(b, "TIME", 10*time.Minute)
 	var total, p50, p99 int64
-	if _, err := fmt.Sscanf(l, "@@TIME %d %d %d", &total, &p50, &p99); err != nil {
+	if _, err := fmt.Sscanf(l, "TIME %d %d %d", &total, &p50, &p99); err != nil {
 		b.Fatalf("rank 0: %s", l)
 	}
 	d := time.Duration(total) / time.Duration(b.N)

@@ -72,25 +72,7 @@ func TestCMA(t *testing.T) {
 // for all, and the data then goes through the slots.
 func TestNoCMA(t *testing.T) {
 	n := 3
-	w := &world{tag: newTag(), arenas: make([]*Arena, n)}
-	t.Cleanup(func() {
-		w.close()
-		checkNoFiles(t, w.tag)
-	})
-	peers := map[int]PeerInfo{}
-	for r := range n {
-		a, err := Create(Config{Rank: r, Size: n, Tag: w.tag, SlotBytes: cmaSlot, NoCMA: r == 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.arenas[r] = a
-		peers[r] = PeerInfo{Path: a.Path(), Pid: os.Getpid()}
-	}
-	for _, a := range w.arenas {
-		if err := a.Connect(context.Background(), peers); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w := newWorldOf(t, n, groupMaker{slot: cmaSlot, noCMA: func(r int) bool { return r == 1 }})
 	checkWorld(t, w, cmaCases(n), 1)
 	for r, a := range w.arenas {
 		if a.cma || a.cmaReads != 0 {

@@ -10,8 +10,6 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,49 +25,20 @@ func newTag() [8]byte {
 }
 
 // world is n ranks of one communicator as goroutines of this process, each
-// with its own Arena (its own mappings of every file).
+// with its own Arena (its own mappings of every file); they are closed, and
+// /dev/shm checked, at cleanup.
 type world struct {
 	tag    [8]byte
 	arenas []*Arena
 }
 
+// newWorld makes n ranks with slots of slot bytes (0: DefaultSlotBytes).
 func newWorld(t testing.TB, n, slot int) *world {
 	t.Helper()
-	w := &world{tag: newTag(), arenas: make([]*Arena, n)}
-	peers := map[int]PeerInfo{}
-	for r := range n {
-		a, err := Create(Config{Rank: r, Size: n, Tag: w.tag, SlotBytes: slot})
-		if err != nil {
-			w.close()
-			t.Fatal(err)
-		}
-		w.arenas[r] = a
-		peers[r] = PeerInfo{Path: a.Path(), Pid: os.Getpid()}
+	if slot == 0 {
+		slot = DefaultSlotBytes
 	}
-	for _, a := range w.arenas {
-		if err := a.Connect(context.Background(), peers); err != nil {
-			w.close()
-			t.Fatal(err)
-		}
-	}
-	for _, a := range w.arenas {
-		if err := a.Unlink(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		w.close()
-		checkNoFiles(t, w.tag)
-	})
-	return w
-}
-
-func (w *world) close() {
-	for _, a := range w.arenas {
-		if a != nil {
-			a.Close()
-		}
-	}
+	return newWorldOf(t, n, groupMaker{slot: slot})
 }
 
 // run calls f on every rank in its own goroutine and returns the errors.
@@ -81,14 +50,6 @@ func (w *world) run(f func(r int, a *Arena) error) []error {
 	}
 	wg.Wait()
 	return errs
-}
-
-func checkNoFiles(t testing.TB, tag [8]byte) {
-	t.Helper()
-	left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/gocoll-arena-%x-*", tag[:]))
-	if len(left) > 0 {
-		t.Errorf("files left in /dev/shm: %v", left)
-	}
 }
 
 // A tcase is one collective call of the conformance matrix. count is in

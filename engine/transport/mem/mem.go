@@ -32,6 +32,7 @@ type World struct {
 	aborted     chan struct{} // closed when any endpoint aborts
 	abortRank   int
 	abortReason error
+	failure     transport.Failure // what the other endpoints report
 
 	// Hook, when set, runs before every Send; a non-nil error fails it. Tests
 	// use it to cut links or stall ranks deterministically.
@@ -80,38 +81,57 @@ func (e *Endpoint) abortErr() error {
 	if e.w.abortRank == e.rank {
 		return fmt.Errorf("%w: %v", transport.ErrAborted, e.w.abortReason)
 	}
-	return &transport.RemoteAbortError{Peer: e.w.abortRank, Reason: e.w.abortReason.Error()}
+	return e.w.failure.Err()
+}
+
+// check refuses a call to peer that a caller got wrong (n is the length
+// the header says, have the buffer's).
+func (e *Endpoint) check(op string, peer int, n uint64, have int) error {
+	if peer < 0 || peer >= e.w.size || peer == e.rank {
+		return fmt.Errorf("mem: rank %d: %s rank %d: no such peer (size %d)", e.rank, op, peer, e.w.size)
+	}
+	if n != uint64(have) {
+		return fmt.Errorf("mem: rank %d: %s rank %d: header says %d bytes, buffer has %d", e.rank, op, peer, n, have)
+	}
+	return nil
 }
 
 func (e *Endpoint) Send(ctx context.Context, peer int, h transport.Header, data []byte) error {
+	if err := e.check("send to", peer, h.Len, len(data)); err != nil {
+		return err
+	}
 	if hook := e.w.Hook; hook != nil {
 		if err := hook(e.rank, peer, h); err != nil {
 			return err
 		}
 	}
-	m := message{h: h, data: append([]byte(nil), data...)}
-	select {
-	case <-e.w.aborted:
-		return e.abortErr()
-	case <-e.closed:
-		return fmt.Errorf("%w: transport closed", transport.ErrAborted)
-	default:
+	if err := e.stopErr(); err != nil {
+		return err
 	}
+	// A closed peer reads nothing more: the message would be lost.
+	if isClosed(e.w.eps[peer].closed) {
+		return e.closedErr("send to", peer)
+	}
+	m := message{h: h, data: append([]byte(nil), data...)}
 	select {
 	case e.w.links[e.rank][peer] <- m:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-e.w.aborted:
-		return e.abortErr()
 	case <-e.closed:
-		return fmt.Errorf("%w: transport closed", transport.ErrAborted)
 	case <-e.w.eps[peer].closed:
-		return fmt.Errorf("%w: rank %d closed", transport.ErrPeerLost, peer)
 	}
+	if err := e.stopErr(); err != nil {
+		return err
+	}
+	return e.closedErr("send to", peer)
 }
 
 func (e *Endpoint) Recv(ctx context.Context, peer int, want transport.Header, buf []byte) error {
+	if err := e.check("recv from", peer, want.Len, len(buf)); err != nil {
+		return err
+	}
 	m, err := e.next(ctx, peer)
 	if err != nil {
 		return err
@@ -126,6 +146,9 @@ func (e *Endpoint) Recv(ctx context.Context, peer int, want transport.Header, bu
 // RecvVar is Recv of a message whose step and length the receiver does
 // not know (transport.VarReceiver).
 func (e *Endpoint) RecvVar(ctx context.Context, peer int, want transport.Header, alloc func(n int) ([]byte, error)) (transport.Header, []byte, error) {
+	if err := e.check("recv from", peer, 0, 0); err != nil {
+		return transport.Header{}, nil, err
+	}
 	m, err := e.next(ctx, peer)
 	if err != nil {
 		return transport.Header{}, nil, err
@@ -141,50 +164,80 @@ func (e *Endpoint) RecvVar(ctx context.Context, peer int, want transport.Header,
 	return m.h, buf, nil
 }
 
-// next takes the next message from peer.
+// next takes the next message from peer; once the world aborted or this
+// endpoint closed, the abort (or the close) wins over a message in flight.
 func (e *Endpoint) next(ctx context.Context, peer int) (message, error) {
 	var m message
-	select {
-	case <-e.w.aborted:
-		return m, e.abortErr()
-	case <-e.closed:
-		return m, fmt.Errorf("%w: transport closed", transport.ErrAborted)
-	default:
+	if err := e.stopErr(); err != nil {
+		return m, err
 	}
 	select {
 	case m = <-e.w.links[peer][e.rank]:
 	case <-ctx.Done():
 		return m, ctx.Err()
 	case <-e.w.aborted:
-		return m, e.abortErr()
+		return m, e.stopErr()
 	case <-e.closed:
-		return m, fmt.Errorf("%w: transport closed", transport.ErrAborted)
+		return m, e.stopErr()
 	case <-e.w.eps[peer].closed:
+		if err := e.stopErr(); err != nil {
+			return m, err
+		}
 		// Deliver what the peer sent before it went away.
 		select {
 		case m = <-e.w.links[peer][e.rank]:
 		default:
-			return m, fmt.Errorf("%w: rank %d closed", transport.ErrPeerLost, peer)
+			return m, e.closedErr("recv from", peer)
 		}
 	}
 	return m, nil
 }
 
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopErr is the error calls fail with once the world aborted or this
+// endpoint closed (nil before): the abort when both happened, since an
+// aborting endpoint also closes and its abort is what happened.
+func (e *Endpoint) stopErr() error {
+	if isClosed(e.w.aborted) {
+		return e.abortErr()
+	}
+	if isClosed(e.closed) {
+		return fmt.Errorf("%w: transport closed", transport.ErrAborted)
+	}
+	return nil
+}
+
+// closedErr is the error of a call to peer, which closed its endpoint.
+func (e *Endpoint) closedErr(op string, peer int) error {
+	return fmt.Errorf("mem: rank %d: %s rank %d: %w", e.rank, op, peer, &transport.PeerLostError{Peer: peer, Reason: "closed its communicator"})
+}
+
 // Abort fails every endpoint of the world: this one with ErrAborted, the
-// others with a RemoteAbortError carrying reason.
+// others with the failure reason announces (transport.FailureOf): a
+// RemoteAbortError naming this rank, or, when reason relays a failure this
+// rank heard of, the error naming the rank where it started.
 func (e *Endpoint) Abort(reason error) {
 	if reason == nil {
 		reason = transport.ErrAborted
 	}
 	e.w.abortOnce.Do(func() {
 		e.w.abortRank, e.w.abortReason = e.rank, reason
+		e.w.failure = transport.FailureOf(e.rank, reason)
 		close(e.w.aborted)
 	})
 	e.Close()
 }
 
-// Close ends this endpoint; peers waiting on it see ErrPeerLost, after any
-// messages it already sent.
+// Close ends this endpoint; peers waiting on it see a
+// *transport.PeerLostError, after any messages it already sent.
 func (e *Endpoint) Close() error {
 	e.once.Do(func() { close(e.closed) })
 	return nil

@@ -5,9 +5,11 @@ package shm
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/gocoll/gocoll/engine/transport"
+	"github.com/gocoll/gocoll/engine/transport/transporttest"
 )
 
 // Two ranks, default 4 MiB rings, either both in this process (goroutines)
@@ -18,48 +20,17 @@ import (
 //	Stream: rank 0 sends b.N messages of size bytes one way; MB/s is the
 //	one-way bandwidth.
 
-func benchPair(b *testing.B, procs bool) (*Transport, func(cmd string, n, size int)) {
-	tag := newTag(b)
-	tr0, err := Create(Config{Rank: 0, Size: 2, Peers: []int{1}, Tag: tag})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { tr0.Close() })
+func benchPair(b *testing.B, procs bool) (transport.Transport, func(cmd string, n, size int)) {
+	b.Setenv(ringVar, strconv.Itoa(DefaultRingBytes))
 	if procs {
-		c := startChild(b, "echo", 1, 2, tag, DefaultRingBytes)
-		connectChildren(b, []*child{c}, []*Transport{tr0})
-		return tr0, func(cmd string, n, size int) { c.say(b, "%s %d %d", cmd, n, size) }
+		ts, kids := transporttest.StartMesh(b, maker{}, []string{"", "echo"})
+		return ts[0], func(cmd string, n, size int) { kids[1].Say(b, "%s %d %d", cmd, n, size) }
 	}
-	tr1, err := Create(Config{Rank: 1, Size: 2, Peers: []int{0}, Tag: tag})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { tr1.Close() })
-	ctx := context.Background()
-	for _, p := range [][2]*Transport{{tr0, tr1}, {tr1, tr0}} {
-		if err := p[0].Connect(ctx, map[int]PeerInfo{p[1].Rank(): {Path: p[1].Path()}}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return tr0, func(cmd string, n, size int) {
+	ts := transporttest.NewMesh(b, maker{}, 2, nil)
+	return ts[0], func(cmd string, n, size int) {
 		go func() {
-			buf := make([]byte, size)
-			h := transport.Header{Kind: transport.KindData, Len: uint64(size)}
-			for i := 0; i < n; i++ {
-				h.Seq = uint64(i)
-				if err := tr1.Recv(ctx, 0, h, buf); err != nil {
-					panic(err)
-				}
-				if cmd == "PING" {
-					if err := tr1.Send(ctx, 0, h, buf); err != nil {
-						panic(err)
-					}
-				}
-			}
-			if cmd == "SINK" {
-				if err := tr1.Send(ctx, 0, transport.Header{Kind: transport.KindData}, nil); err != nil {
-					panic(err)
-				}
+			if err := echo(context.Background(), ts[1], cmd == "PING", n, size); err != nil {
+				panic(err)
 			}
 		}()
 	}

@@ -164,81 +164,96 @@ const (
 func (t *Transport) watch(pfds []pollFd, polled map[int]int) {
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
-	lastLive := time.Now()
-	type unread struct {
-		since time.Time
-		head  uint64
-	}
-	pending := make(map[int]unread) // failed peers whose messages wait unread
+	w := &watcher{pfds: pfds, polled: polled, lastLive: time.Now(), pending: make(map[int]unread)}
 	for {
 		select {
 		case <-t.quit:
 			return
 		case <-tick.C:
 		}
-		t.opMu.RLock()
-		if t.localErr() != nil {
-			t.opMu.RUnlock()
-			return
-		}
-		now := time.Now()
-		live := now.Sub(lastLive) >= livenessEvery
-		if live {
-			lastLive = now
-		}
-		if !pollExited(pfds) {
-			pfds, polled = nil, nil // fall back to /proc
-		}
-		var failure error
-		for _, p := range t.conns {
-			if p == nil {
-				continue
-			}
-			// Liveness before state: a peer that closed, then exited, is
-			// seen closed.
-			var dead bool
-			if i, ok := polled[p.rank]; ok {
-				dead = pfds[i].revents != 0
-			} else {
-				dead = live && p.remote && !p.seg.proc.Alive()
-			}
-			var err error
-			switch p.seg.state() {
-			case shmseg.StateAborted:
-				err = p.seg.failure().Err()
-			case shmseg.StateClosed:
-				continue
-			default:
-				if _, ok := pending[p.rank]; !ok && !dead {
-					continue
-				}
-				err = fmt.Errorf("shm: rank %d watching rank %d: %w", t.rank, p.rank, p.lostErr())
-			}
-			if head := p.in.head.Load(); p.in.tail.Load() != head {
-				if ferr := t.abortAtFront(p); ferr != nil {
-					failure = ferr // nothing unread before the abort message
-					break
-				}
-				u, ok := pending[p.rank]
-				if !ok || u.head != head {
-					pending[p.rank] = unread{now, head} // a Recv is taking them
-					continue
-				}
-				if now.Sub(u.since) < unreadGrace {
-					continue
-				}
-			}
-			failure = err
-			break
-		}
-		if failure != nil {
-			t.fail(failure)
-		}
-		t.opMu.RUnlock()
-		if failure != nil {
+		if !t.watchOnce(w) {
 			return
 		}
 	}
+}
+
+// watcher is what the watcher remembers from one look to the next.
+type watcher struct {
+	pfds     []pollFd
+	polled   map[int]int
+	lastLive time.Time
+	pending  map[int]unread // failed peers whose messages wait unread
+}
+
+type unread struct {
+	since time.Time
+	head  uint64
+}
+
+// watchOnce looks at every peer once (their processes too when
+// livenessEvery passed since the last time), failing the transport when a
+// peer failed; it returns false once the transport stopped.
+func (t *Transport) watchOnce(w *watcher) bool {
+	t.opMu.RLock()
+	defer t.opMu.RUnlock()
+	if t.localErr() != nil {
+		return false
+	}
+	now := time.Now()
+	live := now.Sub(w.lastLive) >= livenessEvery
+	if live {
+		w.lastLive = now
+	}
+	if !pollExited(w.pfds) {
+		w.pfds, w.polled = nil, nil // fall back to /proc
+	}
+	var failure error
+	for _, p := range t.conns {
+		if p == nil {
+			continue
+		}
+		// Liveness before state: a peer that closed, then exited, is
+		// seen closed.
+		var dead bool
+		if i, ok := w.polled[p.rank]; ok {
+			dead = w.pfds[i].revents != 0
+		} else {
+			dead = live && p.remote && !p.seg.proc.Alive()
+		}
+		var err error
+		switch p.seg.state() {
+		case shmseg.StateAborted:
+			err = p.seg.failure().Err()
+		case shmseg.StateClosed:
+			continue
+		default:
+			if _, ok := w.pending[p.rank]; !ok && !dead {
+				continue
+			}
+			err = fmt.Errorf("shm: rank %d watching rank %d: %w", t.rank, p.rank, p.lostErr())
+		}
+		if head := p.in.head.Load(); p.in.tail.Load() != head {
+			if ferr := t.abortAtFront(p); ferr != nil {
+				failure = ferr // nothing unread before the abort message
+				break
+			}
+			u, ok := w.pending[p.rank]
+			if !ok || u.head != head {
+				w.pending[p.rank] = unread{now, head} // a Recv is taking them
+				continue
+			}
+			if now.Sub(u.since) < unreadGrace {
+				continue
+			}
+		}
+		failure = err
+		break
+	}
+	if failure != nil {
+		t.fail(failure)
+		return false
+	}
+	return true
 }
 
 // abortAtFront returns the failure announced by the abort message at the

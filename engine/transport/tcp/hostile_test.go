@@ -11,6 +11,7 @@ import (
 
 	"github.com/gocoll/gocoll/engine/hostiletest"
 	"github.com/gocoll/gocoll/engine/proctest"
+	"github.com/gocoll/gocoll/engine/transport/transporttest"
 )
 
 // TestHostileClients: while a 3-rank mesh sets up, every hostile client of
@@ -63,7 +64,7 @@ func TestHostileClients(t *testing.T) {
 		logs[r] = &proctest.Buffer{}
 		logger := slog.New(slog.NewTextHandler(logs[r], &slog.HandlerOptions{Level: slog.LevelWarn}))
 		wg.Go(func() {
-			ts[r], errs[r] = New(ctx, Config{Rank: r, Size: n, Listener: lns[r], Addrs: addrs, Peers: allRanks(n), Secret: testSecret, Tag: testTag, Logger: logger})
+			ts[r], errs[r] = New(ctx, Config{Rank: r, Size: n, Listener: lns[r], Addrs: addrs, Peers: transporttest.AllRanks(n), Secret: testSecret, Tag: testTag, Logger: logger})
 		})
 	}
 	start(0)
@@ -99,14 +100,14 @@ func TestHostileClients(t *testing.T) {
 			if from == to {
 				continue
 			}
-			data := payload(from, to, 1000+from)
+			data := transporttest.Payload(from, to, 0, 1000+from)
 			wg.Go(func() {
-				if err := ts[from].Send(ctx, to, hdr(1, len(data)), data); err != nil {
+				if err := ts[from].Send(ctx, to, transporttest.Hdr(1, len(data)), data); err != nil {
 					t.Errorf("send %d→%d: %v", from, to, err)
 				}
 			})
 			got := make([]byte, len(data))
-			if err := ts[to].Recv(ctx, from, hdr(1, len(got)), got); err != nil || string(got) != string(data) {
+			if err := ts[to].Recv(ctx, from, transporttest.Hdr(1, len(got)), got); err != nil || string(got) != string(data) {
 				t.Errorf("recv %d→%d: %v", from, to, err)
 			}
 		}

@@ -885,19 +885,29 @@ func (t *Transport) watch() {
 			return
 		case <-tick.C:
 		}
-		for _, p := range t.peers {
-			if t.stopErr() != nil {
-				return
-			}
-			if p == nil || p.goodbye.Load() {
-				continue
-			}
-			if err := t.inspect(p, hdr[:]); err != nil {
-				t.fail(err)
-				return
-			}
+		if !t.watchOnce(hdr[:]) {
+			return
 		}
 	}
+}
+
+// watchOnce looks at every idle connection once, failing the transport
+// when a peer aborted or was lost; it returns false once the transport
+// stopped. hdr is scratch space (see inspect).
+func (t *Transport) watchOnce(hdr []byte) bool {
+	for _, p := range t.peers {
+		if t.stopErr() != nil {
+			return false
+		}
+		if p == nil || p.goodbye.Load() {
+			continue
+		}
+		if err := t.inspect(p, hdr); err != nil {
+			t.fail(err)
+			return false
+		}
+	}
+	return true
 }
 
 // inspect peeks, without consuming or blocking, at the front of the stream
