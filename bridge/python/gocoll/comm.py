@@ -201,7 +201,7 @@ def _config(timeout, algo, debug):
         return None
     config = _lib.Config()
     if timeout is not None:
-        config.timeoutMs = _timeout_ms(timeout)
+        config.timeoutMs = _config_timeout_ms(timeout)
     for name, value in (("algo", algo), ("debug", debug)):
         if value is None:
             continue
@@ -211,7 +211,7 @@ def _config(timeout, algo, debug):
     return config
 
 
-def _timeout_ms(timeout):
+def _config_timeout_ms(timeout):
     """``timeout`` (seconds, or a timedelta) in whole milliseconds for
     gocollConfig_t.timeoutMs, or InvalidArgument."""
     if isinstance(timeout, datetime.timedelta):
