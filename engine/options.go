@@ -66,6 +66,8 @@ type Options struct {
 	// nil). A C library passes C's getenv: Go's copy of the environment is
 	// taken at load time and misses variables set later.
 	Getenv func(string) string
+
+	hooks *testHooks // fault injection for this package's tests; nil otherwise
 }
 
 func (o Options) withDefaults() Options {

@@ -84,7 +84,7 @@ func TestNoCMA(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.arenas[r] = a
-		peers[r] = PeerInfo{Path: a.Path(), Pid: os.Getpid()}
+		peers[r] = a.Ref()
 	}
 	for _, a := range w.arenas {
 		if err := a.Connect(context.Background(), peers); err != nil {

@@ -10,12 +10,11 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/gocoll/gocoll/engine/internal/shmtest"
 	"github.com/gocoll/gocoll/engine/kernel"
 )
 
@@ -44,7 +43,7 @@ func newWorld(t testing.TB, n, slot int) *world {
 			t.Fatal(err)
 		}
 		w.arenas[r] = a
-		peers[r] = PeerInfo{Path: a.Path(), Pid: os.Getpid()}
+		peers[r] = a.Ref()
 	}
 	for _, a := range w.arenas {
 		if err := a.Connect(context.Background(), peers); err != nil {
@@ -53,9 +52,10 @@ func newWorld(t testing.TB, n, slot int) *world {
 		}
 	}
 	for _, a := range w.arenas {
-		if err := a.Unlink(); err != nil {
-			t.Fatal(err)
-		}
+		a.Release()
+	}
+	if fds := shmtest.Fds(segPrefix(w.tag)); len(fds) != 0 {
+		t.Fatalf("descriptors open after Release: %v", fds)
 	}
 	t.Cleanup(func() {
 		w.close()
@@ -83,11 +83,19 @@ func (w *world) run(f func(r int, a *Arena) error) []error {
 	return errs
 }
 
+// segPrefix starts the names of the segments of communicator tag;
+// allocPrefix those of its registered allocations.
+func segPrefix(tag [8]byte) string   { return fmt.Sprintf("gocoll-arena-%x-", tag[:]) }
+func allocPrefix(tag [8]byte) string { return fmt.Sprintf("gocoll-alloc-%x-", tag[:]) }
+
+// checkNoFiles: nothing of communicator tag is named in /dev/shm, and no
+// segment of it is open or mapped here any more (allocations stay until
+// Free, by design: C code may hold them after Close).
 func checkNoFiles(t testing.TB, tag [8]byte) {
 	t.Helper()
-	left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/gocoll-arena-%x-*", tag[:]))
+	left := append(shmtest.Leftovers(segPrefix(tag)), shmtest.Files(allocPrefix(tag))...)
 	if len(left) > 0 {
-		t.Errorf("files left in /dev/shm: %v", left)
+		t.Errorf("left behind: %v", left)
 	}
 }
 

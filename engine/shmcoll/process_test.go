@@ -160,15 +160,17 @@ func TestChild(t *testing.T) {
 	}
 }
 
-// childSetup creates this rank's arena, publishes its path and pid in dir,
-// waits for the others', connects, synchronises once and unlinks.
+// childSetup creates this rank's arena, publishes where peers find its
+// segment in dir, waits for the others', connects, synchronises once and
+// releases the segment's descriptor.
 func childSetup(rank, size, slot int, tag [8]byte, dir string) (*Arena, error) {
 	a, err := Create(Config{Rank: rank, Size: size, Tag: tag, SlotBytes: slot})
 	if err != nil {
 		return nil, err
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf("tmp-%d", rank))
-	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%s %d", a.Path(), os.Getpid()), 0o600); err != nil {
+	ref := a.Ref()
+	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d %d %d", ref.Pid, ref.Fd, ref.Dev, ref.Ino), 0o600); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -186,7 +188,7 @@ func childSetup(rank, size, slot int, tag [8]byte, dir string) (*Arena, error) {
 			continue
 		}
 		var info PeerInfo
-		fmt.Sscanf(string(b), "%s %d", &info.Path, &info.Pid)
+		fmt.Sscanf(string(b), "%d %d %d %d", &info.Pid, &info.Fd, &info.Dev, &info.Ino)
 		peers[r] = info
 		r++
 	}
@@ -200,7 +202,7 @@ func childSetup(rank, size, slot int, tag [8]byte, dir string) (*Arena, error) {
 		a.Close()
 		return nil, err
 	}
-	a.Unlink()
+	a.Release()
 	return a, nil
 }
 

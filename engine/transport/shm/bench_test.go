@@ -37,7 +37,7 @@ func benchPair(b *testing.B, procs bool) (*Transport, func(cmd string, n, size i
 	b.Cleanup(func() { tr1.Close() })
 	ctx := context.Background()
 	for _, p := range [][2]*Transport{{tr0, tr1}, {tr1, tr0}} {
-		if err := p[0].Connect(ctx, map[int]PeerInfo{p[1].Rank(): {Path: p[1].Path()}}); err != nil {
+		if err := p[0].Connect(ctx, map[int]PeerInfo{p[1].Rank(): p[1].Ref()}); err != nil {
 			b.Fatal(err)
 		}
 	}

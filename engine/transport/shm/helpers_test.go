@@ -12,13 +12,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/shmtest"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -41,24 +41,29 @@ func allRanks(n int) []int {
 	return r
 }
 
-// leftovers lists the segment files of communicator tag still in /dev/shm.
-func leftovers(tag [8]byte) []string {
-	m, _ := filepath.Glob("/dev/shm/gocoll-" + hex.EncodeToString(tag[:]) + "-*")
-	return m
-}
+// segPrefix starts the name of every segment of communicator tag.
+func segPrefix(tag [8]byte) string { return "gocoll-" + hex.EncodeToString(tag[:]) + "-" }
 
+// checkNoLeftovers: no segment of communicator tag is named in /dev/shm
+// or still open in this process (the transports still open map theirs).
 func checkNoLeftovers(tb testing.TB, tag [8]byte) {
 	tb.Helper()
-	if m := leftovers(tag); len(m) != 0 {
-		tb.Errorf("segment files left behind: %v", m)
+	if m := append(shmtest.Files(segPrefix(tag)), shmtest.Fds(segPrefix(tag))...); len(m) != 0 {
+		tb.Errorf("segments left behind: %v", m)
 	}
 }
 
 // newGroup makes n in-process ranks of one communicator, connected and
-// unlinked; they are closed at cleanup.
+// released; they are closed at cleanup.
 func newGroup(tb testing.TB, n, ring int) ([]*Transport, [8]byte) {
 	tb.Helper()
 	tag := newTag(tb)
+	// Runs after the Closes below: nothing of the group is left at all.
+	tb.Cleanup(func() {
+		if m := shmtest.Leftovers(segPrefix(tag)); len(m) != 0 {
+			tb.Errorf("segments left after Close: %v", m)
+		}
+	})
 	ts := make([]*Transport, n)
 	for i := range ts {
 		tr, err := Create(Config{Rank: i, Size: n, Peers: allRanks(n), Tag: tag, RingBytes: ring})
@@ -72,7 +77,7 @@ func newGroup(tb testing.TB, n, ring int) ([]*Transport, [8]byte) {
 		peers := map[int]PeerInfo{}
 		for j, o := range ts {
 			if j != i {
-				peers[j] = PeerInfo{Path: o.Path(), Pid: os.Getpid()}
+				peers[j] = o.Ref()
 			}
 		}
 		if err := tr.Connect(context.Background(), peers); err != nil {
@@ -80,11 +85,11 @@ func newGroup(tb testing.TB, n, ring int) ([]*Transport, [8]byte) {
 		}
 	}
 	for _, tr := range ts {
-		if err := tr.Unlink(); err != nil {
-			tb.Fatal(err)
-		}
+		tr.Release()
 	}
-	checkNoLeftovers(tb, tag)
+	if fds := shmtest.Fds(segPrefix(tag)); len(fds) != 0 {
+		tb.Fatalf("descriptors open after Release: %v", fds)
+	}
 	return ts, tag
 }
 
@@ -160,10 +165,10 @@ func runMesh(ctx context.Context, tr *Transport, ring, reps int) error {
 // A child re-executes the test binary running only TestChild, which reads its
 // role from the environment. Lines between parent and child:
 //
-//	child:  @@READY <path> <pid>
-//	parent: PEER <rank> <path> <pid> ... CONNECT
+//	child:  @@READY <pid> <fd> <dev> <ino>
+//	parent: PEER <rank> <pid> <fd> <dev> <ino> ... CONNECT
 //	child:  @@CONNECTED
-//	parent: GO                      (everyone connected; the child unlinks)
+//	parent: GO                      (everyone connected; the child releases)
 //	child:  role-specific @@ lines
 
 const envRole = "GOCOLL_SHM_TEST_ROLE"
@@ -173,8 +178,7 @@ type child struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
-	path  string
-	pid   int
+	ref   PeerInfo
 	mu    sync.Mutex
 	log   bytes.Buffer // everything the child printed, for failures
 }
@@ -227,12 +231,10 @@ func startChild(tb testing.TB, role string, rank, size int, tag [8]byte, ring in
 		}
 		close(c.lines)
 	}()
-	f := strings.Fields(c.expect(tb, "READY"))
-	if len(f) != 2 {
-		tb.Fatalf("child %d: bad READY line %q", rank, f)
+	line := c.expect(tb, "READY")
+	if _, err := fmt.Sscanf(line, "%d %d %d %d", &c.ref.Pid, &c.ref.Fd, &c.ref.Dev, &c.ref.Ino); err != nil {
+		tb.Fatalf("child %d: bad READY line %q: %v", rank, line, err)
 	}
-	c.path = f[0]
-	c.pid, _ = strconv.Atoi(f[1])
 	return c
 }
 
@@ -270,6 +272,12 @@ func (c *child) expect(tb testing.TB, word string) string {
 	return ""
 }
 
+// sayPeer tells the child where rank's segment is.
+func (c *child) sayPeer(tb testing.TB, rank int, ref PeerInfo) {
+	tb.Helper()
+	c.say(tb, "PEER %d %d %d %d %d", rank, ref.Pid, ref.Fd, ref.Dev, ref.Ino)
+}
+
 func (c *child) say(tb testing.TB, format string, a ...any) {
 	tb.Helper()
 	if _, err := fmt.Fprintf(c.stdin, format+"\n", a...); err != nil {
@@ -285,22 +293,22 @@ func connectChildren(tb testing.TB, children []*child, local []*Transport) {
 	for _, c := range children {
 		for _, o := range children {
 			if o != c {
-				c.say(tb, "PEER %d %s %d", o.rank, o.path, o.pid)
+				c.sayPeer(tb, o.rank, o.ref)
 			}
 		}
 		for _, l := range local {
-			c.say(tb, "PEER %d %s %d", l.Rank(), l.Path(), os.Getpid())
+			c.sayPeer(tb, l.Rank(), l.Ref())
 		}
 		c.say(tb, "CONNECT")
 	}
 	for _, l := range local {
 		peers := map[int]PeerInfo{}
 		for _, c := range children {
-			peers[c.rank] = PeerInfo{Path: c.path, Pid: c.pid}
+			peers[c.rank] = c.ref
 		}
 		for _, o := range local {
 			if o != l {
-				peers[o.Rank()] = PeerInfo{Path: o.Path(), Pid: os.Getpid()}
+				peers[o.Rank()] = o.Ref()
 			}
 		}
 		if err := l.Connect(context.Background(), peers); err != nil {
@@ -311,7 +319,7 @@ func connectChildren(tb testing.TB, children []*child, local []*Transport) {
 		c.expect(tb, "CONNECTED")
 	}
 	for _, l := range local {
-		l.Unlink()
+		l.Release()
 	}
 	for _, c := range children {
 		c.say(tb, "GO")
@@ -336,19 +344,19 @@ func childSetup(t *testing.T, in *bufio.Scanner) *Transport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("@@READY %s %d\n", tr.Path(), os.Getpid())
+	ref := tr.Ref()
+	fmt.Printf("@@READY %d %d %d %d\n", ref.Pid, ref.Fd, ref.Dev, ref.Ino)
 	peers := map[int]PeerInfo{}
 	for in.Scan() {
-		f := strings.Fields(in.Text())
-		if len(f) == 1 && f[0] == "CONNECT" {
+		if in.Text() == "CONNECT" {
 			break
 		}
-		if len(f) != 4 || f[0] != "PEER" {
-			t.Fatalf("bad line %q", in.Text())
+		var r int
+		var p PeerInfo
+		if _, err := fmt.Sscanf(in.Text(), "PEER %d %d %d %d %d", &r, &p.Pid, &p.Fd, &p.Dev, &p.Ino); err != nil {
+			t.Fatalf("bad line %q: %v", in.Text(), err)
 		}
-		r, _ := strconv.Atoi(f[1])
-		pid, _ := strconv.Atoi(f[3])
-		peers[r] = PeerInfo{Path: f[2], Pid: pid}
+		peers[r] = p
 	}
 	if err := tr.Connect(context.Background(), peers); err != nil {
 		t.Fatal(err)
@@ -357,8 +365,6 @@ func childSetup(t *testing.T, in *bufio.Scanner) *Transport {
 	if !in.Scan() || in.Text() != "GO" {
 		t.Fatalf("expected GO, got %q", in.Text())
 	}
-	if err := tr.Unlink(); err != nil {
-		t.Fatal(err)
-	}
+	tr.Release()
 	return tr
 }
