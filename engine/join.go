@@ -184,9 +184,7 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 		}
 		return client.AllGather(ctx, blob)
 	}
-	sum := sha256.Sum256(append(append([]byte("gocoll-comm\x00"), secret...), rootAddr...))
-	var tag [8]byte
-	copy(tag[:], sum[:])
+	tag := commTag(secret, rootAddr)
 	l, err := connect(ctx, rank, nranks, tag, secret, host, exchange, opts)
 	if client != nil {
 		client.Close()
@@ -203,6 +201,15 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	c.place(l.hosts, l.names)
 	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
+}
+
+// commTag names the communicator of the job with this secret and root
+// (its segments' headers carry it; split children derive theirs from it).
+func commTag(secret []byte, rootAddr string) [8]byte {
+	sum := sha256.Sum256(append(append([]byte("gocoll-comm\x00"), secret...), rootAddr...))
+	var tag [8]byte
+	copy(tag[:], sum[:])
+	return tag
 }
 
 // setupInfo is what ranks tell each other while connecting.

@@ -29,6 +29,7 @@ func childMain(role string) int {
 		fmt.Fprintln(os.Stderr, "child options:", err)
 		return 2
 	}
+	opts.hooks = childHooks()
 	c, err := NewCommFromEnv(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child join:", err)
@@ -67,6 +68,20 @@ func childMain(role string) int {
 			if i == 10 {
 				fmt.Println("READY")
 			}
+		}
+	case "setupkill": // the job lost a rank during setup: any call must fail
+		err := c.Barrier()
+		if err == nil {
+			err = c.AllReduce(make([]byte, 64), make([]byte, 64), 16, Float32, Sum)
+		}
+		fmt.Fprintf(os.Stderr, "RESULT: %v\n", err)
+		if err != nil {
+			return 4
+		}
+	case "soak":
+		if err := soak(c, soakConfigFromEnv()); err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: soak: %v\n", c.Rank(), err)
+			return 1
 		}
 	case "mismatch":
 		b := make([]byte, 400)
