@@ -28,7 +28,8 @@ import (
 type UniqueID = bootstrap.UniqueID
 
 // exchangeFunc is one all-to-all round of setup blobs: every rank gives one
-// and gets everyone's, indexed by rank. Setup takes exactly two rounds.
+// and gets everyone's, indexed by rank. Setup takes exactly three rounds
+// (connect).
 type exchangeFunc func(ctx context.Context, blob []byte) ([][]byte, error)
 
 // NewUniqueID starts this process's rendezvous root (as ncclGetUniqueId
