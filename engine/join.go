@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/shm"
@@ -27,7 +28,8 @@ import (
 type UniqueID = bootstrap.UniqueID
 
 // exchangeFunc is one all-to-all round of setup blobs: every rank gives one
-// and gets everyone's, indexed by rank. Setup takes exactly two rounds.
+// and gets everyone's, indexed by rank. Setup takes exactly three rounds
+// (connect).
 type exchangeFunc func(ctx context.Context, blob []byte) ([][]byte, error)
 
 // NewUniqueID starts this process's rendezvous root (as ncclGetUniqueId
@@ -204,7 +206,8 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 
 // commTag is the tag of the communicator of the job with secret whose root
 // is rootAddr: every rank computes the same, and another job's connections
-// (another root, or another secret) present another.
+// (another root, or another secret) present another. Its segments' headers
+// carry it; split children derive theirs from it.
 func commTag(secret []byte, rootAddr string) [8]byte {
 	sum := sha256.Sum256(append(append([]byte("gocoll-comm\x00"), secret...), rootAddr...))
 	var tag [8]byte
@@ -218,10 +221,13 @@ type setupInfo struct {
 	Shm  string `json:"shm_domain,omitempty"` // equal on ranks that share /dev/shm (see shmDomain)
 	Addr string `json:"addr"`
 	Pid  int    `json:"pid"`
+	// Probe is an empty memory file the ranks of this host try to open:
+	// whether they may map this rank's memory (see connect).
+	Probe *shmsync.FileRef `json:"probe,omitempty"`
 	// Second round.
-	Sees      []int  `json:"sees,omitempty"` // ranks this rank shares memory with
-	ShmPath   string `json:"shm,omitempty"`
-	ArenaPath string `json:"arena,omitempty"` // when every rank is on this host
+	Sees     []int            `json:"sees,omitempty"` // ranks whose memory this rank can map
+	ShmSeg   *shmsync.FileRef `json:"shm,omitempty"`
+	ArenaSeg *shmsync.FileRef `json:"arena,omitempty"` // when every rank is on this host
 }
 
 // links is what connecting a rank made: its transport, the shared-memory
@@ -243,8 +249,18 @@ func (l links) close() {
 }
 
 // connect links rank to the others: shared memory to the ranks that see the
-// same /dev/shm (both ways), TCP to the rest. It takes three exchange rounds:
-// who is where, who sees whom, and "everyone connected".
+// same /dev/shm and whose memory this rank may map (both ways), TCP to the
+// rest. It takes three exchange rounds: who is where, who sees whom (with
+// where each rank's segments are), and "everyone connected".
+//
+// Segments are memory files with no name (memfd), which peers open through
+// /proc/<pid>/fd/<fd>: a rank killed at any point leaves nothing behind.
+// The kernel lets a process open another's descriptors only when it may
+// inspect that process (same user, not made non-dumpable, same pid
+// namespace), so each rank first tries a small probe file of every rank
+// of its host; a pair where either side cannot open the other's uses TCP,
+// and says why at WARN. Both sides of a pair decide alike from the second
+// round (Sees), and the arena exists only where every pair shares memory.
 func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, host string, exchange exchangeFunc, opts Options) (_ links, err error) {
 	log := opts.Logger.With("rank", rank, "nranks", size)
 	ln, err := tcp.Listen(host)
@@ -262,27 +278,48 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	}
 	hostname, _ := os.Hostname()
 	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid()}
+	probeFd := -1
+	closeProbe := func() {
+		if probeFd >= 0 {
+			syscall.Close(probeFd)
+			probeFd = -1
+		}
+	}
+	defer closeProbe()
 	if opts.Transport != "tcp" {
 		d, derr := shmDomain()
+		var probe shmsync.FileRef
+		if derr == nil {
+			probe, probeFd, derr = shmsync.NewProbe()
+		}
 		if derr != nil {
 			log.Info("no shared memory between processes (using TCP only)", "err", derr)
+		} else {
+			me.Shm, me.Probe = d, &probe
 		}
-		me.Shm = d
 	}
+	opts.hooks.at(setupProbed)
 	infos, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
 		return links{}, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
-	// Shared memory with the ranks of the same host name and /dev/shm.
+	open := opts.hooks.opener()
+	// Shared memory with the ranks of the same host name and /dev/shm
+	// whose memory files this process may open.
 	var sees []int
 	for q, in := range infos {
-		if q != rank && me.Shm != "" && in.Shm == me.Shm && in.Host == hostname {
-			sees = append(sees, q)
+		if q == rank || me.Shm == "" || in.Shm != me.Shm || in.Host != hostname {
+			continue
 		}
+		if err := tryOpen(open, in.Probe); err != nil {
+			log.Warn("cannot map the shared memory of a rank on this host (this process may not open its /proc/<pid>/fd: another user, a non-dumpable process, another pid namespace): TCP to it", "peer", q, "pid", in.Pid, "err", err)
+			continue
+		}
+		sees = append(sees, q)
 	}
 	var seg *shm.Transport
 	if len(sees) > 0 {
-		seg, err = shm.Create(shm.Config{Rank: rank, Size: size, Peers: sees, Tag: tag, Logger: log})
+		seg, err = shm.Create(shm.Config{Rank: rank, Size: size, Peers: sees, Tag: tag, Logger: log, Open: open})
 		if err != nil {
 			return links{}, fmt.Errorf("gocoll: rank %d: shared memory: %w", rank, err)
 		}
@@ -291,13 +328,14 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 				seg.Close()
 			}
 		}()
-		me.ShmPath = seg.Path()
+		ref := seg.Ref()
+		me.ShmSeg = &ref
 	}
 	// With every rank on this host, collectives read each other's slots
 	// directly (shmcoll) instead of exchanging messages.
 	var arena *shmcoll.Arena
 	if len(sees) == size-1 && size > 1 {
-		arena, err = shmcoll.Create(shmcoll.Config{Rank: rank, Size: size, Tag: tag, Logger: log, NoCMA: opts.NoCMA})
+		arena, err = shmcoll.Create(shmcoll.Config{Rank: rank, Size: size, Tag: tag, Logger: log, NoCMA: opts.NoCMA, Open: open})
 		if err != nil {
 			log.Info("no shared-memory collectives (message algorithms only)", "err", err)
 			arena, err = nil, nil
@@ -307,14 +345,18 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 					arena.Close()
 				}
 			}()
-			me.ArenaPath = arena.Path()
+			ref := arena.Ref()
+			me.ArenaSeg = &ref
 		}
 	}
 	me.Sees = sees
+	opts.hooks.at(setupCreated)
 	infos2, err := exchangeInfo(ctx, exchange, me, size)
 	if err != nil {
 		return links{}, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
+	closeProbe() // every rank has tried it
+	opts.hooks.at(setupExchanged)
 	// Shared memory only where both sides see each other, so both pick it.
 	local := map[int]shm.PeerInfo{}
 	var remote []int
@@ -322,11 +364,15 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 		if q == rank {
 			continue
 		}
-		if slices.Contains(sees, q) && slices.Contains(infos2[q].Sees, rank) && infos2[q].ShmPath != "" {
-			local[q] = shm.PeerInfo{Path: infos2[q].ShmPath, Pid: infos[q].Pid}
-		} else {
-			remote = append(remote, q)
+		mine, theirs := slices.Contains(sees, q), slices.Contains(infos2[q].Sees, rank)
+		if mine && theirs && infos2[q].ShmSeg != nil {
+			local[q] = *infos2[q].ShmSeg
+			continue
 		}
+		if mine && !theirs {
+			log.Warn("a rank on this host cannot map this rank's shared memory (its log says why): TCP to it", "peer", q, "pid", infos[q].Pid)
+		}
+		remote = append(remote, q)
 	}
 	byPeer := make([]transport.Transport, size)
 	var parts []transport.Transport
@@ -365,12 +411,12 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	if arena != nil {
 		peers := map[int]shmcoll.PeerInfo{}
 		for q := 0; q < size; q++ {
-			if q != rank {
-				peers[q] = shmcoll.PeerInfo{Path: infos2[q].ArenaPath, Pid: infos[q].Pid}
+			if q != rank && infos2[q].ArenaSeg != nil {
+				peers[q] = *infos2[q].ArenaSeg
 			}
 		}
 		// Every rank decides alike: all ranks local, all offered an arena.
-		if len(local) != size-1 || slices.ContainsFunc(infos2, func(in setupInfo) bool { return in.ArenaPath == "" }) {
+		if len(local) != size-1 || slices.ContainsFunc(infos2, func(in setupInfo) bool { return in.ArenaSeg == nil }) {
 			arena.Close()
 			arena = nil
 		} else if err = arena.Connect(ctx, peers); err != nil {
@@ -382,21 +428,36 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 		}
 	}
 	tr := transport.NewRouted(rank, byPeer)
-	// Once everyone connected nobody needs the segment names: unlink them so
-	// that a crash later cannot leak shared memory.
+	opts.hooks.at(setupConnected)
+	// Once everyone connected nobody opens the segments again: close
+	// their descriptors.
 	if _, err = exchange(ctx, nil); err != nil {
 		tr.Close()
 		return links{}, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
 	if seg != nil {
-		seg.Unlink()
+		seg.Release()
 	}
 	if arena != nil {
-		arena.Unlink()
+		arena.Release()
 	}
+	opts.hooks.at(setupReleased)
 	log.Info("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
 	hosts, names := hostsOf(infos)
 	return links{tr, arena, hosts, names, binary.BigEndian.Uint64(tag[:])}, nil
+}
+
+// tryOpen opens a peer's probe file and closes it again.
+func tryOpen(open shmsync.Opener, probe *shmsync.FileRef) error {
+	if probe == nil {
+		return errors.New("it offers no shared memory")
+	}
+	fd, err := probe.Open(open, syscall.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	syscall.Close(fd)
+	return nil
 }
 
 // hostsOf groups the ranks by host: the ranks that share memory with each
@@ -448,8 +509,8 @@ func exchangeInfo(ctx context.Context, exchange exchangeFunc, me setupInfo, size
 // shmDomain names the shared memory this process can map: the kernel's
 // boot id (one per machine and boot) and the device and inode of /dev/shm
 // (one per tmpfs, so containers or namespaces with their own /dev/shm
-// differ). Ranks with equal domains share memory; no file is made to test
-// it, so a rank killed during setup leaves nothing behind.
+// differ, and are placed as hosts of their own). Segments are memory
+// files, not files in /dev/shm, so it need not be writable.
 func shmDomain() (string, error) {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
@@ -458,9 +519,6 @@ func shmDomain() (string, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat("/dev/shm", &st); err != nil {
 		return "", err
-	}
-	if err := syscall.Access("/dev/shm", 2 /* W_OK */); err != nil {
-		return "", fmt.Errorf("/dev/shm not writable: %w", err)
 	}
 	return fmt.Sprintf("%s/%d:%d", strings.TrimSpace(string(boot)), st.Dev, st.Ino), nil
 }

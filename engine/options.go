@@ -68,17 +68,7 @@ type Options struct {
 	// taken at load time and misses variables set later.
 	Getenv func(string) string
 
-	// hooks stop setup at chosen points, for this package's tests (nil
-	// everywhere else).
-	hooks *setupHooks
-}
-
-// setupHooks are called at points of a communicator's setup.
-type setupHooks struct {
-	// beforeTCP runs when this rank has learnt its peers' addresses and is
-	// about to connect to them over TCP (its listener is open; the peers
-	// may already be accepting).
-	beforeTCP func()
+	hooks *testHooks // fault injection for this package's tests; nil otherwise
 }
 
 func (o Options) withDefaults() Options {

@@ -32,6 +32,7 @@ func childMain(role string) int {
 		fmt.Fprintln(os.Stderr, "child options:", err)
 		return 2
 	}
+	opts.hooks = childHooks()
 	// A rank told to wait joins only once the test opens the gate, and
 	// connects over TCP (each time: the communicator, then every Split)
 	// only once it opens gate 1, 2, ….
@@ -41,12 +42,15 @@ func childMain(role string) int {
 	}
 	if prefix := os.Getenv(tcpGateVar); prefix != "" {
 		n := 0
-		opts.hooks = &setupHooks{beforeTCP: func() {
+		if opts.hooks == nil {
+			opts.hooks = &testHooks{}
+		}
+		opts.hooks.beforeTCP = func() {
 			n++
 			if err := waitFile(fmt.Sprint(prefix, n)); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 			}
-		}}
+		}
 	}
 	c, err := NewCommFromEnv(opts)
 	if err != nil {
@@ -91,6 +95,20 @@ func childMain(role string) int {
 			if i == 10 {
 				fmt.Println("READY")
 			}
+		}
+	case "setupkill": // the job lost a rank during setup: any call must fail
+		err := c.Barrier()
+		if err == nil {
+			err = c.AllReduce(make([]byte, 64), make([]byte, 64), 16, Float32, Sum)
+		}
+		fmt.Fprintf(os.Stderr, "RESULT: %v\n", err)
+		if err != nil {
+			return 4
+		}
+	case "soak":
+		if err := soak(c, soakConfigFromEnv()); err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: soak: %v\n", c.Rank(), err)
+			return 1
 		}
 	case "checked":
 		// Allreduce with every result checked until the test says stop.

@@ -31,6 +31,12 @@ import (
 // (not in place) and Broadcast (the root's buf) from 64 KiB, which add a
 // closing barrier.
 
+// allocName names an allocation's memory file (seen only in
+// /proc/<pid>/fd and /proc/<pid>/maps, for debugging).
+func allocName(tag [8]byte, rank int, id uint64) string {
+	return fmt.Sprintf("gocoll-alloc-%x-%d-%d", tag[:], rank, id)
+}
+
 // regAlloc is one of this rank's allocations.
 type regAlloc struct {
 	id    uint64
@@ -52,9 +58,8 @@ func regEntry(m []byte, i int) (id, size *atomic.Uint64) {
 // the send buffer of AllReduce, Reduce, ReduceScatter, AllGather or
 // AllToAll, or as the root's buf of Broadcast (from 64 KiB on, every rank's
 // own choice), it is read by the peers in place, which saves the copy into
-// the slot. Free it with Free; Close unlinks its file but
-// leaves it mapped (C or Python code may still hold it), so Free also works
-// after Close. At most 192 allocations live at once.
+// the slot. Free it with Free; Close leaves it mapped (C or Python code
+// may still hold it), so Free also works after Close. At most 192 allocations live at once.
 func (a *Arena) Alloc(size int) ([]byte, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: alloc %d bytes", ErrInvalid, size)
@@ -68,7 +73,7 @@ func (a *Arena) Alloc(size int) ([]byte, error) {
 		r.id = a.nextReg & 0xffff_ffff
 	}
 	n := roundUp(size, pageSize)
-	m, fd, err := shmsync.CreateMemfd(fmt.Sprintf("gocoll-r%d-m%d", a.rank, r.id), n)
+	m, fd, err := shmsync.CreateMemfd(allocName(a.tag, a.rank, r.id), n)
 	if err != nil {
 		return nil, fmt.Errorf("shmcoll: rank %d: alloc: %w", a.rank, err)
 	}
@@ -184,10 +189,14 @@ func (a *Arena) peerReg(j int, id, need uint64) ([]byte, error) {
 	}
 	// The owner is inside the call that references the buffer, so the
 	// descriptor still holds it (Free comes after the closing barrier).
-	path := fmt.Sprintf("/proc/%d/fd/%d", s.proc.Pid, e.fd)
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	open := a.open
+	if open == nil {
+		open = shmsync.OpenProcFd
+	}
+	path := shmsync.FileRef{Pid: s.proc.Pid, Fd: e.fd}.String()
+	fd, err := open(s.proc.Pid, e.fd, syscall.O_RDONLY)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rank %d registered buffer: %v", transport.ErrProtocol, j, &os.PathError{Op: "open", Path: path, Err: err})
+		return nil, fmt.Errorf("%w: rank %d registered buffer: %w", transport.ErrProtocol, j, err)
 	}
 	mem, err := syscall.Mmap(fd, 0, int(e.size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	syscall.Close(fd)

@@ -7,9 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 
+	"github.com/gocoll/gocoll/engine/internal/shmtest"
 	"github.com/gocoll/gocoll/engine/kernel"
 )
 
@@ -85,8 +85,11 @@ func TestRegisteredReuse(t *testing.T) {
 			t.Fatalf("Alloc(%d) gave len %d cap %d", size, len(b), cap(b))
 		}
 	}
-	if files, _ := filepath.Glob(fmt.Sprintf("/dev/shm/gocoll-arena-%x-*-m*", w.tag[:])); len(files) != 0 {
+	if files := shmtest.Files(allocPrefix(w.tag)); len(files) != 0 {
 		t.Fatalf("allocations have files: %v", files)
+	}
+	if fds := shmtest.Fds(allocPrefix(w.tag)); len(fds) != n {
+		t.Fatalf("%d allocations open, want %d: %v", len(fds), n, fds)
 	}
 	ctx := context.Background()
 	call := func(seq uint64) {

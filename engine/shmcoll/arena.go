@@ -28,7 +28,9 @@ const livenessEvery = 100 * time.Millisecond
 type Arena struct {
 	rank, size int
 	tag        [8]byte
-	path       string
+	fd         int // the segment's memory file, open until Release; -1 after
+	ref        PeerInfo
+	open       shmsync.Opener // Config.Open
 	slot       int
 	log        *slog.Logger
 	policy     shmsync.Policy // PolicyFor(size)
@@ -56,7 +58,6 @@ type Arena struct {
 	closed    atomic.Bool
 	aborted   atomic.Bool
 	abortErr  error // set before aborted is stored
-	unlinked  atomic.Bool
 
 	shutMu   sync.Mutex // serialises Abort, Close and Connect
 	unmapped bool
@@ -89,7 +90,7 @@ func Create(cfg Config) (*Arena, error) {
 		rank:     cfg.Rank,
 		size:     cfg.Size,
 		tag:      cfg.Tag,
-		path:     SegmentPath(cfg.Tag, cfg.Rank),
+		open:     cfg.Open,
 		slot:     slot,
 		log:      log,
 		policy:   shmsync.PolicyFor(cfg.Size),
@@ -98,18 +99,24 @@ func Create(cfg Config) (*Arena, error) {
 		terms:    make([][]byte, cfg.Size),
 		peerRegs: make([]map[uint64][]byte, cfg.Size),
 	}
-	m, err := createSegment(a.path, cfg.Tag, cfg.Rank, cfg.Size, slot)
+	m, fd, err := createSegment(cfg.Tag, cfg.Rank, cfg.Size, slot)
 	if err != nil {
 		return nil, fmt.Errorf("shmcoll: rank %d: %w", cfg.Rank, err)
 	}
-	a.own = m
+	a.own, a.fd = m, fd
+	if a.ref, err = shmsync.RefOf(fd); err != nil {
+		syscall.Munmap(m)
+		syscall.Close(fd)
+		return nil, fmt.Errorf("shmcoll: rank %d: %w", cfg.Rank, err)
+	}
 	a.me = newSegment(a.rank, m, slot, shmsync.Self())
-	log.Debug("shmcoll: segment created", "rank", a.rank, "path", a.path, "slot", slot, "bytes", len(m))
+	log.Debug("shmcoll: segment created", "rank", a.rank, "file", a.ref, "slot", slot, "bytes", len(m))
 	return a, nil
 }
 
-// Path is the file name of this rank's segment, for the peers' Connect.
-func (a *Arena) Path() string { return a.path }
+// Ref is where the peers' Connect finds this rank's segment (until
+// Release).
+func (a *Arena) Ref() PeerInfo { return a.ref }
 
 // Rank is this rank; Size the number of ranks.
 func (a *Arena) Rank() int { return a.rank }
@@ -122,8 +129,8 @@ func (a *Arena) SlotBytes() int { return a.slot }
 
 // Connect maps the segment of every other rank, which must all be in peers
 // (entries for this rank are ignored), and verifies each header: magic,
-// version, tag, rank, size, slot size, creator pid (when given) and that the
-// creator still runs. It may be called once.
+// version, tag, rank, size, slot size, creator pid and that the creator
+// still runs. It may be called once.
 func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 	a.shutMu.Lock()
 	defer a.shutMu.Unlock()
@@ -159,7 +166,7 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		if !ok {
 			return fail(fmt.Errorf("%w: no segment for rank %d", ErrInvalid, r))
 		}
-		s, err := openSegment(info.Path, a.tag, r, a.size, a.slot, info.Pid)
+		s, err := openSegment(a.open, info, a.tag, r, a.size, a.slot)
 		if err != nil {
 			return fail(err)
 		}
@@ -189,17 +196,21 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 	return nil
 }
 
-// Unlink removes this rank's file name; the mappings stay valid. Call it
-// once every rank connected, so that a crash later leaves nothing behind.
-// Idempotent.
-func (a *Arena) Unlink() error {
-	if a.unlinked.Swap(true) {
-		return nil
+// Release closes the descriptor through which peers open this rank's
+// segment; the mappings stay valid. Call it once every rank connected.
+// Idempotent; Close releases too.
+func (a *Arena) Release() {
+	a.shutMu.Lock()
+	defer a.shutMu.Unlock()
+	a.release()
+}
+
+// release is Release with shutMu held.
+func (a *Arena) release() {
+	if a.fd >= 0 {
+		syscall.Close(a.fd)
+		a.fd = -1
 	}
-	if err := syscall.Unlink(a.path); err != nil && err != syscall.ENOENT {
-		return fmt.Errorf("shmcoll: rank %d: unlink %s: %w", a.rank, a.path, err)
-	}
-	return nil
 }
 
 // Abort stops this rank: pending and later calls fail with an error
@@ -239,7 +250,7 @@ func (a *Arena) wakeAll() {
 
 // Close marks the segment closed (peers still waiting on this rank fail
 // with transport.ErrPeerLost), fails a pending call with ErrClosed, waits
-// for it to leave, then unmaps and unlinks. Idempotent.
+// for it to leave, then unmaps and releases the segment. Idempotent.
 func (a *Arena) Close() error {
 	a.shutMu.Lock()
 	if a.closed.Load() {
@@ -272,9 +283,9 @@ func (a *Arena) Close() error {
 	syscall.Munmap(a.own)
 	a.own, a.me = nil, nil
 	a.unmapped = true
-	err := a.Unlink()
+	a.release()
 	a.log.Debug("shmcoll: closed", "rank", a.rank)
-	return err
+	return nil
 }
 
 func (a *Arena) localErr() error {

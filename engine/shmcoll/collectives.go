@@ -520,8 +520,7 @@ func (a *Arena) source(j, set, slotOff, lo, hi int, need uint64) ([]byte, error)
 
 // closeReg ends a call in which peers read registered buffers in place:
 // a closing barrier, so that no rank returns (and may change its buffer)
-// before every peer is done reading, then the unlink of the own allocation
-// reg (if any), which every peer has mapped by then.
+// before every peer is done reading.
 func (a *Arena) closeReg(ctx context.Context, reg *regAlloc) error {
 	if err := a.barrier(ctx); err != nil {
 		return err

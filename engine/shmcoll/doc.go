@@ -4,15 +4,18 @@
 //
 // # Segments
 //
-// Each rank creates one file, /dev/shm/gocoll-arena-<tag hex>-<rank>
-// (Create), and maps every peer's (Connect). A segment holds a header page
+// Each rank creates one segment in an anonymous memory file (memfd_create,
+// Create), and maps every peer's (Connect), opened through
+// /proc/<pid>/fd/<fd> with a check of its inode. The file has no name, so
+// nothing of it outlives the processes that map it, even when they are
+// killed in the middle of setup. A segment holds a header page
 // (identity, state, abort reason), a synchronisation page (this rank's
 // arrival counter with the record of its current call, and the count of
 // peers sleeping on it, on separate cache lines), and two data slots of
 // SlotBytes each: buffer sets 0 and 1. The pages are allocated and touched at
-// Create (/dev/shm has no huge pages; first-touch faults would otherwise
-// land in the first collectives). Once every rank connected, the engine
-// calls Unlink so that a crash leaves no file behind.
+// Create (shared memory has no huge pages; first-touch faults would
+// otherwise land in the first collectives). Once every rank connected, the
+// engine calls Release, which closes the descriptor peers opened.
 //
 // # Barriers
 //
@@ -93,8 +96,8 @@
 // 64 KiB) lies in such memory, its owner skips the copy into its slot and
 // publishes (allocation id, offset) in its call record; peers map the
 // allocation on first sight (once; dropped when its owner frees it) and
-// read it in place: the data moves once instead of twice. Its owner unlinks
-// the file after the first call that used it. ReduceScatter, AllGather,
+// read it in place: the data moves once instead of twice. The file is a
+// memory file with no name, like the segment. ReduceScatter, AllGather,
 // AllToAll and Broadcast then add a closing barrier (all ranks see the same
 // records, so all agree), since the peers' reads of a send buffer must end
 // before its owner returns; Broadcast from registered memory copies the

@@ -5,7 +5,6 @@ package shmcoll
 import (
 	"context"
 	"errors"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -94,41 +93,36 @@ func TestConnectVerifies(t *testing.T) {
 	tag3 := newTag()
 	size3 := mk(1, 3, testSlot, tag3)
 	conn3 := mk(0, 2, testSlot, tag3)
-	pid := os.Getpid()
+	with := func(r PeerInfo, f func(*PeerInfo)) PeerInfo { f(&r); return r }
 	for _, tc := range []struct {
 		name  string
 		peers map[int]PeerInfo
 		want  string
 	}{
 		{"missing peer", map[int]PeerInfo{}, "no segment for rank 1"},
-		{"no file", map[int]PeerInfo{1: {Path: "/dev/shm/gocoll-arena-nonexistent"}}, "peer connection lost"},
-		{"other tag", map[int]PeerInfo{1: {Path: other.Path()}}, "tag"},
-		{"wrong rank", map[int]PeerInfo{1: {Path: a0.Path()}}, "created by rank 0"},
-		{"wrong pid", map[int]PeerInfo{1: {Path: a1.Path(), Pid: pid + 1}}, "pid"},
-		{"rank out of range", map[int]PeerInfo{1: {Path: a1.Path()}, 5: {}}, "out of range"},
+		{"no file", map[int]PeerInfo{1: with(a1.Ref(), func(r *PeerInfo) { r.Fd = 1 << 20 })}, "peer connection lost"},
+		{"other tag", map[int]PeerInfo{1: other.Ref()}, "tag"},
+		{"wrong rank", map[int]PeerInfo{1: a0.Ref()}, "created by rank 0"},
+		{"recycled descriptor", map[int]PeerInfo{1: with(a1.Ref(), func(r *PeerInfo) { r.Ino++ })}, "not the file"},
+		{"rank out of range", map[int]PeerInfo{1: a1.Ref(), 5: {}}, "out of range"},
 	} {
 		err := a0.Connect(context.Background(), tc.peers)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
 		}
 	}
-	if err := conn3.Connect(context.Background(), map[int]PeerInfo{1: {Path: size3.Path()}}); err == nil || !strings.Contains(err.Error(), "size 3") {
+	if err := conn3.Connect(context.Background(), map[int]PeerInfo{1: size3.Ref()}); err == nil || !strings.Contains(err.Error(), "size 3") {
 		t.Errorf("other size: err = %v", err)
 	}
-	if err := a0.Connect(context.Background(), map[int]PeerInfo{0: {Path: a0.Path()}, 1: {Path: a1.Path(), Pid: pid}}); err != nil {
+	if err := a0.Connect(context.Background(), map[int]PeerInfo{0: a0.Ref(), 1: a1.Ref()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a0.Connect(context.Background(), map[int]PeerInfo{1: {Path: a1.Path()}}); !errors.Is(err, ErrInvalid) {
+	if err := a0.Connect(context.Background(), map[int]PeerInfo{1: a1.Ref()}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("second Connect: err = %v", err)
-	}
-	b, err := Create(Config{Rank: 0, Size: 2, Tag: tag, SlotBytes: 2 * testSlot}) // same file name
-	if err == nil {
-		b.Close()
-		t.Error("Create over an existing segment succeeded")
 	}
 	c1 := mk(1, 2, 2*testSlot, newTag())
 	c0 := mk(0, 2, testSlot, c1.tag)
-	if err := c0.Connect(context.Background(), map[int]PeerInfo{1: {Path: c1.Path()}}); err == nil || !strings.Contains(err.Error(), "slot size") {
+	if err := c0.Connect(context.Background(), map[int]PeerInfo{1: c1.Ref()}); err == nil || !strings.Contains(err.Error(), "slot size") {
 		t.Errorf("slot size mismatch: err = %v", err)
 	}
 }

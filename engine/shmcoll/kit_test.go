@@ -6,11 +6,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
+	"github.com/gocoll/gocoll/engine/internal/shmtest"
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/transport/transporttest"
 )
@@ -56,26 +55,41 @@ func (m groupMaker) PrepareGroup(cfg transporttest.Config) (transporttest.Setup[
 		return transporttest.Setup[transporttest.Group]{}, err
 	}
 	return transporttest.Setup[transporttest.Group]{
-		Addr: fmt.Sprintf("%d %s", os.Getpid(), a.Path()),
+		Addr: refAddr(a.Ref()),
 		Connect: func(ctx context.Context, addrs []string) (transporttest.Group, error) {
 			peers := map[int]PeerInfo{}
 			for q, addr := range addrs {
-				pid, path, _ := strings.Cut(addr, " ")
-				p, err := strconv.Atoi(pid)
+				ref, err := parseRefAddr(addr)
 				if err != nil {
-					return kitRank{a}, fmt.Errorf("rank %d's address %q: %w", q, addr, err)
+					return kitRank{a}, fmt.Errorf("rank %d's address: %w", q, err)
 				}
-				peers[q] = PeerInfo{Path: path, Pid: p}
+				peers[q] = ref
 			}
 			return kitRank{a}, a.Connect(ctx, peers)
 		},
-		Ready: func() { a.Unlink() },
+		Ready: func() { a.Release() },
 	}, nil
 }
 
+// Leftovers: a job's arenas named in /dev/shm (there should never be any)
+// or still open or mapped in this process once they closed.
 func (groupMaker) Leftovers(job string) []string {
-	m, _ := filepath.Glob("/dev/shm/gocoll-arena-" + job + "-*")
-	return m
+	return append(shmtest.Leftovers("gocoll-arena-"+job+"-"), shmtest.Files("gocoll-alloc-"+job+"-")...)
+}
+
+// allocPrefix starts the names of communicator tag's registered
+// allocations (memory files: they show in /proc/<pid>/fd and maps only).
+func allocPrefix(tag [8]byte) string { return fmt.Sprintf("gocoll-alloc-%x-", tag[:]) }
+
+// refAddr is where peers find an arena, as the kit's address string.
+func refAddr(r PeerInfo) string { return fmt.Sprintf("%d %d %d %d", r.Pid, r.Fd, r.Dev, r.Ino) }
+
+func parseRefAddr(addr string) (PeerInfo, error) {
+	var r PeerInfo
+	if _, err := fmt.Sscanf(addr, "%d %d %d %d", &r.Pid, &r.Fd, &r.Dev, &r.Ino); err != nil {
+		return r, fmt.Errorf("%q: %w", addr, err)
+	}
+	return r, nil
 }
 
 // kitRank is an arena as the kit's Group.

@@ -4,6 +4,7 @@ package shmcoll
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -19,7 +20,7 @@ import (
 // written before the magic is published and read after it was seen.
 const (
 	segMagic   uint64 = 0x414e4552_41434f47 // "GOCARENA"
-	segVersion uint64 = 3                   // 3: registered allocations are memory files named by descriptor
+	segVersion uint64 = 4                   // 3: registered allocations are memory files named by descriptor; 4: so is the segment
 	pageSize          = shmseg.PageSize
 
 	offSlotBytes = shmseg.OffLayout
@@ -114,12 +115,12 @@ func newSegment(rank int, m []byte, slot int, proc shmsync.Proc) *segment {
 }
 
 // createSegment creates, sizes, maps and pre-touches the rank's segment
-// and writes its header.
-func createSegment(path string, tag [8]byte, rank, size, slot int) ([]byte, error) {
+// in a memory file and writes its header.
+func createSegment(tag [8]byte, rank, size, slot int) ([]byte, int, error) {
 	n := segmentBytes(size, slot)
-	m, err := format.Create(path, shmseg.ID{Tag: tag, Rank: rank, Size: size}, n)
+	m, fd, err := format.Create(fmt.Sprintf("gocoll-arena-%x-%d", tag[:], rank), shmseg.ID{Tag: tag, Rank: rank, Size: size}, n)
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	ne := binary.NativeEndian
 	ne.PutUint64(m[offSlotBytes:], uint64(slot))
@@ -127,13 +128,13 @@ func createSegment(path string, tag [8]byte, rank, size, slot int) ([]byte, erro
 	ne.PutUint64(m[offSegBytes:], uint64(n))
 	ne.PutUint64(m[offBase:], addrOf(m))
 	format.Publish(m)
-	return m, nil
+	return m, fd, nil
 }
 
-// openSegment maps the segment of rank peer at path and verifies that it
-// belongs to this communicator and layout.
-func openSegment(path string, tag [8]byte, peer, size, slot, pid int) (*segment, error) {
-	f, err := format.Open(path, shmseg.ID{Tag: tag, Rank: peer, Size: size}, dataOff)
+// openSegment maps the segment of rank peer that ref names and verifies
+// that it belongs to this communicator and layout.
+func openSegment(open shmsync.Opener, ref PeerInfo, tag [8]byte, peer, size, slot int) (*segment, error) {
+	f, err := format.Open(open, ref, shmseg.ID{Tag: tag, Rank: peer, Size: size}, dataOff)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +143,7 @@ func openSegment(path string, tag [8]byte, peer, size, slot, pid int) (*segment,
 	if err != nil {
 		return nil, err
 	}
-	err = f.Check(m, pid)
+	err = f.Check(m, ref.Pid)
 	if err == nil {
 		err = checkLayout(f, m, size, slot)
 	}

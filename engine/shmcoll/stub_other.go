@@ -18,12 +18,12 @@ var errUnsupported = fmt.Errorf("shmcoll: %w on this platform", errors.ErrUnsupp
 // Create fails: shared-memory collectives need Linux.
 func Create(cfg Config) (*Arena, error) { return nil, errUnsupported }
 
-func (a *Arena) Path() string                                              { return "" }
+func (a *Arena) Ref() PeerInfo                                             { return PeerInfo{} }
 func (a *Arena) Rank() int                                                 { return 0 }
 func (a *Arena) Size() int                                                 { return 0 }
 func (a *Arena) SlotBytes() int                                            { return 0 }
 func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error { return errUnsupported }
-func (a *Arena) Unlink() error                                             { return nil }
+func (a *Arena) Release()                                                  {}
 func (a *Arena) Abort(reason error)                                        {}
 func (a *Arena) Close() error                                              { return nil }
 func (a *Arena) Alloc(size int) ([]byte, error)                            { return nil, errUnsupported }

@@ -2,8 +2,9 @@ package shmcoll
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
+
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 )
 
 // Slot sizes (bytes per rank and buffer set). SlotBytes is rounded up to a
@@ -20,8 +21,8 @@ const (
 // Config describes one rank's arena.
 type Config struct {
 	Rank, Size int
-	// Tag identifies the communicator; it is part of the file names and is
-	// verified on Connect.
+	// Tag identifies the communicator; it is verified on Connect (and
+	// names the memory files in /proc/<pid>/fd, for debugging).
 	Tag [8]byte
 	// SlotBytes is the data slot per rank and buffer set; 0 means
 	// DefaultSlotBytes. Every rank must use the same value (Connect checks).
@@ -32,14 +33,15 @@ type Config struct {
 	// peers could read it out of this process with process_vm_readv. One
 	// rank setting it turns cross-memory reads off for all.
 	NoCMA bool
+	// Open opens a peer's memory file (its segment, its registered
+	// allocations) through /proc/<pid>/fd; nil means
+	// shmsync.OpenProcFd. Tests inject failures here.
+	Open shmsync.Opener
 }
 
 // PeerInfo is what a rank learns about a peer out of band: the peer's
-// Path() and its process id (0: take the one recorded in the segment).
-type PeerInfo struct {
-	Path string
-	Pid  int
-}
+// Ref(), which names its process and the descriptor of its segment.
+type PeerInfo = shmsync.FileRef
 
 // Call identifies one collective call: the engine's sequence number and the
 // signature (fingerprint of collective, type, count, op, root and
@@ -62,9 +64,3 @@ var (
 	// partially overlapping buffers, concurrent calls.
 	ErrInvalid = errors.New("shmcoll: invalid argument")
 )
-
-// SegmentPath is the file rank creates for the communicator tag.
-// Registered buffers (Alloc) live beside it, in SegmentPath + "-m<id>".
-func SegmentPath(tag [8]byte, rank int) string {
-	return fmt.Sprintf("/dev/shm/gocoll-arena-%x-%d", tag[:], rank)
-}

@@ -2,9 +2,11 @@
 loading libgocoll) with a launcher-like environment, wait with a deadline,
 and kill whatever is left — used by the tests and the benchmark."""
 
+import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -168,3 +170,29 @@ def run_cmd(argv, timeout, env=None, cwd=BRIDGE):
             pass
         out, err = p.communicate()
         return None, out, err + "\n[killed after %ss]" % timeout
+
+
+@contextlib.contextmanager
+def private_shm():
+    """A /dev/shm of their own for the ranks of a job, all the same one: a
+    tmpfs mounted on a temporary directory, bound over /dev/shm in a mount
+    namespace of each rank. Yields the command prefix that starts a program
+    that way (put it before the program in run_ranks' ``cmd``), or None
+    without root or unshare. What a job leaves there is then exactly what
+    it made, whatever else runs on the machine."""
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "mount", "umount")):
+        yield None
+        return
+    d = tempfile.mkdtemp(prefix="gocoll-shm-")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=1777", "tmpfs", d],
+                      capture_output=True).returncode != 0:
+        os.rmdir(d)
+        yield None
+        return
+    try:
+        ok = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /dev/shm', d],
+                            capture_output=True).returncode == 0
+        yield ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /dev/shm && exec "$@"', d] if ok else None
+    finally:
+        subprocess.run(["umount", d], capture_output=True)
+        os.rmdir(d)

@@ -185,6 +185,38 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// PrivateShm gives the programs started through the returned wrapper a
+// /dev/shm of their own, all the same one: a tmpfs mounted on a temporary
+// directory (dir), bound over /dev/shm in a mount namespace of each
+// process (unshare). What a job leaves there is then exactly what the
+// test made, whatever else runs on the machine. ok is false, and nothing
+// is done, without root or unshare.
+func PrivateShm(t testing.TB) (wrap func(bin string, args ...string) (string, []string), dir string, ok bool) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil, "", false
+	}
+	for _, tool := range []string{"unshare", "mount", "umount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, "", false
+		}
+	}
+	dir = t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=512m,mode=1777", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Logf("no private /dev/shm (mount: %v: %s)", err, out)
+		return nil, "", false
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	if out, err := exec.Command("unshare", "--mount", "sh", "-c", `mount --bind "$0" /dev/shm`, dir).CombinedOutput(); err != nil {
+		t.Logf("no private /dev/shm (unshare: %v: %s)", err, out)
+		return nil, "", false
+	}
+	wrap = func(bin string, args ...string) (string, []string) {
+		return "unshare", append([]string{"--mount", "sh", "-c", `mount --bind "$0" /dev/shm && exec "$@"`, dir, bin}, args...)
+	}
+	return wrap, dir, true
+}
+
 // Proc is a started program (one rank).
 type Proc struct {
 	Name   string

@@ -13,15 +13,17 @@ import (
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
-// Create creates, sizes, maps and pre-touches the segment file path of n
-// bytes (shmsync.CreateMapped) and writes the common header of id's
-// segment, with this process as its creator. The caller then writes its
-// layout words and whatever else peers read once they saw the magic, and
-// calls Publish.
-func (f Format) Create(path string, id ID, n int) ([]byte, error) {
-	m, err := shmsync.CreateMapped(path, n)
+// Create makes the segment of id in a memory file of n bytes with no name
+// (shmsync.CreateMemfd: nothing of it outlives the processes that use it,
+// however they end), maps and pre-touches it, and writes the common header
+// with this process as its creator. The caller then writes its layout
+// words and whatever else peers read once they saw the magic, and calls
+// Publish. Peers open the file through its FileRef while fd stays open;
+// close fd once they all did.
+func (f Format) Create(name string, id ID, n int) (m []byte, fd int, err error) {
+	m, fd, err = shmsync.CreateMemfd(name, n)
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	me := shmsync.Self()
 	ne := binary.NativeEndian
@@ -31,7 +33,7 @@ func (f Format) Create(path string, id ID, n int) ([]byte, error) {
 	ne.PutUint64(m[offStart:], me.Start)
 	ne.PutUint64(m[offRank:], uint64(id.Rank))
 	ne.PutUint64(m[offSize:], uint64(id.Size))
-	return m, nil
+	return m, fd, nil
 }
 
 // Publish marks the segment m ready, then publishes its magic: a peer that
@@ -44,24 +46,29 @@ func (f Format) Publish(m []byte) {
 // File is a peer's segment file, open while its header is checked and
 // its parts mapped.
 type File struct {
-	Path   string
-	ID     ID    // whose segment it must be
-	Size   int64 // of the file
+	Path   string // where it was opened from, for messages
+	ID     ID     // whose segment it must be
+	Size   int64  // of the file
 	format Format
 	fd     int
 }
 
-// Open opens the segment file at path that id.Rank created, for Check and
-// Map; it must have at least min bytes, and has at least the header page.
-// Close it once mapped: mappings outlive it.
-func (f Format) Open(path string, id ID, min int64) (*File, error) {
+// Open opens the segment that id.Rank created and published as ref, for
+// Check and Map, with open (nil: shmsync.OpenProcFd); it must have at least
+// min bytes, and has at least the header page. Close it once mapped:
+// mappings outlive it.
+func (f Format) Open(open shmsync.Opener, ref shmsync.FileRef, id ID, min int64) (*File, error) {
 	min = max(min, PageSize)
-	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	path := ref.String()
+	fd, err := ref.Open(open, syscall.O_RDWR)
 	if err != nil {
-		if errors.Is(err, syscall.ENOENT) {
+		switch {
+		case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESRCH):
 			return nil, f.lost(id.Rank, path, err)
+		case errors.Is(err, shmsync.ErrOtherFile):
+			return nil, fmt.Errorf("%w: rank %d segment: %w", transport.ErrProtocol, id.Rank, err)
 		}
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, fmt.Errorf("rank %d segment: %w", id.Rank, err)
 	}
 	s := &File{Path: path, ID: id, format: f, fd: fd}
 	var st syscall.Stat_t

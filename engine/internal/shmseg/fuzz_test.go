@@ -3,7 +3,6 @@
 package shmseg
 
 import (
-	"path/filepath"
 	"syscall"
 	"testing"
 )
@@ -12,16 +11,10 @@ import (
 // wrote, or damaged): Check never panics and accepts only the page of the
 // segment it expects; a failure record never reads past its page.
 func FuzzCheckHeader(f *testing.F) {
-	path := filepath.Join(f.TempDir(), "seg")
-	good, err := testFormat.Create(path, testID, PageSize)
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer syscall.Munmap(good)
-	testFormat.Publish(good)
+	ref, good := create(f, testID, PageSize)
 	f.Add(append([]byte(nil), good[:PageSize]...))
 	f.Add(make([]byte, 64))
-	s, err := testFormat.Open(path, testID, 0)
+	s, err := testFormat.Open(nil, ref, testID, 0)
 	if err != nil {
 		f.Fatal(err)
 	}

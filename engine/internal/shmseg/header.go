@@ -85,9 +85,9 @@ const (
 // must not pass for a segment).
 type Format struct {
 	Magic, Version uint64
-	// Lost, if set, is the error Open returns for a segment file that
-	// does not exist (its rank closed and unlinked it, or never made
-	// it); err is the error of open(2). By default a
+	// Lost, if set, is the error Open returns for a segment that is gone
+	// (its process exited, or closed the file's descriptor before this
+	// rank opened it); err is the error of open(2). By default a
 	// *transport.PeerLostError.
 	Lost func(peer int, path string, err error) error
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,28 +18,31 @@ var testFormat = Format{Magic: 0x5453_45544753, Version: 7}
 
 var testID = ID{Tag: [8]byte{1, 2, 3, 4, 5, 6, 7, 8}, Rank: 1, Size: 3}
 
-// create makes a published segment of n bytes for id at a fresh path.
-func create(t *testing.T, id ID, n int) (string, []byte) {
+// create makes a published segment of n bytes for id.
+func create(t testing.TB, id ID, n int) (shmsync.FileRef, []byte) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "seg")
-	m, err := testFormat.Create(path, id, n)
+	m, fd, err := testFormat.Create("seg", id, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Munmap(m) })
+	ref, err := shmsync.RefOf(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Munmap(m); syscall.Close(fd) })
 	Word(m, OffLayout).Store(42)
 	if Word(m, OffMagic).Load() != 0 || Header(m).State().Load() != 0 {
 		t.Fatal("header published before Publish")
 	}
 	testFormat.Publish(m)
-	return path, m
+	return ref, m
 }
 
-// open opens and maps the header page of the segment at path as rank id
+// open opens and maps the header page of the segment ref as rank id
 // would see it, and checks it.
-func open(t *testing.T, f Format, path string, id ID, pid int) (Header, error) {
+func open(t *testing.T, f Format, ref shmsync.FileRef, id ID, pid int) (Header, error) {
 	t.Helper()
-	s, err := f.Open(path, id, 0)
+	s, err := f.Open(nil, ref, id, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -54,8 +56,8 @@ func open(t *testing.T, f Format, path string, id ID, pid int) (Header, error) {
 }
 
 func TestCreateOpen(t *testing.T) {
-	path, _ := create(t, testID, 2*PageSize)
-	h, err := open(t, testFormat, path, testID, os.Getpid())
+	ref, _ := create(t, testID, 2*PageSize)
+	h, err := open(t, testFormat, ref, testID, os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func TestCreateOpen(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	path, _ := create(t, testID, PageSize)
+	ref, _ := create(t, testID, PageSize)
 	other := testID
 	other.Tag[0]++
 	for _, tc := range []struct {
@@ -88,8 +90,8 @@ func TestCheck(t *testing.T) {
 		{"size", testFormat, ID{Tag: testID.Tag, Rank: 1, Size: 4}, 0, "communicator size 3, want 4"},
 		{"pid", testFormat, testID, os.Getpid() + 1, "peer reports pid"},
 	} {
-		_, err := open(t, tc.f, path, tc.id, tc.pid)
-		where := fmt.Sprintf("rank %d segment %s", tc.id.Rank, path)
+		_, err := open(t, tc.f, ref, tc.id, tc.pid)
+		where := fmt.Sprintf("rank %d segment %s", tc.id.Rank, ref)
 		if !errors.Is(err, transport.ErrProtocol) || !strings.Contains(err.Error(), where) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want ErrProtocol naming the rank, the path and %q", tc.name, err, tc.want)
 		}
@@ -97,20 +99,36 @@ func TestCheck(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), "missing")
-	_, err := testFormat.Open(missing, testID, 0)
+	ref, _ := create(t, testID, PageSize)
+	// A descriptor the process closed (or a process that exited): the
+	// peer is gone.
+	gone := shmsync.FileRef{Pid: os.Getpid(), Fd: 1 << 20, Dev: ref.Dev, Ino: ref.Ino}
+	_, err := testFormat.Open(nil, gone, testID, 0)
 	var lost *transport.PeerLostError
-	if !errors.As(err, &lost) || lost.Peer != testID.Rank || !strings.Contains(err.Error(), missing) {
-		t.Errorf("missing file: %v, want a PeerLostError for rank %d naming the path", err, testID.Rank)
+	if !errors.As(err, &lost) || lost.Peer != testID.Rank || !strings.Contains(err.Error(), gone.String()) {
+		t.Errorf("closed descriptor: %v, want a PeerLostError for rank %d naming the path", err, testID.Rank)
 	}
 	custom := testFormat
 	sentinel := errors.New("gone")
 	custom.Lost = func(peer int, path string, err error) error { return sentinel }
-	if _, err := custom.Open(missing, testID, 0); err != sentinel {
-		t.Errorf("missing file with Format.Lost: %v", err)
+	if _, err := custom.Open(nil, gone, testID, 0); err != sentinel {
+		t.Errorf("closed descriptor with Format.Lost: %v", err)
 	}
-	path, _ := create(t, testID, PageSize)
-	if _, err := testFormat.Open(path, testID, 2*PageSize); !errors.Is(err, transport.ErrProtocol) ||
+	// Another file behind the descriptor number (a recycled pid or
+	// descriptor): refused by its inode, not taken for the segment.
+	other := ref
+	other.Ino++
+	if _, err := testFormat.Open(nil, other, testID, 0); !errors.Is(err, shmsync.ErrOtherFile) || errors.As(err, &lost) {
+		t.Errorf("other inode: %v, want ErrOtherFile", err)
+	}
+	// A process whose descriptors this one may not open.
+	denied := func(pid, fd, flags int) (int, error) {
+		return -1, &os.PathError{Op: "open", Path: shmsync.FileRef{Pid: pid, Fd: fd}.String(), Err: syscall.EACCES}
+	}
+	if _, err := testFormat.Open(denied, ref, testID, 0); !errors.Is(err, syscall.EACCES) || errors.As(err, &lost) {
+		t.Errorf("permission denied: %v", err)
+	}
+	if _, err := testFormat.Open(nil, ref, testID, 2*PageSize); !errors.Is(err, transport.ErrProtocol) ||
 		!strings.Contains(err.Error(), "too small") {
 		t.Errorf("short file: %v", err)
 	}

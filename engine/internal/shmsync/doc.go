@@ -48,4 +48,14 @@
 // process; Proc.Alive combines kill(pid, 0) with that check and treats a
 // zombie as dead. Reading /proc allocates nothing, so a waiter may check
 // liveness from an allocation-free path.
+//
+// # Memory files
+//
+// Shared memory lives in anonymous memory files (CreateMemfd), which have
+// no name anywhere: nothing of them outlives the processes that hold them
+// open or mapped. Another process opens one through /proc/<pid>/fd/<fd>
+// (FileRef.Open, which checks the inode), which the kernel allows only to
+// a process that may inspect the owner; NewProbe makes an empty one to
+// find out before anything depends on it. Opener lets tests inject a
+// process that may not.
 package shmsync

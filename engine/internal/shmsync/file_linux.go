@@ -2,35 +2,22 @@ package shmsync
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// CreateMapped creates the file path (it must not exist), sizes it to n
-// bytes, allocates its pages and maps it shared, read-write, every page
-// touched. Allocating up front makes a full /dev/shm fail here instead of
-// raising SIGBUS on first touch; touching faults the pages in now, since
-// /dev/shm has no huge pages and first-touch faults would land in the hot
-// path. On error nothing is left behind.
-func CreateMapped(path string, n int) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, &os.PathError{Op: "create", Path: path, Err: err}
-	}
-	defer syscall.Close(fd)
-	m, err := sizeAndMap(fd, n, path)
-	if err != nil {
-		syscall.Unlink(path)
-	}
-	return m, err
-}
-
-// CreateMemfd is CreateMapped for an anonymous memory file (memfd_create):
-// it has no name anywhere, so nothing of it outlives the processes that
+// CreateMemfd creates an anonymous memory file (memfd_create) of n bytes,
+// allocates its pages and maps it shared, read-write, every page touched.
+// It has no name anywhere, so nothing of it outlives the processes that
 // hold it open or mapped, whatever way they end. Others on the host open it
-// through /proc/<pid>/fd/<fd> while the returned descriptor stays open.
+// through /proc/<pid>/fd/<fd> (FileRef) while the returned descriptor stays
+// open. Allocating up front makes a memory limit fail here instead of
+// raising SIGBUS on first touch; touching faults the pages in now, since
+// first-touch faults would otherwise land in the hot path. name shows only
+// in /proc/<pid>/fd links, for debugging.
 func CreateMemfd(name string, n int) (mem []byte, fd int, err error) {
 	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
@@ -65,4 +52,66 @@ func sizeAndMap(fd, n int, name string) ([]byte, error) {
 		m[i] = 0
 	}
 	return m, nil
+}
+
+// RefOf is the reference peers use to open this process's descriptor fd.
+func RefOf(fd int) (FileRef, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return FileRef{}, &os.PathError{Op: "stat", Path: FileRef{Pid: self.Pid, Fd: fd}.String(), Err: err}
+	}
+	return FileRef{Pid: self.Pid, Fd: fd, Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+// OpenProcFd opens /proc/<pid>/fd/<fd>. The kernel allows it when this
+// process may inspect pid (the same user and pid dumpable, or a privileged caller).
+func OpenProcFd(pid, fd, flags int) (int, error) {
+	path := FileRef{Pid: pid, Fd: fd}.String()
+	nfd, err := syscall.Open(path, flags|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return nfd, nil
+}
+
+// ErrOtherFile marks a descriptor that is not the file its FileRef names.
+var ErrOtherFile = errors.New("not the file the peer published")
+
+// Open opens the file r names with open (nil: OpenProcFd) and flags, and
+// checks that it is that file. An error wrapping syscall.ENOENT means the
+// process or its descriptor is gone.
+func (r FileRef) Open(open Opener, flags int) (int, error) {
+	if open == nil {
+		open = OpenProcFd
+	}
+	fd, err := open(r.Pid, r.Fd, flags)
+	if err != nil {
+		return -1, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return -1, &os.PathError{Op: "stat", Path: r.String(), Err: err}
+	}
+	if st.Dev != r.Dev || st.Ino != r.Ino {
+		syscall.Close(fd)
+		return -1, fmt.Errorf("%s: %w (inode %d:%d, want %d:%d)", r, ErrOtherFile, st.Dev, st.Ino, r.Dev, r.Ino)
+	}
+	return fd, nil
+}
+
+// NewProbe makes an empty memory file for peers to try opening (Open)
+// before any segment depends on it: whether this process may open another's
+// /proc/<pid>/fd depends on both processes' credentials. Close fd once
+// every peer tried.
+func NewProbe() (ref FileRef, fd int, err error) {
+	fd, err = unix.MemfdCreate("gocoll-probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return FileRef{}, -1, &os.PathError{Op: "memfd_create", Path: "gocoll-probe", Err: err}
+	}
+	if ref, err = RefOf(fd); err != nil {
+		syscall.Close(fd)
+		return FileRef{}, -1, err
+	}
+	return ref, fd, nil
 }

@@ -316,3 +316,42 @@ func TestParseStat(t *testing.T) {
 		}
 	}
 }
+
+// A probe file opens through /proc/<pid>/fd while its descriptor is open,
+// and only as the file it names: not once closed (ENOENT, as for a process
+// that exited), not when the descriptor number now holds another file.
+func TestFileRef(t *testing.T) {
+	ref, fd, err := NewProbe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.Pid != os.Getpid() || ref.Fd != fd || ref.Ino == 0 {
+		t.Fatalf("probe %+v, descriptor %d", ref, fd)
+	}
+	got, err := ref.Open(nil, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(got)
+	var opened []int
+	spy := func(pid, fd, flags int) (int, error) { opened = append(opened, fd); return OpenProcFd(pid, fd, flags) }
+	if got, err := ref.Open(spy, syscall.O_RDONLY); err != nil || len(opened) != 1 || opened[0] != ref.Fd {
+		t.Fatalf("through an injected opener: %v, opened %v", err, opened)
+	} else {
+		syscall.Close(got)
+	}
+	syscall.Close(fd)
+	if _, err := ref.Open(nil, syscall.O_RDONLY); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("closed: %v, want ENOENT", err)
+	}
+	other, ofd, err := NewProbe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(ofd)
+	stale := other
+	stale.Ino = ref.Ino // the number may even be the same: the file is not
+	if _, err := stale.Open(nil, syscall.O_RDONLY); !errors.Is(err, ErrOtherFile) {
+		t.Errorf("another file behind the descriptor: %v, want ErrOtherFile", err)
+	}
+}

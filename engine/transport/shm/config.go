@@ -1,18 +1,21 @@
 // Package shm is a transport.Transport between processes on one host through
-// memory-mapped files in /dev/shm.
+// shared memory.
 //
-// Each rank creates one segment file, /dev/shm/gocoll-<tag hex>-<rank>, that
-// holds its inbound traffic: one single-producer/single-consumer byte ring per
+// Each rank creates one segment, an anonymous memory file (memfd_create)
+// that holds its inbound traffic: one single-producer/single-consumer byte ring per
 // local peer that sends to it. A Send copies the frame header and the payload
 // into the ring for this sender in the receiver's segment; a Recv copies out of
 // the ring for that peer in its own segment. Messages larger than a ring stream
 // through it in chunks, so any size works.
 //
 // Lifecycle: Create makes and maps the own segment; the caller exchanges
-// Path() and the process id with the other local ranks out of band; Connect
-// opens and maps the peers' segments and verifies their headers; after a
-// barrier that tells that everyone connected the caller calls Unlink, so that
-// a crash later leaks no file. Close and Abort unmap and unlink as well.
+// Ref() (process id, descriptor, inode) with the other local ranks out of
+// band; Connect opens the peers' segments through /proc/<pid>/fd/<fd>,
+// checks their inodes, maps them and verifies their headers; after a
+// barrier that tells that everyone connected the caller calls Release,
+// which closes the descriptor. The file never has a name, so nothing of it
+// outlives the processes that map it, even when one is killed during
+// setup. Close and Abort unmap and release as well.
 //
 // Waiting (ring full or empty) follows shmsync.PolicyFor the local ranks:
 // poll, yield (not to goroutines for callers locked to their thread, see
@@ -38,6 +41,8 @@ package shm
 import (
 	"errors"
 	"log/slog"
+
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 )
 
 // Ring sizes (bytes per directed pair). RingBytes is rounded up to a power of
@@ -54,21 +59,22 @@ type Config struct {
 	// Peers are the ranks on this host this transport serves (exchanges
 	// messages with). Rank itself may be listed; it is ignored.
 	Peers []int
-	// Tag identifies the communicator (unique per communicator); it is part
-	// of the file name and verified on Connect.
+	// Tag identifies the communicator (unique per communicator); it is
+	// verified on Connect (and names the memory file in /proc/<pid>/fd,
+	// for debugging).
 	Tag [8]byte
 	// RingBytes is the size of each inbound ring; 0 means DefaultRingBytes.
 	RingBytes int
 	// Logger receives lifecycle and failure messages; nil discards them.
 	Logger *slog.Logger
+	// Open opens a peer's segment through /proc/<pid>/fd; nil means
+	// shmsync.OpenProcFd. Tests inject failures here.
+	Open shmsync.Opener
 }
 
 // PeerInfo is what a rank learns about a peer out of band: the peer's
-// Path() and its process id (0: take the pid recorded in the segment).
-type PeerInfo struct {
-	Path string
-	Pid  int
-}
+// Ref(), which names its process and the descriptor of its segment.
+type PeerInfo = shmsync.FileRef
 
 // ErrClosed is returned by calls made on (or pending during) a closed
 // Transport.

@@ -7,11 +7,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/gocoll/gocoll/engine/internal/shmtest"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/transporttest"
 )
@@ -60,23 +60,22 @@ func (maker) Prepare(cfg transporttest.Config) (transporttest.Setup[transport.Tr
 		return transporttest.Setup[transport.Transport]{}, err
 	}
 	return transporttest.Setup[transport.Transport]{
-		Addr: fmt.Sprintf("%d %s", os.Getpid(), tr.Path()),
+		Addr: refAddr(tr.Ref()),
 		Connect: func(ctx context.Context, addrs []string) (transport.Transport, error) {
 			infos := map[int]PeerInfo{}
 			for _, q := range peers {
 				if q == cfg.Rank {
 					continue
 				}
-				pid, path, _ := strings.Cut(addrs[q], " ")
-				p, err := strconv.Atoi(pid)
+				ref, err := parseRefAddr(addrs[q])
 				if err != nil {
-					return tr, fmt.Errorf("rank %d's address %q: %w", q, addrs[q], err)
+					return tr, fmt.Errorf("rank %d's address: %w", q, err)
 				}
-				infos[q] = PeerInfo{Path: path, Pid: p}
+				infos[q] = ref
 			}
 			return tr, tr.Connect(ctx, infos)
 		},
-		Ready: func() { tr.Unlink() },
+		Ready: func() { tr.Release() },
 	}, nil
 }
 
@@ -93,9 +92,22 @@ func (maker) Watch(tr transport.Transport) {
 	tr.(*Transport).watchOnce(&watcher{pending: map[int]unread{}})
 }
 
+// Leftovers: a job's segments named in /dev/shm (there should never be
+// any) or still open in this process once its transports closed.
 func (maker) Leftovers(job string) []string {
-	m, _ := filepath.Glob("/dev/shm/gocoll-" + job + "-*")
-	return m
+	prefix := "gocoll-" + job + "-"
+	return append(shmtest.Files(prefix), shmtest.Fds(prefix)...)
+}
+
+// refAddr is where peers find a segment, as the kit's address string.
+func refAddr(r PeerInfo) string { return fmt.Sprintf("%d %d %d %d", r.Pid, r.Fd, r.Dev, r.Ino) }
+
+func parseRefAddr(addr string) (PeerInfo, error) {
+	var r PeerInfo
+	if _, err := fmt.Sscanf(addr, "%d %d %d %d", &r.Pid, &r.Fd, &r.Dev, &r.Ino); err != nil {
+		return r, fmt.Errorf("%q: %w", addr, err)
+	}
+	return r, nil
 }
 
 // Roles: "echo", the benchmarks' peer: "PING n size" (receive and send
@@ -165,3 +177,6 @@ func checkNoLeftovers(tb testing.TB, tag [8]byte) {
 		tb.Errorf("segment files left behind: %v", m)
 	}
 }
+
+// segPrefix starts the name of every segment of communicator tag.
+func segPrefix(tag [8]byte) string { return "gocoll-" + hex.EncodeToString(tag[:]) + "-" }

@@ -22,7 +22,7 @@ import (
 // is published (atomic store) and read after it was seen.
 const (
 	segMagic   uint64 = 0x4d4853_4c4c4f4347 // "GCOLLSHM" in little-endian byte order
-	segVersion uint64 = 2
+	segVersion uint64 = 3                   // 3: in a memory file opened by descriptor
 	pageSize          = shmseg.PageSize
 
 	offSlots     = shmseg.OffLayout
@@ -39,8 +39,8 @@ const (
 	ctlProdWait = 384 // producer sleeps on head (producer writes, consumer reads)
 )
 
-// format is the ring segment's kind; a missing segment file means the peer
-// is gone (an error wrapping transport.ErrPeerLost).
+// format is the ring segment's kind; a segment that cannot be found means
+// the peer is gone (an error wrapping transport.ErrPeerLost).
 var format = shmseg.Format{
 	Magic:   segMagic,
 	Version: segVersion,
@@ -81,11 +81,12 @@ func makeRing(ctrl []byte, data []byte) ring {
 }
 
 // createSegment creates, sizes, maps and pre-touches the rank's own segment
-// and writes its header. slotPeers[i] is the rank that produces into slot i.
-func createSegment(path string, tag [8]byte, rank, size int, slotPeers []int, ringBytes int) ([]byte, error) {
-	m, err := format.Create(path, shmseg.ID{Tag: tag, Rank: rank, Size: size}, segmentBytes(len(slotPeers), ringBytes))
+// in a memory file and writes its header. slotPeers[i] is the rank that
+// produces into slot i.
+func createSegment(tag [8]byte, rank, size int, slotPeers []int, ringBytes int) ([]byte, int, error) {
+	m, fd, err := format.Create(fmt.Sprintf("gocoll-%x-%d", tag[:], rank), shmseg.ID{Tag: tag, Rank: rank, Size: size}, segmentBytes(len(slotPeers), ringBytes))
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	ne := binary.NativeEndian
 	ne.PutUint64(m[offSlots:], uint64(len(slotPeers)))
@@ -95,7 +96,7 @@ func createSegment(path string, tag [8]byte, rank, size int, slotPeers []int, ri
 		ne.PutUint64(m[ctrlOff+i*ctrlBytes+ctlPeer:], uint64(p))
 	}
 	format.Publish(m)
-	return m, nil
+	return m, fd, nil
 }
 
 // peerSegment is this rank's view of a peer's segment: the header and
@@ -129,10 +130,11 @@ func (s *peerSegment) unmap() {
 	}
 }
 
-// openSegment maps the peer's segment at path and verifies that it is the
-// segment of rank peer of this communicator with a slot for rank self.
-func openSegment(path string, tag [8]byte, self, peer, size, pid int) (*peerSegment, error) {
-	f, err := format.Open(path, shmseg.ID{Tag: tag, Rank: peer, Size: size}, pageSize)
+// openSegment maps the peer's segment that ref names and verifies that it
+// is the segment of rank peer of this communicator with a slot for rank
+// self.
+func openSegment(open shmsync.Opener, ref PeerInfo, tag [8]byte, self, peer, size int) (*peerSegment, error) {
+	f, err := format.Open(open, ref, shmseg.ID{Tag: tag, Rank: peer, Size: size}, pageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +145,7 @@ func openSegment(path string, tag [8]byte, self, peer, size, pid int) (*peerSegm
 	}
 	// Read the immutable header from a first read-only look.
 	ne := binary.NativeEndian
-	err = f.Check(page, pid)
+	err = f.Check(page, ref.Pid)
 	creator := shmseg.Header(page).Creator()
 	slots := int(ne.Uint64(page[offSlots:]))
 	ringBytes := int(ne.Uint64(page[offRingBytes:]))

@@ -28,7 +28,9 @@ const maxAbortPayload = 64 << 10
 type Transport struct {
 	rank, size int
 	tag        [8]byte
-	path       string
+	fd         int      // the segment's memory file, open until Release (shutMu); -1 after
+	ref        PeerInfo // how peers open it
+	open       shmsync.Opener
 	ringBytes  int
 	log        *slog.Logger
 
@@ -56,7 +58,6 @@ type Transport struct {
 
 	shutMu   sync.Mutex
 	shutDone bool
-	unlinked atomic.Bool
 }
 
 // peerConn is the pair of rings between this rank and one peer.
@@ -82,11 +83,6 @@ var (
 	_ transport.Transport   = (*Transport)(nil)
 	_ transport.VarReceiver = (*Transport)(nil)
 )
-
-// SegmentPath is the file a rank of the communicator tag creates.
-func SegmentPath(tag [8]byte, rank int) string {
-	return fmt.Sprintf("/dev/shm/gocoll-%x-%d", tag[:], rank)
-}
 
 // Create makes this rank's segment, with one inbound ring per peer in
 // cfg.Peers, maps it and pre-touches it.
@@ -122,7 +118,7 @@ func Create(cfg Config) (*Transport, error) {
 		rank:      cfg.Rank,
 		size:      cfg.Size,
 		tag:       cfg.Tag,
-		path:      SegmentPath(cfg.Tag, cfg.Rank),
+		open:      cfg.Open,
 		ringBytes: ringBytes,
 		log:       log,
 		slots:     make(map[int]int, len(peers)),
@@ -132,17 +128,23 @@ func Create(cfg Config) (*Transport, error) {
 	for i, p := range peers {
 		t.slots[p] = i
 	}
-	m, err := createSegment(t.path, cfg.Tag, cfg.Rank, cfg.Size, peers, ringBytes)
+	m, fd, err := createSegment(cfg.Tag, cfg.Rank, cfg.Size, peers, ringBytes)
 	if err != nil {
 		return nil, fmt.Errorf("shm: rank %d: %w", cfg.Rank, err)
 	}
-	t.own = m
-	log.Debug("shm: segment created", "rank", t.rank, "path", t.path, "peers", peers, "ring", ringBytes, "bytes", len(m))
+	t.own, t.fd = m, fd
+	if t.ref, err = shmsync.RefOf(fd); err != nil {
+		syscall.Munmap(m)
+		syscall.Close(fd)
+		return nil, fmt.Errorf("shm: rank %d: %w", cfg.Rank, err)
+	}
+	log.Debug("shm: segment created", "rank", t.rank, "file", t.ref, "peers", peers, "ring", ringBytes, "bytes", len(m))
 	return t, nil
 }
 
-// Path is the file name of this rank's segment, for the peers' Connect.
-func (t *Transport) Path() string { return t.path }
+// Ref is where the peers' Connect finds this rank's segment (until
+// Release).
+func (t *Transport) Ref() PeerInfo { return t.ref }
 
 // Rank is this rank.
 func (t *Transport) Rank() int { return t.rank }
@@ -187,7 +189,7 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		if !ok {
 			return fail(fmt.Errorf("shm: rank %d: peer %d was not in Config.Peers", t.rank, r))
 		}
-		seg, err := openSegment(info.Path, t.tag, t.rank, r, t.size, info.Pid)
+		seg, err := openSegment(t.open, info, t.tag, t.rank, r, t.size)
 		if err != nil {
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w", t.rank, r, err))
 		}
@@ -233,16 +235,21 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 	return nil
 }
 
-// Unlink removes this rank's file name. Mappings stay valid; call it once
-// every peer connected, so that a crash later leaks nothing. Idempotent.
-func (t *Transport) Unlink() error {
-	if t.unlinked.Swap(true) {
-		return nil
+// Release closes the descriptor through which peers open this rank's
+// segment; the mappings stay valid. Call it once every peer connected.
+// Idempotent; Close releases too.
+func (t *Transport) Release() {
+	t.shutMu.Lock()
+	defer t.shutMu.Unlock()
+	t.release()
+}
+
+// release is Release with shutMu held.
+func (t *Transport) release() {
+	if t.fd >= 0 {
+		syscall.Close(t.fd)
+		t.fd = -1
 	}
-	if err := syscall.Unlink(t.path); err != nil && err != syscall.ENOENT {
-		return &os.PathError{Op: "unlink", Path: t.path, Err: err}
-	}
-	return nil
 }
 
 func (t *Transport) localErr() error {
@@ -481,7 +488,7 @@ func (t *Transport) Abort(reason error) {
 
 // Close marks this rank's segment closed (peers waiting on it fail with
 // transport.ErrPeerLost, after what it sent before; the others go on), fails
-// pending calls with ErrClosed, unmaps and unlinks. Idempotent.
+// pending calls with ErrClosed, unmaps and releases. Idempotent.
 func (t *Transport) Close() error {
 	return t.shutdown(nil)
 }
@@ -577,12 +584,9 @@ func (t *Transport) shutdown(reason error) error {
 	syscall.Munmap(t.own)
 	t.own = nil
 	t.opMu.Unlock()
-	err := t.Unlink()
-	if err != nil {
-		t.log.Warn("shm: unlink", "rank", t.rank, "err", err)
-	}
+	t.release()
 	t.log.Debug("shm: closed", "rank", t.rank)
-	return err
+	return nil
 }
 
 // sendAbort writes a KindAbort message announcing t.failure to p if no Send

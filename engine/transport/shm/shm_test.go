@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"syscall"
 	"testing"
 
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
+	"github.com/gocoll/gocoll/engine/internal/shmtest"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -21,40 +24,47 @@ func TestNoLeftovers(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got := len(leftovers(tag)); got != 2 {
-			t.Fatalf("%d segment files after Create, want 2", got)
+		if got := len(shmtest.Fds(segPrefix(tag))); got != 2 {
+			t.Fatalf("%d segment descriptors after Create, want 2", got)
+		}
+		if files := shmtest.Files(segPrefix(tag)); len(files) != 0 {
+			t.Fatalf("named in /dev/shm: %v", files)
 		}
 		for i, tr := range ts {
 			o := ts[1-i]
-			if err := tr.Connect(context.Background(), map[int]PeerInfo{o.Rank(): {Path: o.Path(), Pid: os.Getpid()}}); err != nil {
+			if err := tr.Connect(context.Background(), map[int]PeerInfo{o.Rank(): o.Ref()}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return ts, tag
 	}
+	none := func(t *testing.T, tag [8]byte) {
+		t.Helper()
+		if m := shmtest.Leftovers(segPrefix(tag)); len(m) != 0 {
+			t.Errorf("left: %v", m)
+		}
+	}
 	t.Run("close", func(t *testing.T) {
 		ts, tag := mk(t)
 		ts[0].Close()
 		ts[1].Close()
-		checkNoLeftovers(t, tag)
+		none(t, tag)
 	})
 	t.Run("abort", func(t *testing.T) {
 		ts, tag := mk(t)
 		ts[0].Abort(errors.New("x"))
 		ts[1].Abort(errors.New("y"))
-		checkNoLeftovers(t, tag)
+		none(t, tag)
 	})
-	t.Run("unlink", func(t *testing.T) {
+	t.Run("release", func(t *testing.T) {
 		ts, tag := mk(t)
 		for _, tr := range ts {
-			if err := tr.Unlink(); err != nil {
-				t.Fatal(err)
-			}
-			if err := tr.Unlink(); err != nil {
-				t.Fatal(err)
-			}
+			tr.Release()
+			tr.Release()
 		}
-		checkNoLeftovers(t, tag)
+		if fds := shmtest.Fds(segPrefix(tag)); len(fds) != 0 {
+			t.Fatalf("descriptors open after Release: %v", fds)
+		}
 		// The mappings still work.
 		h := transport.Header{Kind: transport.KindData, Len: 2}
 		if err := ts[0].Send(context.Background(), 1, h, []byte("hi")); err != nil {
@@ -66,6 +76,7 @@ func TestNoLeftovers(t *testing.T) {
 		}
 		ts[0].Close()
 		ts[1].Close()
+		none(t, tag)
 	})
 	t.Run("create-only", func(t *testing.T) {
 		tag := newTag(t)
@@ -74,7 +85,7 @@ func TestNoLeftovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr.Close()
-		checkNoLeftovers(t, tag)
+		none(t, tag)
 	})
 }
 
@@ -96,21 +107,35 @@ func TestConnectVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := Create(Config{Rank: 0, Size: 3, Tag: tagA}); !errors.Is(err, os.ErrExist) {
-		t.Errorf("second Create of the same rank: %v", err)
+	// A memory file that is not a segment.
+	junk, junkFd, err := shmsync.CreateMemfd("junk", 3*pageSize)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer syscall.Munmap(junk)
+	defer syscall.Close(junkFd)
+	junkRef, err := shmsync.RefOf(junkFd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(r PeerInfo, f func(*PeerInfo)) PeerInfo { f(&r); return r }
+	denied := func(pid, fd, flags int) (int, error) { return -1, syscall.EACCES }
 	cases := []struct {
 		name  string
+		open  shmsync.Opener
 		peers map[int]PeerInfo
 		want  error
 	}{
-		{"other-communicator", map[int]PeerInfo{1: {Path: b.Path()}}, transport.ErrProtocol},
-		{"wrong-rank", map[int]PeerInfo{1: {Path: c.Path()}}, transport.ErrProtocol},
-		{"wrong-pid", map[int]PeerInfo{2: {Path: c.Path(), Pid: 1}}, transport.ErrProtocol},
-		{"no-slot-for-us", map[int]PeerInfo{2: {Path: c.Path(), Pid: os.Getpid()}}, transport.ErrProtocol},
-		{"missing", map[int]PeerInfo{1: {Path: "/dev/shm/gocoll-nonexistent-1"}}, transport.ErrPeerLost},
+		{"other-communicator", nil, map[int]PeerInfo{1: b.Ref()}, transport.ErrProtocol},
+		{"wrong-rank", nil, map[int]PeerInfo{1: c.Ref()}, transport.ErrProtocol},
+		{"recycled-descriptor", nil, map[int]PeerInfo{2: with(c.Ref(), func(r *PeerInfo) { r.Ino++ })}, shmsync.ErrOtherFile},
+		{"no-slot-for-us", nil, map[int]PeerInfo{2: c.Ref()}, transport.ErrProtocol},
+		{"missing", nil, map[int]PeerInfo{1: with(b.Ref(), func(r *PeerInfo) { r.Fd = 1 << 20 })}, transport.ErrPeerLost},
+		{"not-a-segment", nil, map[int]PeerInfo{1: junkRef}, transport.ErrProtocol},
+		{"not-allowed", denied, map[int]PeerInfo{2: c.Ref()}, syscall.EACCES},
 	}
 	for _, tc := range cases {
+		a.open = tc.open
 		err := a.Connect(ctx, tc.peers)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
@@ -118,22 +143,13 @@ func TestConnectVerifies(t *testing.T) {
 			t.Logf("%s: %v", tc.name, err)
 		}
 	}
-	// A file that is not a segment.
-	junk := SegmentPath(tagA, 1)
-	if err := os.WriteFile(junk, make([]byte, 3*pageSize), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(junk)
-	if err := a.Connect(ctx, map[int]PeerInfo{1: {Path: junk}}); !errors.Is(err, transport.ErrProtocol) {
-		t.Errorf("junk file: %v", err)
-	}
+	a.open = nil
 	// Not in Config.Peers.
-	if err := c.Connect(ctx, map[int]PeerInfo{0: {Path: a.Path()}}); err == nil {
+	if err := c.Connect(ctx, map[int]PeerInfo{0: a.Ref()}); err == nil {
 		t.Error("Connect to a rank outside Config.Peers succeeded")
 	}
 	// A failed Connect leaves the transport connectable.
-	os.Remove(junk)
-	if err := c.Connect(ctx, map[int]PeerInfo{1: {Path: b.Path()}}); !errors.Is(err, transport.ErrProtocol) {
+	if err := c.Connect(ctx, map[int]PeerInfo{1: b.Ref()}); !errors.Is(err, transport.ErrProtocol) {
 		t.Errorf("c to b: %v", err)
 	}
 }
@@ -156,7 +172,7 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	if tr.ringBytes != 8192 || len(tr.slots) != 1 || tr.Rank() != 0 || tr.Size() != 2 || tr.Path() != SegmentPath(tag, 0) {
-		t.Errorf("ring %d slots %v rank %d size %d path %s", tr.ringBytes, tr.slots, tr.Rank(), tr.Size(), tr.Path())
+	if tr.ringBytes != 8192 || len(tr.slots) != 1 || tr.Rank() != 0 || tr.Size() != 2 || tr.Ref().Pid != os.Getpid() || tr.Ref().Fd < 0 {
+		t.Errorf("ring %d slots %v rank %d size %d segment %+v", tr.ringBytes, tr.slots, tr.Rank(), tr.Size(), tr.Ref())
 	}
 }

@@ -17,19 +17,14 @@ var _ transport.Transport = (*Transport)(nil)
 
 var errUnsupported = fmt.Errorf("shm transport: %w on this platform", errors.ErrUnsupported)
 
-// SegmentPath is the file a rank of the communicator tag creates.
-func SegmentPath(tag [8]byte, rank int) string {
-	return fmt.Sprintf("/dev/shm/gocoll-%x-%d", tag[:], rank)
-}
-
 // Create fails: the shared-memory transport needs Linux.
 func Create(cfg Config) (*Transport, error) { return nil, errUnsupported }
 
-func (t *Transport) Path() string                                              { return "" }
+func (t *Transport) Ref() PeerInfo                                             { return PeerInfo{} }
 func (t *Transport) Rank() int                                                 { return 0 }
 func (t *Transport) Size() int                                                 { return 0 }
 func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error { return errUnsupported }
-func (t *Transport) Unlink() error                                             { return nil }
+func (t *Transport) Release()                                                  {}
 func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data []byte) error {
 	return errUnsupported
 }
