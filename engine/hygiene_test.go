@@ -317,7 +317,7 @@ func settled(t testing.TB, base usage) usage {
 
 // multiCycles is how many create/destroy cycles of multi-rank
 // communicators TestCreateDestroyCycles runs: a fifth of GOCOLL_TEST_CYCLES
-// (CI sets 1000; the C and Python tests run that many, in processes of
+// (the long run sets 1000; the C and Python tests run that many, in processes of
 // their own), else 40.
 func multiCycles() int {
 	if n, err := strconv.Atoi(os.Getenv("GOCOLL_TEST_CYCLES")); err == nil && n >= 10 {

@@ -79,7 +79,7 @@ func cycles(def int) int {
 
 // TestCreateDestroyCycles: 1,000 one-rank communicators, and 4 processes
 // joining a fresh 4-rank communicator every cycle (GOCOLL_TEST_CYCLES
-// cycles, CI sets 1000; 50 by default: each takes 0.1-0.4 s on 2 cores,
+// cycles, 1000 in the long run; 50 by default: each takes 0.1-0.4 s on 2 cores,
 // most of it setting up and tearing down ~100 MiB of shared-memory
 // mappings per rank), each used for an allreduce in plain and
 // gocollMemAlloc memory and a split with an allreduce on the child, leave

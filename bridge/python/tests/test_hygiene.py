@@ -18,7 +18,7 @@ THREADS_SLACK = 3
 
 
 def cycles(default):
-    """GOCOLL_TEST_CYCLES (CI sets 1000), or default."""
+    """GOCOLL_TEST_CYCLES (1000 in the long run), or default."""
     try:
         n = int(os.environ.get("GOCOLL_TEST_CYCLES", ""))
         return n if n > 1 else default
