@@ -87,7 +87,7 @@ def unique_id(cycle, rank, directory):
 
 def allreduce_check(comm, x, rank, members_sum, what):
     x[:] = rank + 1
-    comm.allreduce(x)
+    comm.all_reduce(x)
     assert np.all(x == members_sum), "%s: %s, want %d" % (what, x[:4], members_sum)
 
 
