@@ -55,11 +55,11 @@ func (m groupMaker) PrepareGroup(cfg transporttest.Config) (transporttest.Setup[
 		return transporttest.Setup[transporttest.Group]{}, err
 	}
 	return transporttest.Setup[transporttest.Group]{
-		Addr: refAddr(a.Ref()),
+		Addr: shmtest.RefAddr(a.Ref()),
 		Connect: func(ctx context.Context, addrs []string) (transporttest.Group, error) {
 			peers := map[int]PeerInfo{}
 			for q, addr := range addrs {
-				ref, err := parseRefAddr(addr)
+				ref, err := shmtest.ParseRefAddr(addr)
 				if err != nil {
 					return kitRank{a}, fmt.Errorf("rank %d's address: %w", q, err)
 				}
@@ -80,17 +80,6 @@ func (groupMaker) Leftovers(job string) []string {
 // allocPrefix starts the names of communicator tag's registered
 // allocations (memory files: they show in /proc/<pid>/fd and maps only).
 func allocPrefix(tag [8]byte) string { return fmt.Sprintf("gocoll-alloc-%x-", tag[:]) }
-
-// refAddr is where peers find an arena, as the kit's address string.
-func refAddr(r PeerInfo) string { return fmt.Sprintf("%d %d %d %d", r.Pid, r.Fd, r.Dev, r.Ino) }
-
-func parseRefAddr(addr string) (PeerInfo, error) {
-	var r PeerInfo
-	if _, err := fmt.Sscanf(addr, "%d %d %d %d", &r.Pid, &r.Fd, &r.Dev, &r.Ino); err != nil {
-		return r, fmt.Errorf("%q: %w", addr, err)
-	}
-	return r, nil
-}
 
 // kitRank is an arena as the kit's Group.
 type kitRank struct{ *Arena }

@@ -8,9 +8,12 @@
 package shmtest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/gocoll/gocoll/engine/internal/shmsync"
 )
 
 // ShmDir is where named shared memory would appear.
@@ -52,4 +55,19 @@ func Maps(prefix string) []string {
 // Leftovers is Files, Fds and Maps together.
 func Leftovers(prefix string) []string {
 	return append(append(Files(prefix), Fds(prefix)...), Maps(prefix)...)
+}
+
+// RefAddr writes where peers find a segment as one line of text (the
+// transport test kit's address, or what a child process prints).
+func RefAddr(r shmsync.FileRef) string {
+	return fmt.Sprintf("%d %d %d %d", r.Pid, r.Fd, r.Dev, r.Ino)
+}
+
+// ParseRefAddr reads RefAddr's text back.
+func ParseRefAddr(addr string) (shmsync.FileRef, error) {
+	var r shmsync.FileRef
+	if _, err := fmt.Sscanf(addr, "%d %d %d %d", &r.Pid, &r.Fd, &r.Dev, &r.Ino); err != nil {
+		return r, fmt.Errorf("segment reference %q: %w", addr, err)
+	}
+	return r, nil
 }

@@ -60,14 +60,14 @@ func (maker) Prepare(cfg transporttest.Config) (transporttest.Setup[transport.Tr
 		return transporttest.Setup[transport.Transport]{}, err
 	}
 	return transporttest.Setup[transport.Transport]{
-		Addr: refAddr(tr.Ref()),
+		Addr: shmtest.RefAddr(tr.Ref()),
 		Connect: func(ctx context.Context, addrs []string) (transport.Transport, error) {
 			infos := map[int]PeerInfo{}
 			for _, q := range peers {
 				if q == cfg.Rank {
 					continue
 				}
-				ref, err := parseRefAddr(addrs[q])
+				ref, err := shmtest.ParseRefAddr(addrs[q])
 				if err != nil {
 					return tr, fmt.Errorf("rank %d's address: %w", q, err)
 				}
@@ -97,17 +97,6 @@ func (maker) Watch(tr transport.Transport) {
 func (maker) Leftovers(job string) []string {
 	prefix := "gocoll-" + job + "-"
 	return append(shmtest.Files(prefix), shmtest.Fds(prefix)...)
-}
-
-// refAddr is where peers find a segment, as the kit's address string.
-func refAddr(r PeerInfo) string { return fmt.Sprintf("%d %d %d %d", r.Pid, r.Fd, r.Dev, r.Ino) }
-
-func parseRefAddr(addr string) (PeerInfo, error) {
-	var r PeerInfo
-	if _, err := fmt.Sscanf(addr, "%d %d %d %d", &r.Pid, &r.Fd, &r.Dev, &r.Ino); err != nil {
-		return r, fmt.Errorf("%q: %w", addr, err)
-	}
-	return r, nil
 }
 
 // Roles: "echo", the benchmarks' peer: "PING n size" (receive and send
