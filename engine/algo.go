@@ -53,6 +53,20 @@ const (
 	hierMin        = 64 << 10 // across hosts, from here the hierarchical forms
 )
 
+// All-to-all across hosts, in bytes per peer (measured with build/hosts on
+// 2x4 to 4x4 emulated hosts at 1 Gbit/s; the table in README
+// "Algorithms"): one repacking rank per host up to leaderBlock where hosts
+// hold several ranks, Bruck up to hostsBruckBlock, and the leader again at
+// 16 ranks and more up to leaderBigBlock, where the pairwise exchange's
+// N-1 messages cost most; with one rank per host, Bruck up to
+// hostsBruckBlock, then every block sent at once up to leaderOneBlock.
+const (
+	leaderBlock     = 1 << 10
+	hostsBruckBlock = 4 << 10
+	leaderBigBlock  = 8 << 10
+	leaderOneBlock  = 64 << 10
+)
+
 func always(shape) bool    { return true }
 func onlyShm(s shape) bool { return s.shm }
 func hier(s shape) bool    { return s.multiHost() }
@@ -97,11 +111,15 @@ var registry = []algorithm{
 	{sched.ReduceScatter, "hd", builder(sched.ReduceScatter, "hd"), always, never},
 
 	{sched.AllToAll, "shm", nil, onlyShm, always},
-	{sched.AllToAll, "bruck", builder(sched.AllToAll, "bruck"), always, func(s shape) bool { return s.bytes/max(s.n, 1) <= smallAlltoall && s.n > 2 }},
+	// Document 001's aggregation with one repacking rank per host, which
+	// also relays: the fewest messages of all (36 on 4 hosts × 4 ranks,
+	// Bruck 64, pairwise 240), every byte sent three times.
+	{sched.AllToAll, "aggregate-leader", builder(sched.AllToAll, "aggregate-leader"), always, leaderAuto},
+	{sched.AllToAll, "bruck", builder(sched.AllToAll, "bruck"), always, bruckAuto},
 	{sched.AllToAll, "pairwise", builder(sched.AllToAll, "pairwise"), always, always},
-	// Document 001's aggregation (about 2√N messages per rank, every byte
-	// sent twice): chosen by name until thresholds are measured across
-	// hosts, where message counts matter.
+	// Document 001's aggregation with the sub-matrices spread over the
+	// ranks (about 2√N messages per rank, every byte sent twice): measured
+	// never clearly ahead of the leader form or Bruck, so by name only.
 	{sched.AllToAll, "aggregate", builder(sched.AllToAll, "aggregate"), always, never},
 	// The same under document 001's control tree, which pairs sub-groups
 	// as their ranks arrive (engine/tree.go): by name only.
@@ -121,6 +139,36 @@ var registry = []algorithm{
 }
 
 func never(shape) bool { return false }
+
+// block is an all-to-all's bytes per peer.
+func (s shape) block() int { return s.bytes / max(s.n, 1) }
+
+// leaderAuto: across hosts that hold several ranks each, where the
+// messages a rank sends and wakes for cost more than moving bytes twice
+// more; with one rank per host, where it is every block sent at once
+// (groups of one), for mid-sized blocks past Bruck's.
+func leaderAuto(s shape) bool {
+	if s.hosts <= 1 {
+		return false
+	}
+	b := s.block()
+	if s.n < 2*s.hosts {
+		return b > hostsBruckBlock && b <= leaderOneBlock
+	}
+	return b <= leaderBlock || (s.n >= 16 && b > hostsBruckBlock && b <= leaderBigBlock)
+}
+
+// bruckAuto: log N rounds instead of N-1 messages while blocks are small;
+// across hosts, where each message crosses the network, up to larger ones.
+func bruckAuto(s shape) bool {
+	if s.n <= 2 {
+		return false
+	}
+	if s.hosts > 1 {
+		return s.block() <= hostsBruckBlock
+	}
+	return s.block() <= smallAlltoall
+}
 
 // algos lists the registry's entries for coll, in preference order.
 func algos(coll sched.Coll) []*algorithm {

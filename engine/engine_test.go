@@ -26,7 +26,7 @@ var awkwardCounts = []int{0, 1, 5, 13, 64}
 // in-memory transport and over shared memory (see worlds).
 func TestConformanceInProcess(t *testing.T) {
 	algos := []string{"", "allreduce=ring,reduce=tree,broadcast=pipeline,alltoall=bruck,reducescatter=ring",
-		"allreduce=hd,reduce=hd,reducescatter=hd,broadcast=tree,alltoall=pairwise", "allreduce=rd", "allreduce=dbtree", "alltoall=aggregate,alltoallv=aggregate,alltoallw=aggregate", "alltoall=aggregate-tree,alltoallv=aggregate-tree,alltoallw=aggregate-tree"}
+		"allreduce=hd,reduce=hd,reducescatter=hd,broadcast=tree,alltoall=pairwise", "allreduce=rd,alltoall=aggregate-leader", "allreduce=dbtree", "alltoall=aggregate,alltoallv=aggregate,alltoallw=aggregate", "alltoall=aggregate-tree,alltoallv=aggregate-tree,alltoallw=aggregate-tree"}
 	for _, w := range worlds {
 		for n := 1; n <= 9; n++ {
 			for _, algo := range algos {
@@ -423,6 +423,15 @@ func TestAlgoSpec(t *testing.T) {
 		{shape{coll: sched.AllReduce, bytes: 4 << 10, n: 4, hosts: 2, even: true}, "rd"},
 		{shape{coll: sched.AllToAll, bytes: 64 * 8, n: 8}, "bruck"},
 		{shape{coll: sched.AllToAll, bytes: 1 << 20, n: 8}, "pairwise"},
+		// Across hosts, the measured thresholds (README "Algorithms").
+		{shape{coll: sched.AllToAll, bytes: 16 * 512, n: 16, hosts: 4, even: true}, "aggregate-leader"},
+		{shape{coll: sched.AllToAll, bytes: 16 * (2 << 10), n: 16, hosts: 4, even: true}, "bruck"},
+		{shape{coll: sched.AllToAll, bytes: 16 * (8 << 10), n: 16, hosts: 2, even: true}, "aggregate-leader"},
+		{shape{coll: sched.AllToAll, bytes: 8 * (16 << 10), n: 8, hosts: 4, even: true}, "pairwise"},
+		{shape{coll: sched.AllToAll, bytes: 8 * 64, n: 8, hosts: 8, even: true}, "bruck"},
+		{shape{coll: sched.AllToAll, bytes: 8 * (16 << 10), n: 8, hosts: 8, even: true}, "aggregate-leader"},
+		{shape{coll: sched.AllToAll, bytes: 8 * (1 << 20), n: 8, hosts: 8, even: true}, "pairwise"},
+		{shape{coll: sched.AllToAll, bytes: 8 * (2 << 10), n: 8, hosts: 1}, "pairwise"},
 		{shape{coll: sched.Broadcast, bytes: 1 << 20, n: 4}, "pipeline"},
 		{shape{coll: sched.Barrier, n: 4, shm: true}, "shm"},
 	} {

@@ -15,7 +15,10 @@ func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
 	if a := c.algo.override(coll); a != nil && a.can(s) {
 		return a
 	}
-	if c.model != nil && !s.shm && coll != sched.AllToAllv && coll != sched.AllToAllw {
+	// All-to-alls choose by thresholds measured across emulated hosts: the
+	// model prices a message by its wire latency, while here a small
+	// all-to-all costs the wake-ups of the ranks it sends to (leaderAuto).
+	if c.model != nil && !s.shm && coll != sched.AllToAll && coll != sched.AllToAllv && coll != sched.AllToAllw {
 		var cands []*algorithm
 		for _, a := range algos(coll) {
 			if a.build != nil && a.can(s) {

@@ -366,7 +366,7 @@ func TestConformanceProcesses(t *testing.T) {
 	}
 	for _, tr := range []string{"tcp", "auto"} {
 		for _, n := range []int{2, 3, 4} {
-			for _, algo := range []string{"", "allreduce=ring,reduce=tree,alltoall=bruck,broadcast=pipeline", "allreduce=hd,reducescatter=hd,alltoall=aggregate,alltoallv=aggregate,alltoallw=aggregate",
+			for _, algo := range []string{"", "allreduce=ring,reduce=tree,alltoall=bruck,broadcast=pipeline", "allreduce=hd,reducescatter=hd,alltoall=aggregate-leader,alltoallv=aggregate,alltoallw=aggregate",
 				"alltoall=aggregate-tree,alltoallv=aggregate-tree,alltoallw=aggregate-tree"} {
 				t.Run(fmt.Sprintf("%s/n=%d/algo=%s", tr, n, algo), func(t *testing.T) {
 					env := []string{"GOCOLL_TRANSPORT=" + tr, "GOCOLL_ALGO=" + algo, "GOCOLL_TIMEOUT=60s"}

@@ -37,6 +37,9 @@ func TestAggregateGroups(t *testing.T) {
 			t.Run(fmt.Sprintf("n=%d/g=%d/src=%v/dst=%v/count=%d", p.N, p.Group, p.SrcGroups, p.DstGroups, count), func(t *testing.T) {
 				simulate(t, AggregateAllToAll, p)
 			})
+			t.Run(fmt.Sprintf("leader/n=%d/g=%d/src=%v/dst=%v/count=%d", p.N, p.Group, p.SrcGroups, p.DstGroups, count), func(t *testing.T) {
+				simulate(t, LeaderAllToAll, p)
+			})
 		}
 	}
 }
@@ -74,6 +77,43 @@ func TestAggregateBadGroups(t *testing.T) {
 	for _, gs := range [][][]int{{{0, 1}, {1, 2}}, {{0, 1}}, {{0, 1, 2}, {}}, {{0, 1, 5}}} {
 		if _, err := AggregateAllToAll(Params{Coll: AllToAll, N: 3, ElemSize: 1, Count: 1, SrcGroups: gs}); err == nil {
 			t.Errorf("groups %v accepted", gs)
+		}
+	}
+}
+
+// The leader form's message count: with H groups of R ranks, H·(R-1)
+// rows to the leaders, H·(H-1) sub-matrices between them and H·(R-1)
+// deliveries; a rank that leads nothing sends one message.
+func TestLeaderMessageCount(t *testing.T) {
+	for _, c := range []struct{ h, r int }{{4, 4}, {2, 8}, {8, 2}, {4, 1}, {1, 4}, {3, 5}} {
+		n := c.h * c.r
+		var groups [][]int
+		for h := range c.h {
+			var g []int
+			for i := range c.r {
+				g = append(g, h*c.r+i)
+			}
+			groups = append(groups, g)
+		}
+		s, err := LeaderAllToAll(Params{Coll: AllToAll, N: n, ElemSize: 1, Count: 8, SrcGroups: groups, DstGroups: groups})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for r := range n {
+			sends := 0
+			for _, op := range s.Ops(r) {
+				if op.Kind == Send {
+					sends++
+				}
+			}
+			if r%c.r != 0 && sends != 1 {
+				t.Errorf("%dx%d: rank %d (no leader) sends %d messages, want 1", c.h, c.r, r, sends)
+			}
+			total += sends
+		}
+		if want := 2*c.h*(c.r-1) + c.h*(c.h-1); total != want {
+			t.Errorf("%dx%d: %d messages in all, want %d", c.h, c.r, total, want)
 		}
 	}
 }

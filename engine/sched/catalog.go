@@ -35,6 +35,7 @@ var catalog = []Entry{
 	{AllToAll, "bruck", BruckAllToAll, false},
 	{AllToAll, "aggregate", AggregateAllToAll, false},
 	{AllToAll, "aggregate-tree", AggregateTreeAllToAll, false},
+	{AllToAll, "aggregate-leader", LeaderAllToAll, false},
 	{AllToAllv, "pairwise", PairwiseAllToAllv, false},
 	{AllToAllv, "aggregate", AggregateAllToAllv, false},
 	{AllToAllv, "aggregate-tree", InBlocks(AllToAllv, AggregateTreeAllToAll), false},

@@ -29,6 +29,7 @@ var flat = []builderCase{
 	{"aggregate", AllToAll, AggregateAllToAll},
 	{"aggregate-relay", AllToAll, func(p Params) (*Schedule, error) { p.Relay = true; return AggregateAllToAll(p) }},
 	{"aggregate-tree", AllToAll, AggregateTreeAllToAll},
+	{"aggregate-leader", AllToAll, LeaderAllToAll},
 	// Block mode: the same schedules over blocks of any size.
 	{"aggregate", AllToAllv, AggregateAllToAllv},
 	{"aggregate-tree", AllToAllv, InBlocks(AllToAllv, AggregateTreeAllToAll)},

@@ -33,7 +33,7 @@ type Arena struct {
 	open       shmsync.Opener // Config.Open
 	slot       int
 	log        *slog.Logger
-	policy     shmsync.Policy // PolicyFor(size)
+	policy     shmsync.Policy // PolicyFor(size), then PolicyAmong the connected ranks
 	wait       shmsync.Policy // the current call's: policy, Goroutines unless Call.Locked
 	noCMA      bool           // Config.NoCMA
 	cma        bool           // every rank can read every peer's memory (decided at the first barrier)
@@ -179,6 +179,11 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		}
 	}
 	a.segs = segs
+	pids := make([]int, 0, len(segs))
+	for _, s := range segs {
+		pids = append(pids, s.proc.Pid)
+	}
+	a.policy = shmsync.PolicyAmong(a.size, pids)
 	cma := !a.noCMA
 	for _, s := range segs {
 		cma = cma && (s == a.me || probeCMA(s))

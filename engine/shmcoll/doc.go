@@ -156,7 +156,10 @@
 //
 // shmsync.PolicyFor(Size): with a core per rank, a few µs of polling, then
 // yielding (16 times and 100 µs), then the futex; with ranks sharing
-// cores, yielding almost at once (100 times and 200 µs). A yield is
+// cores, yielding almost at once (100 times and 200 µs), unless the ranks'
+// processes are in different scheduler groups (shmsync.PolicyAmong: each in
+// its own session, say), where a yield cannot reach the peer and they go
+// to the futex after polling. A yield is
 // sched_yield plus runtime.Gosched, except for callers locked to their
 // thread (Call.Locked: every call entering Go from C), where each Gosched
 // costs ~5 µs: with it, a 4-rank 4 KiB allreduce through the C ABI took

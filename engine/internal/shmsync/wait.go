@@ -77,11 +77,14 @@ func IsLocked(ctx context.Context) bool {
 // 2-rank 4 KiB allreduce take 50-160 µs instead of 1-2 µs (the spinner
 // burnt the slice the descheduled peer needed).
 func PolicyFor(ranks int) Policy {
-	if ranks <= runtime.NumCPU() {
+	if !oversubscribed(ranks) {
 		return Policy{Polls: 2048, Yields: 16, Yield: 100 * time.Microsecond, Goroutines: true}
 	}
 	return Policy{Polls: 16, Yields: 100, Yield: 200 * time.Microsecond, Goroutines: true}
 }
+
+// oversubscribed: more ranks than cores.
+func oversubscribed(ranks int) bool { return ranks > runtime.NumCPU() }
 
 // lowHalf is the offset of the low 32 bits inside a 64-bit word.
 var lowHalf = func() uintptr {

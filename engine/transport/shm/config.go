@@ -17,7 +17,7 @@
 // outlives the processes that map it, even when one is killed during
 // setup. Close and Abort unmap and release as well.
 //
-// Waiting (ring full or empty) follows shmsync.PolicyFor the local ranks:
+// Waiting (ring full or empty) follows shmsync.PolicyAmong the local ranks:
 // poll, yield (not to goroutines for callers locked to their thread, see
 // shmsync.WithLocked), then sleep on a process-shared futex with a short
 // timeout; the other side issues FUTEX_WAKE only when a waiter registered,

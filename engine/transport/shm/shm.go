@@ -194,7 +194,6 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w", t.rank, r, err))
 		}
 		c := &peerConn{rank: r, remote: seg.proc.Pid != self, seg: seg, out: &seg.ring, pidfd: -1}
-		c.policy = shmsync.PolicyFor(len(t.slots) + 1) // the local ranks
 		done = append(done, c)
 		if c.remote {
 			// Before the liveness check, so that it is known to refer
@@ -216,7 +215,13 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		c.inHead = c.in.head.Load()
 		c.outTail = c.out.tail.Load()
 	}
+	pids := []int{self}
 	for _, c := range done {
+		pids = append(pids, c.seg.proc.Pid)
+	}
+	policy := shmsync.PolicyAmong(len(t.slots)+1, pids) // the local ranks
+	for _, c := range done {
+		c.policy = policy
 		t.conns[c.rank] = c
 	}
 	t.connected.Store(true)
