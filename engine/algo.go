@@ -54,13 +54,13 @@ const (
 )
 
 // All-to-all across hosts, in bytes per peer (measured with build/hosts on
-// 2x4 to 4x4 emulated hosts at 1 Gbit/s; the table in README
-// "Algorithms"): one repacking rank per host up to leaderBlock where hosts
-// hold several ranks, Bruck up to hostsBruckBlock, and the leader again at
-// 16 ranks and more up to leaderBigBlock, where the pairwise exchange's
-// N-1 messages cost most; with one rank per host, Bruck up to
-// hostsBruckBlock, then every block sent at once up to leaderOneBlock.
+// 2x4, 4x2, 8x1, 2x8 and 4x4 emulated hosts at 1 Gbit/s; the table in
+// README "Algorithms"): where hosts hold leaderRanks ranks or more, one
+// repacking rank per host up to leaderBlock, at 16 ranks and more up to
+// leaderBigBlock; Bruck up to hostsBruckBlock; with one rank per host,
+// every block sent at once from there up to leaderOneBlock.
 const (
+	leaderRanks     = 4
 	leaderBlock     = 1 << 10
 	hostsBruckBlock = 4 << 10
 	leaderBigBlock  = 8 << 10
@@ -143,19 +143,23 @@ func never(shape) bool { return false }
 // block is an all-to-all's bytes per peer.
 func (s shape) block() int { return s.bytes / max(s.n, 1) }
 
-// leaderAuto: across hosts that hold several ranks each, where the
-// messages a rank sends and wakes for cost more than moving bytes twice
-// more; with one rank per host, where it is every block sent at once
-// (groups of one), for mid-sized blocks past Bruck's.
+// leaderAuto: across hosts with at least leaderRanks ranks each, where the
+// messages a rank sends and wakes for cost more than moving every byte
+// once more (with two ranks a host, a leader saves one message and Bruck
+// stays ahead); with one rank per host, where it is every block sent at
+// once (groups of one), for the mid-sized blocks past Bruck's.
 func leaderAuto(s shape) bool {
 	if s.hosts <= 1 {
 		return false
 	}
 	b := s.block()
-	if s.n < 2*s.hosts {
+	switch perHost := s.n / s.hosts; {
+	case perHost == 1:
 		return b > hostsBruckBlock && b <= leaderOneBlock
+	case perHost >= leaderRanks:
+		return b <= leaderBlock || (s.n >= 16 && b <= leaderBigBlock)
 	}
-	return b <= leaderBlock || (s.n >= 16 && b > hostsBruckBlock && b <= leaderBigBlock)
+	return false
 }
 
 // bruckAuto: log N rounds instead of N-1 messages while blocks are small;

@@ -425,7 +425,9 @@ func TestAlgoSpec(t *testing.T) {
 		{shape{coll: sched.AllToAll, bytes: 1 << 20, n: 8}, "pairwise"},
 		// Across hosts, the measured thresholds (README "Algorithms").
 		{shape{coll: sched.AllToAll, bytes: 16 * 512, n: 16, hosts: 4, even: true}, "aggregate-leader"},
-		{shape{coll: sched.AllToAll, bytes: 16 * (2 << 10), n: 16, hosts: 4, even: true}, "bruck"},
+		{shape{coll: sched.AllToAll, bytes: 16 * (2 << 10), n: 16, hosts: 4, even: true}, "aggregate-leader"},
+		{shape{coll: sched.AllToAll, bytes: 8 * (2 << 10), n: 8, hosts: 2, even: true}, "bruck"},
+		{shape{coll: sched.AllToAll, bytes: 8 * 256, n: 8, hosts: 4, even: true}, "bruck"},
 		{shape{coll: sched.AllToAll, bytes: 16 * (8 << 10), n: 16, hosts: 2, even: true}, "aggregate-leader"},
 		{shape{coll: sched.AllToAll, bytes: 8 * (16 << 10), n: 8, hosts: 4, even: true}, "pairwise"},
 		{shape{coll: sched.AllToAll, bytes: 8 * 64, n: 8, hosts: 8, even: true}, "bruck"},

@@ -25,9 +25,10 @@ func TestTwoHosts(t *testing.T) {
 }
 
 // TestTwoHostsHierarchical forces the hierarchical algorithms at every
-// size: shared-memory rings inside each host, TCP between them.
+// size, and the all-to-all through one repacking rank per host:
+// shared-memory rings inside each host, TCP between them.
 func TestTwoHostsHierarchical(t *testing.T) {
-	runHosts(t, 2, "algo=hier", "GOCOLL_ALGO=hier")
+	runHosts(t, 2, "algo=hier", "GOCOLL_ALGO=hier,alltoall=aggregate-leader")
 }
 
 // TestOneHostPrivateShm runs 3 ranks on one such host: shared-memory rings
