@@ -55,13 +55,7 @@ func TestAggregateMessageCount(t *testing.T) {
 		}
 		most := 0
 		for r := range n {
-			sends := 0
-			for _, op := range s.Ops(r) {
-				if op.Kind == Send {
-					sends++
-				}
-			}
-			most = max(most, sends)
+			most = max(most, sends(s, r))
 		}
 		g := 1
 		for g*g < n {
@@ -101,19 +95,25 @@ func TestLeaderMessageCount(t *testing.T) {
 		}
 		total := 0
 		for r := range n {
-			sends := 0
-			for _, op := range s.Ops(r) {
-				if op.Kind == Send {
-					sends++
-				}
+			k := sends(s, r)
+			if r%c.r != 0 && k != 1 {
+				t.Errorf("%dx%d: rank %d (no leader) sends %d messages, want 1", c.h, c.r, r, k)
 			}
-			if r%c.r != 0 && sends != 1 {
-				t.Errorf("%dx%d: rank %d (no leader) sends %d messages, want 1", c.h, c.r, r, sends)
-			}
-			total += sends
+			total += k
 		}
 		if want := 2*c.h*(c.r-1) + c.h*(c.h-1); total != want {
 			t.Errorf("%dx%d: %d messages in all, want %d", c.h, c.r, total, want)
 		}
 	}
+}
+
+// sends counts the messages rank r sends in s.
+func sends(s *Schedule, r int) int {
+	k := 0
+	for _, op := range s.Ops(r) {
+		if op.Kind == Send {
+			k++
+		}
+	}
+	return k
 }
