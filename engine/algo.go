@@ -265,8 +265,10 @@ func choose(spec algoSpec, s shape) *algorithm {
 	if a := spec.override(s.coll); a != nil && a.can(s) {
 		return a
 	}
-	for _, a := range algos(s.coll) {
-		if a.can(s) && a.auto(s) {
+	// The registry itself, not algos(): this runs on every call, and
+	// walking the table costs less than the slice algos allocates.
+	for i := range registry {
+		if a := &registry[i]; a.coll == s.coll && a.can(s) && a.auto(s) {
 			return a
 		}
 	}

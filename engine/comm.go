@@ -200,7 +200,9 @@ func (c *Comm) execute(r *Request, x *execCtx) {
 		c.opts.Metrics.observe(x.op, x.algo, x.bytes, time.Since(began), err)
 	}
 	r.err = err
-	close(r.done)
+	if r.done != nil { // nil for a blocking call run inline: nobody waits on it
+		close(r.done)
+	}
 }
 
 // startP2P runs a send or receive on its own goroutine, after the previous
@@ -370,7 +372,6 @@ func (c *Comm) run(r *Request, err error) error {
 	c.pending++
 	c.execMu.Lock()
 	c.mu.Unlock()
-	r.done = make(chan struct{})
 	x := &execCtx{c: c, op: r.op, seq: c.seq, locked: c.opts.LockedCallers}
 	c.seq++
 	c.execute(r, x)
