@@ -18,23 +18,20 @@ import (
 // collectives (or the same with another type, count, op, root or algorithm)
 // find out from the first message header instead of exchanging garbage.
 func signature(coll sched.Coll, dt DataType, count int, op RedOp, root int, algo string) uint64 {
-	// FNV-1a by hand: this runs on every call, so no fmt and no allocation.
+	// This runs on every call: no fmt, no allocation, and whole words mixed
+	// at once (byte-wise FNV-1a over the fields took ~3 % of a 4 KiB
+	// allreduce). Only equality across ranks matters, not the function.
 	const prime = 1099511628211
 	h := uint64(14695981039346656037)
 	mix := func(v uint64) {
-		for i := 0; i < 8; i++ {
-			h = (h ^ (v & 0xff)) * prime
-			v >>= 8
-		}
+		h = (h ^ v) * prime
+		h ^= h >> 29
 	}
-	mix(uint64(coll))
 	for i := 0; i < len(algo); i++ {
 		h = (h ^ uint64(algo[i])) * prime
 	}
-	mix(uint64(len(algo)))
-	mix(uint64(dt))
+	mix(uint64(coll) | uint64(uint16(len(algo)))<<8 | uint64(uint8(dt))<<24 | uint64(uint8(op))<<32)
 	mix(uint64(count))
-	mix(uint64(op))
 	mix(uint64(int64(root)))
 	return h
 }
