@@ -20,11 +20,12 @@ import "slices"
 //
 // With the hosts as sub-groups, H hosts of R ranks exchange H·(H-1)
 // messages across the network and 2·H·(R-1) inside the hosts, against
-// N·(N-1) for the pairwise exchange, 2·N·log₂N/2 for Bruck (half of them
-// across hosts) and N·(H-1+R) for AggregateAllToAll's column-wise
-// assignment: on 4 hosts × 4 ranks 36 messages where Bruck sends 64. Where
-// every message costs a process wake-up (many ranks sharing cores) the
-// count decides; every byte travels three times, so it is for small blocks.
+// N·(N-1) for the pairwise exchange and N·⌈log₂N⌉ for Bruck: on 4 hosts ×
+// 4 ranks 36 messages (12 across hosts), where Bruck sends 64 (44),
+// AggregateAllToAll's spread assignment 108 (48) and pairwise 240 (192).
+// Where every message costs a process wake-up (many ranks sharing cores)
+// the count decides; every byte travels three times, so it is for small
+// blocks.
 //
 // Groups are Params.SrcGroups and DstGroups (default: runs of ⌈√N⌉, as
 // AggregateAllToAll); blocks of groups that are not runs of ranks are
