@@ -19,21 +19,21 @@ func ReferenceReduce(dst, src []byte, dt DataType, op RedOp) {
 		d, s := dst[i:i+sz], src[i:i+sz]
 		switch dt {
 		case Int8:
-			d[0] = byte(refInt(int64(int8(d[0])), int64(int8(s[0])), op))
+			d[0] = byte(refInteger(int64(int8(d[0])), int64(int8(s[0])), op))
 		case Uint8:
-			d[0] = byte(refUint(uint64(d[0]), uint64(s[0]), op))
+			d[0] = byte(refInteger(uint64(d[0]), uint64(s[0]), op))
 		case Bool:
 			d[0] = refBool(d[0] != 0, s[0] != 0, op)
 		case Int16:
-			ne.PutUint16(d, uint16(refInt(int64(int16(ne.Uint16(d))), int64(int16(ne.Uint16(s))), op)))
+			ne.PutUint16(d, uint16(refInteger(int64(int16(ne.Uint16(d))), int64(int16(ne.Uint16(s))), op)))
 		case Int32:
-			ne.PutUint32(d, uint32(refInt(int64(int32(ne.Uint32(d))), int64(int32(ne.Uint32(s))), op)))
+			ne.PutUint32(d, uint32(refInteger(int64(int32(ne.Uint32(d))), int64(int32(ne.Uint32(s))), op)))
 		case Uint32:
-			ne.PutUint32(d, uint32(refUint(uint64(ne.Uint32(d)), uint64(ne.Uint32(s)), op)))
+			ne.PutUint32(d, uint32(refInteger(uint64(ne.Uint32(d)), uint64(ne.Uint32(s)), op)))
 		case Int64:
-			ne.PutUint64(d, uint64(refInt(int64(ne.Uint64(d)), int64(ne.Uint64(s)), op)))
+			ne.PutUint64(d, uint64(refInteger(int64(ne.Uint64(d)), int64(ne.Uint64(s)), op)))
 		case Uint64:
-			ne.PutUint64(d, refUint(ne.Uint64(d), ne.Uint64(s), op))
+			ne.PutUint64(d, refInteger(ne.Uint64(d), ne.Uint64(s), op))
 		case Float32:
 			r := refFloat32(math.Float32frombits(ne.Uint32(d)), math.Float32frombits(ne.Uint32(s)), op)
 			ne.PutUint32(d, refCanon32(r))
@@ -88,7 +88,9 @@ func refBool(a, b bool, op RedOp) byte {
 	return 0
 }
 
-func refInt(a, b int64, op RedOp) int64 {
+// refInteger folds two integers, signed (int64) or unsigned (uint64): the
+// comparisons of Max and Min differ by type, the rest is the same bits.
+func refInteger[T int64 | uint64](a, b T, op RedOp) T {
 	switch op {
 	case Band:
 		return a & b
@@ -101,41 +103,9 @@ func refInt(a, b int64, op RedOp) int64 {
 	case Prod:
 		return a * b
 	case Max:
-		if a > b {
-			return a
-		}
-		return b
+		return max(a, b)
 	case Min:
-		if a < b {
-			return a
-		}
-		return b
-	}
-	panic("unreachable")
-}
-
-func refUint(a, b uint64, op RedOp) uint64 {
-	switch op {
-	case Band:
-		return a & b
-	case Bor:
-		return a | b
-	case Bxor:
-		return a ^ b
-	case Sum, Avg:
-		return a + b
-	case Prod:
-		return a * b
-	case Max:
-		if a > b {
-			return a
-		}
-		return b
-	case Min:
-		if a < b {
-			return a
-		}
-		return b
+		return min(a, b)
 	}
 	panic("unreachable")
 }

@@ -36,15 +36,21 @@ _current = None  # the communicator of the blocking call on the main thread
 _armed = {}  # id(comm) -> [comm, operations in flight]: see arm()
 
 
-def enter(comm):
-    """Note a blocking call on ``comm`` starting; returns whether it was
-    noted (then call :func:`leave` when it returns)."""
-    global _current
+def _watching():
+    """Whether Ctrl-C can reach a call here: only on the main thread, once
+    the SIGINT handler is installed (installed on first use)."""
     if threading.get_ident() != _main_ident:
         return False
     if _installed is None:
         _install()
-    if not _installed:
+    return bool(_installed)
+
+
+def enter(comm):
+    """Note a blocking call on ``comm`` starting; returns whether it was
+    noted (then call :func:`leave` when it returns)."""
+    global _current
+    if not _watching():
         return False
     _current = comm
     return True
@@ -60,11 +66,7 @@ def arm(comm):
     inside torch (a future handed to DDP): until :func:`disarm`, Ctrl-C
     aborts ``comm``. Returns whether it was noted (only on the main thread,
     where SIGINT raises KeyboardInterrupt)."""
-    if threading.get_ident() != _main_ident:
-        return False
-    if _installed is None:
-        _install()
-    if not _installed:
+    if not _watching():
         return False
     with _lock:
         entry = _armed.setdefault(id(comm), [comm, 0])
