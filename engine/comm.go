@@ -28,6 +28,7 @@ type Comm struct {
 	log        *slog.Logger
 	id         uint64    // communicator id, equal on every rank (0: none)
 	flight     *recorder // nil when Options.FlightRecords < 0
+	epoch      time.Time // creation, with its monotonic reading: the base of now()
 	announced  sync.Map  // *algorithm → true once logged at INFO
 
 	queue    chan *Request
@@ -127,6 +128,7 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 		recvSeq:  make([]uint64, size),
 	}
 	c.log = opts.Logger.With("rank", rank, "nranks", size)
+	c.epoch = time.Now()
 	c.place(nil, nil)
 	c.abortCtx, c.abort = context.WithCancelCause(context.Background())
 	if c.flight = newRecorder(opts.FlightRecords); c.flight != nil {
@@ -173,6 +175,15 @@ func (c *Comm) loop() {
 	c.p2pWG.Wait()
 }
 
+// now is the current time read from the monotonic clock alone: the
+// communicator's creation time plus the monotonic time since. time.Now
+// reads the wall clock too, and the two vDSO reads of each of the two
+// calls per operation took ~8 % of the cycles of a 4 KiB allgather at 2
+// ranks (perf, 2-vCPU VM). The wall time this gives drifts from the
+// system's only by clock adjustments made since the communicator was
+// created, which the flight recorder's timestamps can bear.
+func (c *Comm) now() time.Time { return c.epoch.Add(time.Since(c.epoch)) }
+
 func (c *Comm) finished() {
 	c.mu.Lock()
 	c.pending--
@@ -180,7 +191,7 @@ func (c *Comm) finished() {
 }
 
 func (c *Comm) execute(r *Request, x *execCtx) {
-	began := time.Now()
+	began := c.now()
 	x.deadline = began.Add(c.opts.Timeout)
 	x.peer.Store(-1)
 	c.flight.begin(x, r, began)
@@ -192,7 +203,7 @@ func (c *Comm) execute(r *Request, x *execCtx) {
 		err = c.opError(x, err)
 	}
 	// Before fail, whose dump must show this operation's outcome.
-	c.flight.end(x, err, time.Now())
+	c.flight.end(x, err, c.now())
 	if err != nil {
 		c.fail(err)
 	}
@@ -468,7 +479,7 @@ func (l lightCtx) Err() error {
 	if err := l.Context.Err(); err != nil {
 		return err
 	}
-	if !time.Now().Before(l.deadline) {
+	if time.Until(l.deadline) <= 0 { // (monotonic clock only)
 		return context.DeadlineExceeded
 	}
 	return nil

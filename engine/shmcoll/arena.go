@@ -34,6 +34,7 @@ type Arena struct {
 	slot       int
 	log        *slog.Logger
 	policy     shmsync.Policy // PolicyFor(size), then PolicyAmong the connected ranks
+	coloc      shmsync.Coloc  // the waits' record of sharing a core with the peers (Policy.Colocation)
 	wait       shmsync.Policy // the current call's: policy, Goroutines unless Call.Locked
 	noCMA      bool           // Config.NoCMA
 	cma        bool           // every rank can read every peer's memory (decided at the first barrier)
@@ -343,6 +344,7 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 	a.cur = record{id: callID{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}}
 	a.wait = a.policy
 	a.wait.Goroutines = !c.Locked
+	a.wait.Coloc = &a.coloc
 	// A peer that aborted or closed will not join this call. (Cheap: the
 	// state lines are only written on failure, so they stay cached.) But
 	// in a broadcast, ranks return without waiting for everyone

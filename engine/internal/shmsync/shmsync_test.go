@@ -11,11 +11,14 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // pair is a counter and its waiter count on separate cache lines, as a
@@ -353,5 +356,122 @@ func TestFileRef(t *testing.T) {
 	stale.Ino = ref.Ino // the number may even be the same: the file is not
 	if _, err := stale.Open(nil, syscall.O_RDONLY); !errors.Is(err, ErrOtherFile) {
 		t.Errorf("another file behind the descriptor: %v, want ErrOtherFile", err)
+	}
+}
+
+func TestColocYielded(t *testing.T) {
+	var c Coloc
+	for i := 0; i < 10; i++ {
+		c.yielded(time.Microsecond) // the peer arrived while nobody else ran
+	}
+	if c.sleep || c.streak != 0 {
+		t.Fatalf("short yields: %+v", c)
+	}
+	for i := 1; i < colocStreak; i++ {
+		c.yielded(colocYield)
+	}
+	c.yielded(0) // one short yield breaks the streak
+	for i := 1; i < colocStreak; i++ {
+		c.yielded(colocYield)
+	}
+	if c.sleep {
+		t.Fatalf("%d long yields with a short one between: %+v", 2*(colocStreak-1), c)
+	}
+	c.yielded(10 * colocYield)
+	if !c.sleep || c.streak != 0 {
+		t.Fatalf("%d long yields in a row: %+v, want the next wait to sleep", colocStreak, c)
+	}
+}
+
+// TestColocSkipsYield: a waiter that found itself sharing a core goes from
+// polling straight to its sleep once, however long its yield phase, and
+// only when the policy watches for it.
+func TestColocSkipsYield(t *testing.T) {
+	var w atomic.Uint64
+	c := Coloc{sleep: true}
+	p := Policy{Polls: 4, Yields: 1 << 30, Yield: time.Hour, Colocation: true, Coloc: &c}
+	done := make(chan bool, 1)
+	go func() { done <- p.Busy(&w, 0) }()
+	select {
+	case got := <-done:
+		if got || c.sleep {
+			t.Fatalf("Busy = %v, sleep = %v: want false (time to sleep) and the flag consumed", got, c.sleep)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Busy yielded instead of going to sleep")
+	}
+	c.sleep = true
+	p = Policy{Polls: 4, Yields: 1, Yield: time.Microsecond, Coloc: &c} // not watching
+	if p.Busy(&w, 0) || !c.sleep {
+		t.Fatalf("a policy without Colocation used the record: %+v", c)
+	}
+}
+
+// TestColocationOnOneCore: two threads forced onto one CPU wait on each
+// other in turn. Every peer arrival then comes during a yield that ran the
+// peer, and the waits must notice and sleep some of the time; without the
+// watch, a yield phase of an hour would never end in a sleep.
+func TestColocationOnOneCore(t *testing.T) {
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		t.Skipf("sched_getaffinity: %v", err)
+	}
+	cpu := 0
+	for !allowed.IsSet(cpu) {
+		cpu++
+	}
+	var a, b pair
+	const rounds = 300
+	sleeps := make(chan int, 2)
+	var ready sync.WaitGroup
+	ready.Add(2)
+	run := func(mine, theirs *pair, first bool) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var one unix.CPUSet
+		one.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			t.Errorf("sched_setaffinity: %v", err)
+		}
+		ready.Done()
+		ready.Wait()
+		var c Coloc
+		p := Policy{Polls: 16, Yields: 1 << 30, Yield: time.Hour, Colocation: true, Coloc: &c}
+		n := 0
+		for i := uint64(1); i <= rounds; i++ {
+			if !first {
+				if !p.Busy(&theirs.word, i-1) {
+					n++
+					if err := p.Await(context.Background(), &theirs.word, &theirs.waiters, i-1, nil); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			Publish(&mine.word, &mine.waiters, i)
+			if first {
+				if !p.Busy(&theirs.word, i-1) {
+					n++
+					if err := p.Await(context.Background(), &theirs.word, &theirs.waiters, i-1, nil); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}
+		sleeps <- n
+	}
+	go run(&a, &b, true)
+	go run(&b, &a, false)
+	total := 0
+	for i := 0; i < 2; i++ {
+		select {
+		case n := <-sleeps:
+			total += n
+		case <-time.After(60 * time.Second):
+			t.Fatal("ping-pong on one core did not finish")
+		}
+	}
+	t.Logf("%d of %d waits went to sleep", total, 2*rounds)
+	if total == 0 {
+		t.Fatal("no wait noticed that it shared the core with its peer")
 	}
 }

@@ -32,6 +32,50 @@ type Policy struct {
 	// through another one, ~5 µs a round on the 2-vCPU VM against well
 	// under 1 µs for sched_yield.
 	Goroutines bool
+
+	// Colocation, when Coloc is set too, watches for the waiter sharing a
+	// core with the rank it waits for and breaks it up (see Coloc).
+	// PolicyFor sets it when each rank has a core.
+	Colocation bool
+	Coloc      *Coloc // the waiter's state across its waits; nil: not watched
+}
+
+// Coloc is one waiter's record, across its waits, of whether the ranks it
+// waits for keep arriving while it yields: the sign that it shares a core
+// with them although the machine has a core per rank.
+//
+// Two ranks that wait on each other with sched_yield can end up on one
+// core while the other stays idle (a wake-up placed the waker's peer next
+// to it, say), and then stay there: each yield hands the core to the
+// other, both run every few µs, so the scheduler's balancer finds both
+// cache-hot and moves neither. Every wait then costs two context switches.
+// Measured on the 2-vCPU VM (perf sched_switch, 2 ranks, 4 KiB
+// allgather): 80 ms of a 0.5 s run with both ranks on one core and the
+// other idle, 11,000 switches between them, and such periods made about
+// a tenth of the calls take 4-6 µs instead of 0.6. A yield that returns
+// after more than colocYield with the peer arrived is the sign; after
+// colocStreak of them in a row, the next wait skips yielding and sleeps on
+// the futex, and the peer's wake places the sleeper on an idle core.
+type Coloc struct {
+	streak int  // waits in a row that ended after a long yield
+	sleep  bool // the next wait goes from polling straight to the futex
+}
+
+const (
+	colocYield  = 2 * time.Microsecond // a sched_yield that ran someone else
+	colocStreak = 3
+)
+
+// yielded records how a wait that yielded ended: the peer's arrival seen
+// after a yield of d.
+func (c *Coloc) yielded(d time.Duration) {
+	if d < colocYield {
+		c.streak = 0
+		return
+	}
+	if c.streak++; c.streak >= colocStreak {
+		c.streak, c.sleep = 0, true
+	}
 }
 
 // lockedKey marks a context whose waits run on a goroutine locked to its
@@ -78,7 +122,7 @@ func IsLocked(ctx context.Context) bool {
 // burnt the slice the descheduled peer needed).
 func PolicyFor(ranks int) Policy {
 	if !oversubscribed(ranks) {
-		return Policy{Polls: 2048, Yields: 16, Yield: 100 * time.Microsecond, Goroutines: true}
+		return Policy{Polls: 2048, Yields: 16, Yield: 100 * time.Microsecond, Goroutines: true, Colocation: true}
 	}
 	return Policy{Polls: 16, Yields: 100, Yield: 200 * time.Microsecond, Goroutines: true}
 }
@@ -146,7 +190,16 @@ func (p *Policy) Busy(word *atomic.Uint64, old uint64) bool {
 		}
 	}
 	if p.Yield > 0 || p.Yields > 0 {
+		coloc := p.Coloc
+		if !p.Colocation {
+			coloc = nil
+		}
+		if coloc != nil && coloc.sleep {
+			coloc.sleep = false
+			return false
+		}
 		start := time.Now()
+		var before time.Duration // when the current yield began, since start
 		for i := 1; ; i++ {
 			if p.Goroutines {
 				runtime.Gosched()
@@ -156,7 +209,13 @@ func (p *Policy) Busy(word *atomic.Uint64, old uint64) bool {
 			}
 			Yield()
 			if word.Load() != old {
+				if coloc != nil {
+					coloc.yielded(time.Since(start) - before)
+				}
 				return true
+			}
+			if coloc != nil {
+				before = time.Since(start)
 			}
 			if i >= p.Yields && time.Since(start) >= p.Yield {
 				break
