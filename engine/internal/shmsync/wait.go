@@ -34,8 +34,8 @@ type Policy struct {
 	Goroutines bool
 
 	// Colocation, when Coloc is set too, watches for the waiter sharing a
-	// core with the rank it waits for and breaks it up (see Coloc).
-	// PolicyFor sets it when each rank has a core.
+	// core with the rank it waits for and breaks it up (see Coloc). Not
+	// with Goroutines. PolicyFor sets it when each rank has a core.
 	Colocation bool
 	Coloc      *Coloc // the waiter's state across its waits; nil: not watched
 }
@@ -190,8 +190,10 @@ func (p *Policy) Busy(word *atomic.Uint64, old uint64) bool {
 		}
 	}
 	if p.Yield > 0 || p.Yields > 0 {
+		// With Goroutines, the Go scheduler's own threads run in the
+		// yields (a Gosched wakes them), which drowns the sign.
 		coloc := p.Coloc
-		if !p.Colocation {
+		if !p.Colocation || p.Goroutines {
 			coloc = nil
 		}
 		if coloc != nil && coloc.sleep {
@@ -199,7 +201,6 @@ func (p *Policy) Busy(word *atomic.Uint64, old uint64) bool {
 			return false
 		}
 		start := time.Now()
-		var before time.Duration // when the current yield began, since start
 		for i := 1; ; i++ {
 			if p.Goroutines {
 				runtime.Gosched()
@@ -207,15 +208,16 @@ func (p *Policy) Busy(word *atomic.Uint64, old uint64) bool {
 					return true
 				}
 			}
+			var before time.Duration
+			if coloc != nil {
+				before = time.Since(start)
+			}
 			Yield()
 			if word.Load() != old {
 				if coloc != nil {
 					coloc.yielded(time.Since(start) - before)
 				}
 				return true
-			}
-			if coloc != nil {
-				before = time.Since(start)
 			}
 			if i >= p.Yields && time.Since(start) >= p.Yield {
 				break
