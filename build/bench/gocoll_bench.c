@@ -603,6 +603,16 @@ int main(int argc, char **argv) {
             dt = (t1 - t0) / iters;
             max_to_root(&dt, &b2b, 1);
             max_to_root(bloc, bglob, iters);
+            if (rank == 0 && getenv("GOCOLL_BENCH_SAMPLES")) {
+                /* every iteration's time in order, to see where a tail comes from */
+                FILE *sf = fopen(getenv("GOCOLL_BENCH_SAMPLES"), "a");
+                if (sf) {
+                    for (i = 0; i < iters; i++)
+                        fprintf(sf, "%s,%d,%zu,%d,%.3f,%.3f\n", op_names[op], nranks, bytes, i, glob[i] * 1e6,
+                                bglob[i] * 1e6);
+                    fclose(sf);
+                }
+            }
             if (rank == 0) {
                 qsort(glob, iters, sizeof(double), cmp_dbl);
                 qsort(bglob, iters, sizeof(double), cmp_dbl);

@@ -159,10 +159,9 @@
 // cores, yielding almost at once (100 times and 200 µs), unless the ranks'
 // processes are in different scheduler groups (shmsync.PolicyAmong: each in
 // its own session, say), where a yield cannot reach the peer and they go
-// to the futex after polling. With a core per rank, a rank that finds
-// itself sharing a core with the peers it waits for sleeps instead of
-// yielding now and then, which moves it to the idle core
-// (shmsync.Coloc). A yield is
+// to the futex after polling. With a core per rank, a caller locked to its
+// thread that finds itself sharing a core with the peers it waits for
+// moves to another CPU (shmsync.Coloc). A yield is
 // sched_yield plus runtime.Gosched, except for callers locked to their
 // thread (Call.Locked: every call entering Go from C), where each Gosched
 // costs ~5 µs: with it, a 4-rank 4 KiB allreduce through the C ABI took

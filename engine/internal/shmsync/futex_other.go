@@ -25,3 +25,6 @@ func FutexWake(addr *uint32) int { return 0 }
 
 // Yield lets other goroutines run.
 func Yield() { runtime.Gosched() }
+
+// moveOff cannot move a thread here.
+func moveOff() bool { return false }

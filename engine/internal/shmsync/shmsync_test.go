@@ -360,7 +360,8 @@ func TestFileRef(t *testing.T) {
 }
 
 func TestColocYielded(t *testing.T) {
-	var c Coloc
+	moved := 0
+	c := Coloc{move: func() bool { moved++; return false }} // a thread that cannot move sleeps
 	for i := 0; i < 10; i++ {
 		c.yielded(time.Microsecond) // the peer arrived while nobody else ran
 	}
@@ -378,8 +379,16 @@ func TestColocYielded(t *testing.T) {
 		t.Fatalf("%d long yields with a short one between: %+v", 2*(colocStreak-1), c)
 	}
 	c.yielded(10 * colocYield)
-	if !c.sleep || c.streak != 0 {
-		t.Fatalf("%d long yields in a row: %+v, want the next wait to sleep", colocStreak, c)
+	if moved != 1 || !c.sleep || c.streak != 0 {
+		t.Fatalf("%d long yields in a row: %d moves, sleep %v, streak %d; want a move tried and, "+
+			"as it failed, the next wait to sleep", colocStreak, moved, c.sleep, c.streak)
+	}
+	c = Coloc{move: func() bool { moved++; return true }}
+	for i := 0; i < colocStreak; i++ {
+		c.yielded(colocYield)
+	}
+	if moved != 2 || c.sleep {
+		t.Fatalf("after a move: %d moves, sleep %v; want no sleep", moved, c.sleep)
 	}
 }
 
@@ -433,6 +442,7 @@ func TestColocationOnOneCore(t *testing.T) {
 		if err := unix.SchedSetaffinity(0, &one); err != nil {
 			t.Errorf("sched_setaffinity: %v", err)
 		}
+		defer unix.SchedSetaffinity(0, &allowed) // before the thread goes back to the pool
 		ready.Done()
 		ready.Wait()
 		var c Coloc
@@ -473,5 +483,42 @@ func TestColocationOnOneCore(t *testing.T) {
 	t.Logf("%d of %d waits went to sleep", total, 2*rounds)
 	if total == 0 {
 		t.Fatal("no wait noticed that it shared the core with its peer")
+	}
+}
+
+// TestMoveOff: the thread lands on another CPU and keeps its affinity mask.
+func TestMoveOff(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &before); err != nil {
+		t.Skipf("sched_getaffinity: %v", err)
+	}
+	if before.Count() < 2 {
+		t.Skipf("%d CPU allowed: nowhere to move", before.Count())
+	}
+	from := currentCPU()
+	if !moveOff() {
+		t.Fatal("moveOff = false with several CPUs allowed")
+	}
+	if to := currentCPU(); to == from {
+		t.Fatalf("still on CPU %d", to)
+	}
+	var after unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatalf("affinity %v after, %v before", after, before)
+	}
+	// A thread allowed one CPU stays.
+	var one unix.CPUSet
+	one.Set(currentCPU())
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &before)
+	if moveOff() {
+		t.Fatal("moveOff moved a thread allowed only its CPU")
 	}
 }

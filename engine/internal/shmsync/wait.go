@@ -53,12 +53,18 @@ type Policy struct {
 // allgather): 80 ms of a 0.5 s run with both ranks on one core and the
 // other idle, 11,000 switches between them, and such periods made about
 // a tenth of the calls take 4-6 µs instead of 0.6. A yield that returns
-// after more than colocYield with the peer arrived is the sign; after
-// colocStreak of them in a row, the next wait skips yielding and sleeps on
-// the futex, and the peer's wake places the sleeper on an idle core.
+// after more than colocYield with the peer arrived is the sign. After
+// colocStreak of them in a row the waiter moves its thread off its CPU
+// (moveOff: the affinity mask narrowed and restored, so the kernel
+// migrates it; a sleep on the futex instead, tried first, did not end it:
+// one run stayed on one core throughout, with 376 such sleeps per rank).
+// A thread allowed only
+// its CPU sleeps once instead. Only for waiters locked to their thread
+// (not Goroutines), as every call from C is.
 type Coloc struct {
-	streak int  // waits in a row that ended after a long yield
-	sleep  bool // the next wait goes from polling straight to the futex
+	streak int         // waits in a row that ended after a long yield
+	sleep  bool        // the next wait goes from polling straight to the futex
+	move   func() bool // moveOff, or a test's stand-in
 }
 
 const (
@@ -74,7 +80,12 @@ func (c *Coloc) yielded(d time.Duration) {
 		return
 	}
 	if c.streak++; c.streak >= colocStreak {
-		c.streak, c.sleep = 0, true
+		c.streak = 0
+		move := c.move
+		if move == nil {
+			move = moveOff
+		}
+		c.sleep = !move()
 	}
 }
 
