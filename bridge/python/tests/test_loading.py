@@ -157,3 +157,14 @@ def test_wheel_tags(library, tmp_path):
            cwd=str(tmp_path), pythonpath=str(site))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[0] == str(site / "gocoll" / "libgocoll.so"), r.stdout
+
+
+def test_no_worker_shadows_the_standard_library():
+    # A worker runs with tests/workers first on sys.path: a file there named
+    # like a standard module (types.py did) replaces it for torch, enum,
+    # functools..., unless the interpreter happened to import the real one
+    # at startup.
+    import sys
+    workers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
+    names = {os.path.splitext(f)[0] for f in os.listdir(workers) if f.endswith(".py")}
+    assert not names & set(sys.stdlib_module_names), names & set(sys.stdlib_module_names)

@@ -19,13 +19,13 @@ def _check(results, n, want):
 
 
 def test_numpy_types_ops_and_settings(library):
-    _check(run_ranks("types.py", 3, ["numpy"], timeout=90), 3, NUMPY_CHECKS)
+    _check(run_ranks("dtypes.py", 3, ["numpy"], timeout=90), 3, NUMPY_CHECKS)
 
 
 def test_numpy_two_ranks_tcp(library):
-    _check(run_ranks("types.py", 2, ["numpy"], env={"GOCOLL_TRANSPORT": "tcp"}, timeout=90), 2,
+    _check(run_ranks("dtypes.py", 2, ["numpy"], env={"GOCOLL_TRANSPORT": "tcp"}, timeout=90), 2,
            NUMPY_CHECKS)
 
 
 def test_torch_backend_bitwise_bool_and_timeout(library):
-    _check(run_ranks("types.py", 3, ["torch"], timeout=120), 3, TORCH_CHECKS)
+    _check(run_ranks("dtypes.py", 3, ["torch"], timeout=120), 3, TORCH_CHECKS)

@@ -1,5 +1,5 @@
 """int16 and bool buffers, the bitwise ops, and per-communicator settings
-(gocoll.init(timeout=, algo=, debug=)). Usage: types.py numpy | torch
+(gocoll.init(timeout=, algo=, debug=)). Usage: dtypes.py numpy | torch
 
 numpy: allreduce / reduce_scatter of int16 (wrapping sums) and bool (torch's
 rules, bytes other than 1 counting as true) with every op that applies,
