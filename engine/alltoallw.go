@@ -48,10 +48,10 @@ func (c *Comm) AllToAllwOp(send []byte, sdispls []int, sendtypes []BlockType, re
 	return c.op(c.allToAllwReq(send, sdispls, sendtypes, recv, rdispls, recvtypes))
 }
 
-func (c *Comm) allToAllwReq(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (*Request, error) {
+func (c *Comm) allToAllwReq(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (Request, error) {
 	n := c.size
 	if len(sdispls) != n || len(sendtypes) != n || len(rdispls) != n || len(recvtypes) != n {
-		return nil, invalidArg("alltoallw needs %d displacements and types per side, got %d and %d to send, %d and %d to receive",
+		return Request{}, invalidArg("alltoallw needs %d displacements and types per side, got %d and %d to send, %d and %d to receive",
 			n, len(sdispls), len(sendtypes), len(rdispls), len(recvtypes))
 	}
 	lay := &blockLayout{send: send, recv: recv, in: make([]span, n), work: make([]span, n)}
@@ -59,18 +59,18 @@ func (c *Comm) allToAllwReq(send []byte, sdispls []int, sendtypes []BlockType, r
 	for i := range n {
 		var err error
 		if lay.in[i], err = spanOf("send", i, send, sdispls[i], sendtypes[i]); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		if lay.work[i], err = spanOf("recv", i, recv, rdispls[i], recvtypes[i]); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		sent += lay.in[i].size()
 	}
 	if lay.in[c.rank].size() != lay.work[c.rank].size() {
-		return nil, invalidArg("alltoallw: block sizes differ: rank %d sends itself %d bytes but expects %d", c.rank, lay.in[c.rank].size(), lay.work[c.rank].size())
+		return Request{}, invalidArg("alltoallw: block sizes differ: rank %d sends itself %d bytes but expects %d", c.rank, lay.in[c.rank].size(), lay.work[c.rank].size())
 	}
 	if err := checkRuns(send, lay.in, recv, lay.work); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	a := c.choose(sched.AllToAllw, 0)
 	sig := signature(sched.AllToAllw, noType, 0, 0, -1, a.name)

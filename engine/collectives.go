@@ -117,31 +117,34 @@ func (c *Comm) AllReduceOp(send, recv []byte, count int, dt DataType, op RedOp) 
 	return c.op(c.allReduceReq(send, recv, count, dt, op))
 }
 
-func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp) (*Request, error) {
+func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp) (Request, error) {
 	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("send", send, count, dt), checkBuf("recv", recv, count, dt)); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	n := count * dt.Size()
 	inPlace, err := checkInPlace(send, n, recv, n, 0)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	send, recv = send[:n], recv[:n]
 	a := c.choose(sched.AllReduce, n)
 	sig := signature(sched.AllReduce, dt, count, op, -1, a.name)
-	return c.newReq(sched.AllReduce, a, dt, n, func(x *execCtx) error {
-		x.start(sig, a, n)
-		if a.build == nil {
-			return x.shm(c.arena.AllReduce(x.light(), x.call(), send, recv, dt, op))
-		}
-		if !inPlace {
-			copy(recv, send)
-		}
-		if c.size == 1 || n == 0 {
-			return nil
-		}
-		return x.schedule(a, c.params(sched.AllReduce, dt, count, op, -1), recv, nil, dt, op)
-	})
+	return newCall(sched.AllReduce, execAllReduce, args{a: a, sig: sig, send: send, recv: recv, count: count, dt: dt, op: op, root: -1, n: n, inPlace: inPlace})
+}
+
+func execAllReduce(x *execCtx, k args) error {
+	c := x.c
+	x.start(k.sig, k.a, k.n)
+	if k.a.build == nil {
+		return x.shm(c.arena.AllReduce(x.light(), x.call(), k.send, k.recv, k.dt, k.op))
+	}
+	if !k.inPlace {
+		copy(k.recv, k.send)
+	}
+	if c.size == 1 || k.n == 0 {
+		return nil
+	}
+	return x.schedule(k.a, c.params(sched.AllReduce, k.dt, k.count, k.op, -1), k.recv, nil, k.dt, k.op)
 }
 
 // Reduce combines count elements from every rank into recv on root; recv is
@@ -160,47 +163,50 @@ func (c *Comm) ReduceOp(send, recv []byte, count int, dt DataType, op RedOp, roo
 	return c.op(c.reduceReq(send, recv, count, dt, op, root))
 }
 
-func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
+func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, root int) (Request, error) {
 	if err := firstErr(checkType(dt), checkOp(dt, op), c.checkRank("root", root), checkBuf("send", send, count, dt)); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	n := count * dt.Size()
 	inPlace := false
 	if c.rank == root {
 		if err := checkBuf("recv", recv, count, dt); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		var err error
 		if inPlace, err = checkInPlace(send, n, recv, n, 0); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		recv = recv[:n]
 	}
 	send = send[:n]
 	a := c.choose(sched.Reduce, n)
 	sig := signature(sched.Reduce, dt, count, op, root, a.name)
-	return c.newReq(sched.Reduce, a, dt, n, func(x *execCtx) error {
-		x.start(sig, a, n)
-		if a.build == nil {
-			return x.shm(c.arena.Reduce(x.light(), x.call(), send, recv, dt, op, root))
+	return newCall(sched.Reduce, execReduce, args{a: a, sig: sig, send: send, recv: recv, count: count, dt: dt, op: op, root: root, n: n, inPlace: inPlace})
+}
+
+func execReduce(x *execCtx, k args) error {
+	c := x.c
+	x.start(k.sig, k.a, k.n)
+	if k.a.build == nil {
+		return x.shm(c.arena.Reduce(x.light(), x.call(), k.send, k.recv, k.dt, k.op, k.root))
+	}
+	// acc is where this rank accumulates: the result buffer on the root,
+	// scratch elsewhere (the user's send buffer is read-only).
+	acc := k.recv
+	if c.rank != k.root {
+		acc = x.scratchBuf(1, k.n)
+	}
+	if !k.inPlace {
+		copy(acc, k.send)
+	}
+	if c.size == 1 || k.n == 0 {
+		if k.op == Avg && c.rank == k.root {
+			kernel.DivideBy(acc, k.dt, c.size)
 		}
-		// acc is where this rank accumulates: the result buffer on the root,
-		// scratch elsewhere (the user's send buffer is read-only).
-		acc := recv
-		if c.rank != root {
-			acc = x.scratchBuf(1, n)
-		}
-		if !inPlace {
-			copy(acc, send)
-		}
-		if c.size == 1 || n == 0 {
-			if op == Avg && c.rank == root {
-				kernel.DivideBy(acc, dt, c.size)
-			}
-			return nil
-		}
-		return x.schedule(a, c.params(sched.Reduce, dt, count, op, root), acc, nil, dt, op)
-	})
+		return nil
+	}
+	return x.schedule(k.a, c.params(sched.Reduce, k.dt, k.count, k.op, k.root), acc, nil, k.dt, k.op)
 }
 
 // Broadcast copies count elements from root's send into recv on every rank.
@@ -222,38 +228,41 @@ func (c *Comm) BroadcastOp(send, recv []byte, count int, dt DataType, root int) 
 	return c.op(c.broadcastReq(send, recv, count, dt, root))
 }
 
-func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
+func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int) (Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("root", root), checkBuf("recv", recv, count, dt)); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	n := count * dt.Size()
 	inPlace := false
 	if c.rank == root {
 		if err := checkBuf("send", send, count, dt); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		var err error
 		if inPlace, err = checkInPlace(send, n, recv, n, 0); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		send = send[:n]
 	}
 	recv = recv[:n]
 	a := c.choose(sched.Broadcast, n)
 	sig := signature(sched.Broadcast, dt, count, 0, root, a.name)
-	return c.newReq(sched.Broadcast, a, dt, n, func(x *execCtx) error {
-		x.start(sig, a, n)
-		if c.rank == root && !inPlace {
-			copy(recv, send)
-		}
-		if a.build == nil {
-			return x.shm(c.arena.Broadcast(x.light(), x.call(), recv, root))
-		}
-		if c.size == 1 || n == 0 {
-			return nil
-		}
-		return x.schedule(a, c.params(sched.Broadcast, dt, count, 0, root), recv, nil, dt, 0)
-	})
+	return newCall(sched.Broadcast, execBroadcast, args{a: a, sig: sig, send: send, recv: recv, count: count, dt: dt, root: root, n: n, inPlace: inPlace})
+}
+
+func execBroadcast(x *execCtx, k args) error {
+	c := x.c
+	x.start(k.sig, k.a, k.n)
+	if c.rank == k.root && !k.inPlace {
+		copy(k.recv, k.send)
+	}
+	if k.a.build == nil {
+		return x.shm(c.arena.Broadcast(x.light(), x.call(), k.recv, k.root))
+	}
+	if c.size == 1 || k.n == 0 {
+		return nil
+	}
+	return x.schedule(k.a, c.params(sched.Broadcast, k.dt, k.count, 0, k.root), k.recv, nil, k.dt, 0)
 }
 
 // AllGather concatenates every rank's sendcount elements, in rank order,
@@ -273,31 +282,34 @@ func (c *Comm) AllGatherOp(send, recv []byte, sendcount int, dt DataType) Op {
 	return c.op(c.allGatherReq(send, recv, sendcount, dt))
 }
 
-func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (*Request, error) {
+func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (Request, error) {
 	if err := firstErr(checkType(dt), checkBuf("send", send, sendcount, dt), checkBuf("recv", recv, sendcount*c.size, dt)); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	block := sendcount * dt.Size()
 	inPlace, err := checkInPlace(send, block, recv, block*c.size, block*c.rank)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	send, recv = send[:block], recv[:block*c.size]
 	a := c.choose(sched.AllGather, block*c.size)
 	sig := signature(sched.AllGather, dt, sendcount, 0, -1, a.name)
-	return c.newReq(sched.AllGather, a, dt, block*c.size, func(x *execCtx) error {
-		x.start(sig, a, block*c.size)
-		if a.build == nil {
-			return x.shm(c.arena.AllGather(x.light(), x.call(), send, recv))
-		}
-		if !inPlace {
-			copy(recv[block*c.rank:], send)
-		}
-		if c.size == 1 || block == 0 {
-			return nil
-		}
-		return x.schedule(a, c.params(sched.AllGather, dt, sendcount, 0, -1), recv, nil, dt, 0)
-	})
+	return newCall(sched.AllGather, execAllGather, args{a: a, sig: sig, send: send, recv: recv, count: sendcount, dt: dt, root: -1, n: block * c.size, block: block, inPlace: inPlace})
+}
+
+func execAllGather(x *execCtx, k args) error {
+	c := x.c
+	x.start(k.sig, k.a, k.n)
+	if k.a.build == nil {
+		return x.shm(c.arena.AllGather(x.light(), x.call(), k.send, k.recv))
+	}
+	if !k.inPlace {
+		copy(k.recv[k.block*c.rank:], k.send)
+	}
+	if c.size == 1 || k.block == 0 {
+		return nil
+	}
+	return x.schedule(k.a, c.params(sched.AllGather, k.dt, k.count, 0, -1), k.recv, nil, k.dt, 0)
 }
 
 // ReduceScatter combines size*recvcount elements from every rank with op and
@@ -317,43 +329,46 @@ func (c *Comm) ReduceScatterOp(send, recv []byte, recvcount int, dt DataType, op
 	return c.op(c.reduceScatterReq(send, recv, recvcount, dt, op))
 }
 
-func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
+func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, op RedOp) (Request, error) {
 	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("send", send, recvcount*c.size, dt), checkBuf("recv", recv, recvcount, dt)); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	block := recvcount * dt.Size()
 	// In place means recv == send + rank*block; overlap is judged from send's side.
 	inPlace := block > 0 && addr(recv) == addr(send)+uintptr(block*c.rank)
 	if !inPlace && overlap(send, block*c.size, recv, block) {
-		return nil, invalidArg("send and receive buffers overlap without being in place")
+		return Request{}, invalidArg("send and receive buffers overlap without being in place")
 	}
 	send, recv = send[:block*c.size], recv[:block]
 	a := c.choose(sched.ReduceScatter, block*c.size)
 	sig := signature(sched.ReduceScatter, dt, recvcount, op, -1, a.name)
-	return c.newReq(sched.ReduceScatter, a, dt, block*c.size, func(x *execCtx) error {
-		x.start(sig, a, block*c.size)
-		if a.build == nil {
-			return x.shm(c.arena.ReduceScatter(x.light(), x.call(), send, recv, dt, op))
-		}
-		if block == 0 {
-			return nil
-		}
-		// Work on a copy: the user's send buffer is read-only.
-		work := x.scratchBuf(1, len(send))
-		copy(work, send)
-		if c.size > 1 {
-			if err := x.schedule(a, c.params(sched.ReduceScatter, dt, recvcount, op, -1), work, nil, dt, op); err != nil {
-				return err
-			}
-		}
-		mine := work[block*c.rank : block*(c.rank+1)]
-		if !inPlace {
-			copy(recv, mine)
-		} else {
-			copy(send[block*c.rank:], mine)
-		}
+	return newCall(sched.ReduceScatter, execReduceScatter, args{a: a, sig: sig, send: send, recv: recv, count: recvcount, dt: dt, op: op, root: -1, n: block * c.size, block: block, inPlace: inPlace})
+}
+
+func execReduceScatter(x *execCtx, k args) error {
+	c := x.c
+	x.start(k.sig, k.a, k.n)
+	if k.a.build == nil {
+		return x.shm(c.arena.ReduceScatter(x.light(), x.call(), k.send, k.recv, k.dt, k.op))
+	}
+	if k.block == 0 {
 		return nil
-	})
+	}
+	// Work on a copy: the user's send buffer is read-only.
+	work := x.scratchBuf(1, len(k.send))
+	copy(work, k.send)
+	if c.size > 1 {
+		if err := x.schedule(k.a, c.params(sched.ReduceScatter, k.dt, k.count, k.op, -1), work, nil, k.dt, k.op); err != nil {
+			return err
+		}
+	}
+	mine := work[k.block*c.rank : k.block*(c.rank+1)]
+	if !k.inPlace {
+		copy(k.recv, mine)
+	} else {
+		copy(k.send[k.block*c.rank:], mine)
+	}
+	return nil
 }
 
 // AllToAll sends block j (count elements) of send to rank j, which stores it
@@ -372,34 +387,37 @@ func (c *Comm) AllToAllOp(send, recv []byte, count int, dt DataType) Op {
 	return c.op(c.allToAllReq(send, recv, count, dt))
 }
 
-func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (*Request, error) {
+func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (Request, error) {
 	if err := firstErr(checkType(dt), checkBuf("send", send, count*c.size, dt), checkBuf("recv", recv, count*c.size, dt)); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	block := count * dt.Size()
 	total := block * c.size
 	inPlace, err := checkInPlace(send, total, recv, total, 0)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	send, recv = send[:total], recv[:total]
 	a := c.choose(sched.AllToAll, total)
 	sig := signature(sched.AllToAll, dt, count, 0, -1, a.name)
-	return c.newReq(sched.AllToAll, a, dt, total, func(x *execCtx) error {
-		x.start(sig, a, total)
-		if a.build == nil {
-			return x.shm(c.arena.AllToAll(x.light(), x.call(), send, recv))
-		}
-		src := send
-		if inPlace {
-			src = x.scratchBuf(1, total)
-			copy(src, send)
-		}
-		if block == 0 {
-			return nil
-		}
-		return x.schedule(a, c.params(sched.AllToAll, dt, count, 0, -1), recv, src, dt, 0)
-	})
+	return newCall(sched.AllToAll, execAllToAll, args{a: a, sig: sig, send: send, recv: recv, count: count, dt: dt, root: -1, n: total, block: block, inPlace: inPlace})
+}
+
+func execAllToAll(x *execCtx, k args) error {
+	c := x.c
+	x.start(k.sig, k.a, k.n)
+	if k.a.build == nil {
+		return x.shm(c.arena.AllToAll(x.light(), x.call(), k.send, k.recv))
+	}
+	src := k.send
+	if k.inPlace {
+		src = x.scratchBuf(1, k.n)
+		copy(src, k.send)
+	}
+	if k.block == 0 {
+		return nil
+	}
+	return x.schedule(k.a, c.params(sched.AllToAll, k.dt, k.count, 0, -1), k.recv, src, k.dt, 0)
 }
 
 // AllToAllv is AllToAll with a count and a displacement (both in elements)
@@ -419,35 +437,35 @@ func (c *Comm) AllToAllvOp(send []byte, sendcounts, sdispls []int, recv []byte, 
 	return c.op(c.allToAllvReq(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
 }
 
-func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
+func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (Request, error) {
 	if err := checkType(dt); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	es := dt.Size()
 	sl, err := layout("send", send, sendcounts, sdispls, c.size, es)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	rl, err := layout("recv", recv, recvcounts, rdispls, c.size, es)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	for _, r := range rl {
 		for _, s := range sl {
 			if overlap(send[s.Off:], s.Len, recv[r.Off:], r.Len) {
-				return nil, invalidArg("alltoallv send and receive blocks overlap")
+				return Request{}, invalidArg("alltoallv send and receive blocks overlap")
 			}
 		}
 	}
 	for i := 0; i < c.size; i++ {
 		for j := i + 1; j < c.size; j++ {
 			if overlap(recv[rl[i].Off:], rl[i].Len, recv[rl[j].Off:], rl[j].Len) {
-				return nil, invalidArg("alltoallv receive blocks %d and %d overlap", i, j)
+				return Request{}, invalidArg("alltoallv receive blocks %d and %d overlap", i, j)
 			}
 		}
 	}
 	if sl[c.rank].Len != rl[c.rank].Len {
-		return nil, invalidArg("counts differ: rank %d sends itself %d elements but expects %d", c.rank, sendcounts[c.rank], recvcounts[c.rank])
+		return Request{}, invalidArg("counts differ: rank %d sends itself %d elements but expects %d", c.rank, sendcounts[c.rank], recvcounts[c.rank])
 	}
 	a := c.choose(sched.AllToAllv, 0)
 	sig := signature(sched.AllToAllv, dt, 0, 0, -1, a.name)
@@ -492,19 +510,22 @@ func (c *Comm) IBarrier() (*Request, error) { return c.start(c.barrierReq()) }
 // BarrierOp prepares a Barrier without issuing it.
 func (c *Comm) BarrierOp() Op { return c.op(c.barrierReq()) }
 
-func (c *Comm) barrierReq() (*Request, error) {
+func (c *Comm) barrierReq() (Request, error) {
 	a := c.choose(sched.Barrier, 0)
 	sig := signature(sched.Barrier, 0, 0, 0, -1, a.name)
-	return c.newReq(sched.Barrier, a, noType, 0, func(x *execCtx) error {
-		x.start(sig, a, 0)
-		if a.build == nil {
-			return x.shm(c.arena.Barrier(x.light(), x.call()))
-		}
-		if c.size == 1 {
-			return nil
-		}
-		return x.schedule(a, c.params(sched.Barrier, 0, 0, 0, -1), nil, nil, 0, 0)
-	})
+	return newCall(sched.Barrier, execBarrier, args{a: a, sig: sig, dt: noType, root: -1})
+}
+
+func execBarrier(x *execCtx, k args) error {
+	c := x.c
+	x.start(k.sig, k.a, 0)
+	if k.a.build == nil {
+		return x.shm(c.arena.Barrier(x.light(), x.call()))
+	}
+	if c.size == 1 {
+		return nil
+	}
+	return x.schedule(k.a, c.params(sched.Barrier, 0, 0, 0, -1), nil, nil, 0, 0)
 }
 
 func firstErr(errs ...error) error {

@@ -47,6 +47,7 @@ type Comm struct {
 	// or a blocking call that found nothing pending and runs inline (saving
 	// two goroutine hand-offs on small messages). It guards what follows.
 	execMu  sync.Mutex
+	inline  execCtx  // the execution context of a blocking call run inline
 	seq     uint64   // collective sequence number
 	sendSeq []uint64 // point-to-point sequence per peer: stream messages sent
 	recvSeq []uint64 // receives issued per peer (names them in flight records)
@@ -86,9 +87,29 @@ type Request struct {
 	peer   int
 	tag    int
 	isSend bool
-	run    func(x *execCtx) error
-	done   chan struct{}
-	err    error
+	// What runs it: exec on args (the collectives: a static function and
+	// plain values, so that a blocking call run inline allocates nothing),
+	// or run, a closure (point-to-point and the v/w all-to-alls, whose
+	// arguments do not fit args).
+	exec func(x *execCtx, k args) error
+	args args
+	run  func(x *execCtx) error
+	done chan struct{}
+	err  error
+}
+
+// args are a collective's arguments, checked and cut to size.
+type args struct {
+	a          *algorithm
+	sig        uint64
+	send, recv []byte
+	count      int // elements per rank, as the collective's count argument
+	dt         DataType
+	op         RedOp
+	root       int
+	n          int // bytes the flight recorder and logs report
+	block      int // bytes per rank's block, where blocks apply
+	inPlace    bool
 }
 
 // Test reports whether the operation finished, and its error if it did.
@@ -195,7 +216,12 @@ func (c *Comm) execute(r *Request, x *execCtx) {
 	x.deadline = began.Add(c.opts.Timeout)
 	x.peer.Store(-1)
 	c.flight.begin(x, r, began)
-	err := r.run(x)
+	var err error
+	if r.exec != nil {
+		err = r.exec(x, r.args)
+	} else {
+		err = r.run(x)
+	}
 	if x.cancel != nil {
 		x.cancel()
 	}
@@ -296,11 +322,11 @@ func (c *Comm) AsyncError() error {
 // argument handling. An Op is used once.
 type Op struct {
 	c   *Comm
-	r   *Request
+	r   Request
 	err error
 }
 
-func (c *Comm) op(r *Request, err error) Op { return Op{c, r, err} }
+func (c *Comm) op(r Request, err error) Op { return Op{c, r, err} }
 
 // ErrOp is an operation that fails with err when run or started: for
 // bindings whose own argument checks failed.
@@ -323,9 +349,15 @@ func (o Op) Start() (*Request, error) {
 }
 
 // newReq makes the request of a collective that runs a with bytes of dt
-// (noType: none).
-func (c *Comm) newReq(coll sched.Coll, a *algorithm, dt DataType, bytes int, run func(x *execCtx) error) (*Request, error) {
-	return &Request{op: coll.String(), algo: a.name, dt: dt, hasType: dt != noType, bytes: bytes, peer: -1, run: run}, nil
+// (noType: none) by calling run.
+func (c *Comm) newReq(coll sched.Coll, a *algorithm, dt DataType, bytes int, run func(x *execCtx) error) (Request, error) {
+	return Request{op: coll.String(), algo: a.name, dt: dt, hasType: dt != noType, bytes: bytes, peer: -1, run: run}, nil
+}
+
+// newCall makes the request of a collective that exec runs on k (k.a, k.n
+// and k.dt name the algorithm, bytes and type).
+func newCall(coll sched.Coll, exec func(x *execCtx, k args) error, k args) (Request, error) {
+	return Request{op: coll.String(), algo: k.a.name, dt: k.dt, hasType: k.dt != noType, bytes: k.n, peer: -1, exec: exec, args: k}, nil
 }
 
 // noType stands for the datatype of a call that has none (barrier).
@@ -344,10 +376,12 @@ func (c *Comm) usable(op string) error {
 
 // start queues an operation for the worker. Argument errors come back at
 // once and do not poison the communicator: nothing was sent.
-func (c *Comm) start(r *Request, err error) (*Request, error) {
+func (c *Comm) start(req Request, err error) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
+	r := new(Request)
+	*r = req
 	r.done = make(chan struct{})
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -363,18 +397,26 @@ func (c *Comm) start(r *Request, err error) (*Request, error) {
 
 // run is a blocking call: inline on the caller's goroutine when nothing else
 // is pending (the common case of a training loop), queued otherwise.
-func (c *Comm) run(r *Request, err error) error {
+//
+// Run inline, a collective allocates nothing: the request stays on the
+// caller's stack and the execution context is the communicator's own
+// (inline, guarded by execMu). Each allocation mattered beyond its ~20 ns:
+// at a few hundred thousand calls a second the garbage collector ran ~90
+// times a second per rank, and each cycle stops the caller's thread, which
+// for a thread locked by a C caller means handing its P to another thread
+// and back.
+func (c *Comm) run(r Request, err error) error {
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
 	if r.peer >= 0 || c.pending > 0 {
 		c.mu.Unlock()
-		r, err := c.start(r, nil)
+		q, err := c.start(r, nil)
 		if err != nil {
 			return err
 		}
-		return r.Wait()
+		return q.Wait()
 	}
 	if err := c.usable(r.op); err != nil {
 		c.mu.Unlock()
@@ -383,9 +425,12 @@ func (c *Comm) run(r *Request, err error) error {
 	c.pending++
 	c.execMu.Lock()
 	c.mu.Unlock()
-	x := &execCtx{c: c, op: r.op, seq: c.seq, locked: c.opts.LockedCallers}
+	// Nothing keeps x past execute: the helpers of a schedule are waited
+	// for, and the flight recorder lets go of it at the end.
+	x := &c.inline
+	*x = execCtx{c: c, op: r.op, seq: c.seq, locked: c.opts.LockedCallers}
 	c.seq++
-	c.execute(r, x)
+	c.execute(&r, x)
 	c.execMu.Unlock()
 	c.finished()
 	return r.err
@@ -442,6 +487,8 @@ type execCtx struct {
 	peer  atomic.Int32
 	slot  int
 	slotN uint64
+
+	lctx lightCtx // light's
 }
 
 func (x *execCtx) rank() int { return x.c.rank }
@@ -465,8 +512,12 @@ func (x *execCtx) context() context.Context {
 }
 
 // light is a context for waits that only poll Err and Deadline (the
-// shared-memory path): it costs no timer and no allocation.
-func (x *execCtx) light() context.Context { return lightCtx{x.c.abortCtx, x.deadline} }
+// shared-memory path): it costs no timer and no allocation (it lives in x:
+// a lightCtx value boxed into the interface would be allocated per call).
+func (x *execCtx) light() context.Context {
+	x.lctx = lightCtx{x.c.abortCtx, x.deadline}
+	return &x.lctx
+}
 
 type lightCtx struct {
 	context.Context // the communicator's abort context: Done, Value

@@ -350,17 +350,17 @@ func (c *Comm) SendTagOp(buf []byte, count int, dt DataType, peer, tag int) Op {
 	return c.op(c.sendReq(buf, count, dt, peer, tag))
 }
 
-func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
+func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer, tag int) (Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf("send", buf, count, dt)); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if peer == c.rank {
-		return nil, fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
+		return Request{}, fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
 	}
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
-	return &Request{op: "send", peer: peer, tag: tag, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
+	return Request{op: "send", peer: peer, tag: tag, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return x.sendTagged(peer, env, buf)
 	}}, nil
@@ -400,17 +400,17 @@ func (c *Comm) RecvTagOp(buf []byte, count int, dt DataType, peer, tag int) Op {
 	return c.op(c.recvReq(buf, count, dt, peer, tag))
 }
 
-func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
+func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer, tag int) (Request, error) {
 	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf("recv", buf, count, dt)); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if peer == c.rank {
-		return nil, fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
+		return Request{}, fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
 	}
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
-	return &Request{op: "recv", peer: peer, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
+	return Request{op: "recv", peer: peer, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return c.recvTagged(x, peer, &posting{env: env, buf: buf})
 	}}, nil
