@@ -14,7 +14,7 @@ route from the same seed:
   hook         DDP on Gloo with gocoll.torch.allreduce_hook (another gocoll group's communicator)
   dg           gocoll.torch.DistributedGradients + DistributedOptimizer
 
-and three routes that bound what any communication library could reach on
+and four routes that bound what any communication library could reach on
 this machine (the floor; they do not train the same weights):
 
   ddp-noop     DDP whose comm hook returns its bucket at once: DDP's own work
@@ -179,15 +179,11 @@ class Route:
         if self.route.startswith("allreduce"):
             self.comm.all_reduce(self.flat, op="avg")
             return
-        if self.route == "sync":
-            self.opt.zero_grad()
-            self.loss(self.net(x), y).backward()
-            self.opt.step()
-            self.comm.barrier()
-            return
         self.opt.zero_grad()
         self.loss(self.net(x), y).backward()
         self.opt.step()
+        if self.route == "sync":
+            self.comm.barrier()
 
     def weights(self):
         import torch
