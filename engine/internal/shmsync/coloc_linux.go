@@ -13,8 +13,8 @@ import (
 // reports whether the thread moved; a thread allowed only its current CPU
 // stays. The caller must be locked to its thread.
 func moveOff() bool {
-	var cpu uint32
-	if _, _, errno := syscall.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+	cpu := currentCPU()
+	if cpu < 0 {
 		return false
 	}
 	var mask, others unix.CPUSet
@@ -22,7 +22,7 @@ func moveOff() bool {
 		return false
 	}
 	others = mask
-	others.Clear(int(cpu))
+	others.Clear(cpu)
 	if others.Count() == 0 {
 		return false
 	}
