@@ -41,10 +41,12 @@ func parseUsage(t *testing.T, p *harness.Proc, when string) usageLine {
 // heap of the library breathes by a few MiB, and the Go runtime never
 // ends an idle thread, so its count is the most threads ever needed at
 // once (in system calls at the same moment), which creeps up by one or
-// two over thousands of cycles. A leak grows with every cycle.
+// two over thousands of cycles, and by four (9 → 13 over 900 cycles) when
+// other test packages load the cores meanwhile, as `go test ./...` does.
+// A leak grows with every cycle: hundreds over 900.
 const (
 	rssSlackKiB  = 6 << 10
-	threadsSlack = 3
+	threadsSlack = 8
 )
 
 // checkUsage compares a rank's counts after the warm-up and at the end:
