@@ -17,8 +17,7 @@ import (
 	"github.com/gocoll/gocoll/engine/proctest"
 )
 
-// The recorder adds no allocation to a collective: the same call allocates
-// as much with the recorder on as with it off.
+// A blocking collective allocates nothing, with the recorder on or off.
 func TestFlightRecorderAllocs(t *testing.T) {
 	allocs := func(records int) float64 {
 		cs, err := NewLocalComms(1, Options{FlightRecords: records})
