@@ -117,7 +117,13 @@ func NewCommFromEnv(opts Options) (*Comm, error) {
 			waitRoot(root, time.Second)
 			return nil, err
 		}
-		go root.Wait()
+		// The root answers the other ranks' last round after this rank had
+		// its answer: leaving at once could end this process (and the root
+		// with it) before they have theirs, and they would find the
+		// connection closed (1 run in ~25 of TestGuessedSecretRefused).
+		// The root stops once every rank has closed its connection, right
+		// after joining.
+		waitRoot(root, time.Second)
 		return c, nil
 	}
 	return joinRoot(l.RootAddr, secret, l.Size, l.Rank, opts)
