@@ -396,3 +396,30 @@ func TestDBTree(t *testing.T) {
 	nccl6 := [][]int{{-1, 2, 4, 2, 0, 4}, {1, 5, 3, 1, 3, -1}}
 	simulate(t, DBTreeAllReduce, Params{Coll: AllReduce, N: 6, ElemSize: 4, Count: 97, Trees: nccl6, SegBytes: 32})
 }
+
+// Ring steps are cut into segments so that the next step can forward the
+// first while the rest still cross: about 64 KiB each (at most 16), and
+// blocks too small for two of those into up to 4 of at least 8 KiB.
+func TestRingSegments(t *testing.T) {
+	const n = 4
+	for _, tc := range []struct{ bytes, perStep int }{
+		{4 << 10, 1},   // 1 KiB blocks: one message each
+		{64 << 10, 2},  // 16 KiB blocks: two of 8 KiB
+		{256 << 10, 4}, // 64 KiB blocks: four of 16 KiB
+		{1 << 20, 4},   // 256 KiB blocks: four of 64 KiB
+		{4 << 20, 16},  // 1 MiB blocks: sixteen of 64 KiB
+		{64 << 20, 16}, // 16 MiB blocks: at most sixteen
+		{32 + 4*3, 1},  // fewer bytes than a floor segment
+	} {
+		s, err := RingAllReduce(Params{Coll: AllReduce, N: n, ElemSize: 4, Count: tc.bytes / 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := sends(s, 0), 2*(n-1)*tc.perStep; got != want {
+			t.Errorf("%d bytes: rank 0 sends %d messages, want %d (%d per step)", tc.bytes, got, want, tc.perStep)
+		}
+		if tc.bytes <= 256<<10 { // the simulator checks every element
+			simulate(t, RingAllReduce, Params{Coll: AllReduce, N: n, ElemSize: 4, Count: tc.bytes / 4})
+		}
+	}
+}

@@ -32,24 +32,19 @@ func predict(t *testing.T, g *topology.Graph, b sched.Builder, p sched.Params) P
 }
 
 // On a ring of devices the ring allreduce's time has a closed form: 2(N-1)
-// steps, each one message of L/N bytes over one link plus its latency, and
-// in the first N-1 a reduction of L/N bytes.
+// steps, each one block of L/N bytes over one link, cut into k segments
+// whose pipeline leaves 1/k of the latency and software cost unhidden
+// behind the block's link time (or the other segments' software cost,
+// whichever is longer), and in the first N-1 a reduction of L/N bytes.
 func TestRingClosedForm(t *testing.T) {
 	for _, n := range []int{3, 4, 8} {
 		g := builtin(t, fmt.Sprintf("ring:%d", n))
 		const l = 24 << 20 // every chunk the same size
-		pr := predict(t, g, sched.RingAllReduce, sched.Params{Coll: sched.AllReduce, N: n, ElemSize: 4, Count: l / 4})
-		r := DefaultRates()
-		link := g.Links[0]
-		chunk := float64(l / n)
-		step := link.Latency + r.Message + chunk/link.Bandwidth
-		want := r.Call + 2*float64(n-1)*step + float64(n-1)*chunk/r.ReduceRate
-		if math.Abs(pr.Seconds-want)/want > 1e-9 {
-			t.Fatalf("n=%d: predicted %v, closed form %v", n, pr.Seconds, want)
-		}
+		p := sched.Params{Coll: sched.AllReduce, N: n, ElemSize: 4, Count: l / 4}
+		pr := predict(t, g, sched.RingAllReduce, p)
 		// The model counts one message per send the schedule holds,
 		// whatever size the ring cuts its blocks into.
-		s, err := sched.RingAllReduce(sched.Params{Coll: sched.AllReduce, N: n, ElemSize: 4, Count: l / 4})
+		s, err := sched.RingAllReduce(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,8 +56,18 @@ func TestRingClosedForm(t *testing.T) {
 				}
 			}
 		}
-		if sends < int64(2*n*(n-1)) || pr.Messages != sends {
+		steps := int64(2 * n * (n - 1))
+		if sends < steps || sends%steps != 0 || pr.Messages != sends {
 			t.Fatalf("n=%d: %d messages, the schedule sends %d", n, pr.Messages, sends)
+		}
+		r := DefaultRates()
+		link := g.Links[0]
+		chunk := float64(l / n)
+		segs := float64(sends / steps)
+		step := (link.Latency+r.Message)/segs + max(chunk/link.Bandwidth, (segs-1)*r.Message)
+		want := r.Call + 2*float64(n-1)*step + float64(n-1)*chunk/r.ReduceRate
+		if math.Abs(pr.Seconds-want)/want > 1e-9 {
+			t.Fatalf("n=%d: predicted %v, closed form %v (%v segments per step)", n, pr.Seconds, want, segs)
 		}
 	}
 }
