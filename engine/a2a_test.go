@@ -179,15 +179,7 @@ func TestAllToAllvLargeAndGroups(t *testing.T) {
 	} {
 		for _, algo := range a2aAlgos[1:] {
 			t.Run(fmt.Sprintf("n=%d/hosts=%v/%s", tc.n, tc.hosts, algo), func(t *testing.T) {
-				comms, err := newLocalWorld(mem.NewWorld(tc.n), tc.hosts, Options{Algo: "alltoallv=" + algo, Timeout: time.Minute})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					for _, c := range comms {
-						c.Destroy()
-					}
-				})
+				comms := newPlaced(t, mem.NewWorld(tc.n), tc.hosts, Options{Algo: "alltoallv=" + algo, Timeout: time.Minute})
 				j := newVJob(tc.n, 1, 9, func(rng *rand.Rand) int { return sizes[rng.Intn(len(sizes))] })
 				j.run(t, comms, Uint8)
 			})

@@ -116,16 +116,7 @@ func TestExecFailureCancels(t *testing.T) {
 		}
 		return nil
 	}
-	comms, err := newLocalWorld(w, nil, Options{Timeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Abort()
-			c.Destroy()
-		}
-	})
+	comms := newPlaced(t, w, nil, Options{Timeout: time.Hour})
 	// Rank 0 waits for rank 2, which never sends, while its send to 1 fails.
 	s := sched.New(sched.Barrier, "cancel", 3, 1, func(r int, yield func(sched.Op) bool) {
 		if r == 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/transport/mem"
 )
 
 // runRanks runs fn once per rank, each on its own goroutine, and returns the
@@ -39,6 +40,21 @@ func mustRanks(t testing.TB, comms []*Comm, fn func(c *Comm) error) {
 func newLocal(t testing.TB, n int, opts Options) []*Comm {
 	t.Helper()
 	comms, err := NewLocalComms(n, opts)
+	return closedAtEnd(t, comms, err)
+}
+
+// newPlaced is newLocal over the given in-memory world, the ranks placed
+// on hosts as the placement says (nil: one host).
+func newPlaced(t testing.TB, w *mem.World, hosts [][]int, opts Options) []*Comm {
+	t.Helper()
+	comms, err := newLocalWorld(w, hosts, opts)
+	return closedAtEnd(t, comms, err)
+}
+
+// closedAtEnd fails the test on err, else has comms aborted and destroyed
+// when it ends.
+func closedAtEnd(t testing.TB, comms []*Comm, err error) []*Comm {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,16 +27,7 @@ func TestHierarchicalInProcess(t *testing.T) {
 		n := len(hosts) * len(hosts[0])
 		t.Run(fmt.Sprint(hosts), func(t *testing.T) {
 			t.Parallel()
-			comms, err := newLocalWorld(mem.NewWorld(n), hosts, Options{Algo: "hier", Timeout: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				for _, c := range comms {
-					c.Abort()
-					c.Destroy()
-				}
-			})
+			comms := newPlaced(t, mem.NewWorld(n), hosts, Options{Algo: "hier", Timeout: time.Minute})
 			for _, c := range comms {
 				if a := c.choose(sched.AllReduce, 1<<20); a.name != "hier" {
 					t.Fatalf("allreduce on %v picks %q, want hier", hosts, a.name)
@@ -54,16 +45,7 @@ func TestHierarchicalInProcess(t *testing.T) {
 // small ones; GOCOLL_ALGO still wins.
 func TestModelPicksAcrossHosts(t *testing.T) {
 	hosts := [][]int{{0, 1}, {2, 3}}
-	comms, err := newLocalWorld(mem.NewWorld(4), hosts, Options{Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Abort()
-			c.Destroy()
-		}
-	})
+	comms := newPlaced(t, mem.NewWorld(4), hosts, Options{Timeout: time.Minute})
 	for _, tc := range []struct {
 		coll  sched.Coll
 		bytes int
@@ -84,16 +66,7 @@ func TestModelPicksAcrossHosts(t *testing.T) {
 			}
 		}
 	}
-	forced, err := newLocalWorld(mem.NewWorld(4), hosts, Options{Algo: "allreduce=ring", Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range forced {
-			c.Abort()
-			c.Destroy()
-		}
-	}()
+	forced := newPlaced(t, mem.NewWorld(4), hosts, Options{Algo: "allreduce=ring", Timeout: time.Minute})
 	if got := forced[0].choose(sched.AllReduce, 16<<20).name; got != "ring" {
 		t.Errorf("GOCOLL_ALGO=allreduce=ring gives %s", got)
 	}
@@ -110,16 +83,7 @@ func TestModelPicksAcrossHosts(t *testing.T) {
 // 5.8; 256 KiB ring 13.9 ms, halving-doubling 17.2).
 func TestModelPicksRingOnSlowLinks(t *testing.T) {
 	hosts := [][]int{{0}, {1}, {2}, {3}}
-	comms, err := newLocalWorld(mem.NewWorld(4), hosts, Options{NetBandwidth: 250e6 / 8, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Abort()
-			c.Destroy()
-		}
-	})
+	comms := newPlaced(t, mem.NewWorld(4), hosts, Options{NetBandwidth: 250e6 / 8, Timeout: time.Minute})
 	for _, bytes := range []int{64 << 10, 256 << 10, 1 << 20, 4 << 20} {
 		for _, c := range comms {
 			// With one rank a host the hierarchical allreduce is the
@@ -132,16 +96,7 @@ func TestModelPicksRingOnSlowLinks(t *testing.T) {
 }
 
 func TestTopologyJSON(t *testing.T) {
-	comms, err := newLocalWorld(mem.NewWorld(4), [][]int{{0, 2}, {1, 3}}, Options{Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Abort()
-			c.Destroy()
-		}
-	}()
+	comms := newPlaced(t, mem.NewWorld(4), [][]int{{0, 2}, {1, 3}}, Options{Timeout: time.Minute})
 	b, err := comms[1].Topology()
 	if err != nil {
 		t.Fatal(err)
