@@ -152,7 +152,7 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 	c.epoch = time.Now()
 	c.place(nil, nil)
 	c.abortCtx, c.abort = context.WithCancelCause(context.Background())
-	if c.flight = newRecorder(opts.FlightRecords); c.flight != nil {
+	if c.flight = newRecorder(opts.FlightRecords, c.epoch); c.flight != nil {
 		processDumps.add(c)
 	}
 	c.worker.Add(1)
@@ -196,14 +196,15 @@ func (c *Comm) loop() {
 	c.p2pWG.Wait()
 }
 
-// now is the current time read from the monotonic clock alone: the
-// communicator's creation time plus the monotonic time since. time.Now
-// reads the wall clock too, and the two vDSO reads of each of the two
-// calls per operation took ~8 % of the cycles of a 4 KiB allgather at 2
-// ranks (perf, 2-vCPU VM). The wall time this gives drifts from the
-// system's only by clock adjustments made since the communicator was
-// created, which the flight recorder's timestamps can bear.
-func (c *Comm) now() time.Time { return c.epoch.Add(time.Since(c.epoch)) }
+// mono is the time since the communicator was made, from the monotonic
+// clock alone. time.Now reads the wall clock too, and the two vDSO reads of
+// each of the two calls per operation took ~8 % of the cycles of a 4 KiB
+// allgather at 2 ranks (perf, 2-vCPU VM); as a Duration it also costs no
+// time.Time arithmetic (Time.Add was another 3.5 %). epoch.Add(mono) is
+// the wall time, which drifts from the system's only by clock adjustments
+// made since the communicator was created: the flight recorder's
+// timestamps can bear that.
+func (c *Comm) mono() time.Duration { return time.Since(c.epoch) }
 
 func (c *Comm) finished() {
 	c.mu.Lock()
@@ -212,8 +213,8 @@ func (c *Comm) finished() {
 }
 
 func (c *Comm) execute(r *Request, x *execCtx) {
-	began := c.now()
-	x.deadline = began.Add(c.opts.Timeout)
+	began := c.mono()
+	x.deadline = began + c.opts.Timeout
 	x.peer.Store(-1)
 	c.flight.begin(x, r, began)
 	var err error
@@ -229,12 +230,12 @@ func (c *Comm) execute(r *Request, x *execCtx) {
 		err = c.opError(x, err)
 	}
 	// Before fail, whose dump must show this operation's outcome.
-	c.flight.end(x, err, c.now())
+	c.flight.end(x, err, c.mono())
 	if err != nil {
 		c.fail(err)
 	}
 	if c.opts.Metrics != nil {
-		c.opts.Metrics.observe(x.op, x.algo, x.bytes, time.Since(began), err)
+		c.opts.Metrics.observe(x.op, x.algo, x.bytes, c.mono()-began, err)
 	}
 	r.err = err
 	if r.done != nil { // nil for a blocking call run inline: nobody waits on it
@@ -471,7 +472,7 @@ func (c *Comm) Destroy() error {
 // identity of the collective for message headers.
 type execCtx struct {
 	c        *Comm
-	deadline time.Time
+	deadline time.Duration   // since c.epoch
 	ctxOnce  sync.Once       // helpers of one operation may ask at once
 	ctx      context.Context // made on first use by context()
 	cancel   context.CancelFunc
@@ -503,7 +504,7 @@ func (x *execCtx) header(step int, n int) transport.Header {
 // shared-memory path never needs one (see light).
 func (x *execCtx) context() context.Context {
 	x.ctxOnce.Do(func() {
-		x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.deadline)
+		x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.c.epoch.Add(x.deadline))
 		if x.locked {
 			x.ctx = shmsync.WithLocked(x.ctx)
 		}
@@ -515,22 +516,23 @@ func (x *execCtx) context() context.Context {
 // shared-memory path): it costs no timer and no allocation (it lives in x:
 // a lightCtx value boxed into the interface would be allocated per call).
 func (x *execCtx) light() context.Context {
-	x.lctx = lightCtx{x.c.abortCtx, x.deadline}
+	x.lctx = lightCtx{x.c.abortCtx, x.c.epoch, x.deadline}
 	return &x.lctx
 }
 
 type lightCtx struct {
-	context.Context // the communicator's abort context: Done, Value
-	deadline        time.Time
+	context.Context               // the communicator's abort context: Done, Value
+	epoch           time.Time     // the communicator's
+	deadline        time.Duration // since epoch
 }
 
-func (l lightCtx) Deadline() (time.Time, bool) { return l.deadline, true }
+func (l lightCtx) Deadline() (time.Time, bool) { return l.epoch.Add(l.deadline), true }
 
 func (l lightCtx) Err() error {
 	if err := l.Context.Err(); err != nil {
 		return err
 	}
-	if time.Until(l.deadline) <= 0 { // (monotonic clock only)
+	if time.Since(l.epoch) >= l.deadline { // (monotonic clock only)
 		return context.DeadlineExceeded
 	}
 	return nil

@@ -28,8 +28,9 @@ const DefaultFlightRecords = 256
 type recorder struct {
 	mu    sync.Mutex
 	slots []slot
-	n     uint64 // operations begun so far; numbers them from 1
-	next  int    // the slot the next operation takes
+	n     uint64    // operations begun so far; numbers them from 1
+	next  int       // the slot the next operation takes
+	epoch time.Time // what the slots' times count from (Comm.mono)
 }
 
 type slotState uint8
@@ -51,22 +52,22 @@ type slot struct {
 	dt         DataType
 	hasType    bool
 	bytes      int64
-	start, end time.Time
+	start, end time.Duration // since the communicator's epoch
 	peer       int32
 	state      slotState
 	err        error
 	live       *execCtx // while running: where its current peer is kept
 }
 
-func newRecorder(n int) *recorder {
+func newRecorder(n int, epoch time.Time) *recorder {
 	if n <= 0 {
 		return nil
 	}
-	return &recorder{slots: make([]slot, n)}
+	return &recorder{slots: make([]slot, n), epoch: epoch}
 }
 
 // begin records that r starts now as x; a nil recorder records nothing.
-func (f *recorder) begin(x *execCtx, r *Request, now time.Time) {
+func (f *recorder) begin(x *execCtx, r *Request, now time.Duration) {
 	if f == nil {
 		return
 	}
@@ -88,7 +89,7 @@ func (f *recorder) begin(x *execCtx, r *Request, now time.Time) {
 }
 
 // end records x's outcome.
-func (f *recorder) end(x *execCtx, err error, now time.Time) {
+func (f *recorder) end(x *execCtx, err error, now time.Duration) {
 	if f == nil {
 		return
 	}
@@ -139,7 +140,7 @@ func (f *recorder) snapshot(now time.Time) (recs []flight.Record, total uint64) 
 			continue
 		}
 		r := flight.Record{N: s.n, Op: s.op, Seq: s.seq, P2P: s.p2p, Bytes: s.bytes, Algo: s.algo,
-			Start: s.start, Peer: int(s.peer)}
+			Start: f.epoch.Add(s.start), Peer: int(s.peer)}
 		if s.hasType {
 			r.Type = s.dt.String()
 		}
@@ -156,10 +157,10 @@ func (f *recorder) snapshot(now time.Time) (recs []flight.Record, total uint64) 
 			r.State, r.Error = flight.StateError, s.err.Error()
 		}
 		if s.state != slotRunning {
-			end := s.end
+			end := f.epoch.Add(s.end)
 			r.End, upTo = &end, end
 		}
-		r.Micros = float64(upTo.Sub(s.start).Nanoseconds()) / 1e3
+		r.Micros = float64(upTo.Sub(r.Start).Nanoseconds()) / 1e3
 		recs = append(recs, r)
 	}
 	slices.SortFunc(recs, func(a, b flight.Record) int { return cmp.Compare(a.N, b.N) })

@@ -63,7 +63,7 @@ func TestOptionsFromEnv(t *testing.T) {
 // context mark) not to yield to goroutines.
 func TestLockedCallersReachWaits(t *testing.T) {
 	for _, locked := range []bool{false, true} {
-		x := &execCtx{c: &Comm{abortCtx: context.Background()}, locked: locked, deadline: time.Now().Add(time.Minute)}
+		x := &execCtx{c: &Comm{abortCtx: context.Background(), epoch: time.Now()}, locked: locked, deadline: time.Minute}
 		if x.call().Locked != locked || shmsync.IsLocked(x.context()) != locked {
 			t.Errorf("locked %v: Call.Locked %v, context marked %v", locked, x.call().Locked, shmsync.IsLocked(x.context()))
 		}
