@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,7 +215,8 @@ func (c *Comm) finished() {
 
 func (c *Comm) execute(r *Request, x *execCtx) {
 	began := c.mono()
-	x.deadline = began + c.opts.Timeout
+	// Saturating: a Go caller may pass the largest Duration for "never".
+	x.deadline = began + min(c.opts.Timeout, math.MaxInt64-began)
 	x.peer.Store(-1)
 	c.flight.begin(x, r, began)
 	var err error

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -175,6 +176,7 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	// waits a little longer so that it hears that verdict (the same cause
 	// on every rank) rather than timing out on its own a moment earlier.
 	grace := min(max(opts.Timeout/10, time.Second), 30*time.Second)
+	grace = min(grace, math.MaxInt64-opts.Timeout) // a timeout of "never" must not wrap
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout+grace)
 	defer cancel()
 	host, err := advertiseHost(opts, rootAddr)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,5 +193,23 @@ func TestTimeoutPerCommunicator(t *testing.T) {
 		if !bytes.Equal(b, want) {
 			t.Errorf("rank %d: % x, want 3.0", r, b)
 		}
+	}
+}
+
+// The largest Duration as the timeout means "never": the deadline
+// saturates instead of wrapping into the past, on the transports' path
+// (a context) and on the shared-memory collectives' (lightCtx).
+func TestTimeoutNever(t *testing.T) {
+	for name, comms := range map[string][]*Comm{
+		"in-process":    newLocal(t, 2, Options{Timeout: math.MaxInt64}),
+		"shared memory": newJoined(t, 2, Options{Timeout: math.MaxInt64, Transport: "auto"}),
+	} {
+		mustRanks(t, comms, func(c *Comm) error {
+			b := make([]byte, 4<<10)
+			if err := c.AllReduce(b, b, len(b)/4, Float32, Sum); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return nil
+		})
 	}
 }
