@@ -29,7 +29,7 @@ type Comm struct {
 	log        *slog.Logger
 	id         uint64    // communicator id, equal on every rank (0: none)
 	flight     *recorder // nil when Options.FlightRecords < 0
-	epoch      time.Time // creation, with its monotonic reading: the base of now()
+	epoch      time.Time // creation, with its monotonic reading: what mono counts from
 	announced  sync.Map  // *algorithm → true once logged at INFO
 
 	queue    chan *Request
