@@ -3,10 +3,12 @@
 
 Reads OUTDIR/raw.csv (rows of gocoll_bench.c, built for gocoll and for Open MPI, and of gloo_bench.py:
 label,op,np,bytes,iters,med_us,min_us,p90_us,b2b_us,algbw_GBps,busbw_GBps,check[,p99_us,b2b_p50_us,b2b_p99_us]
-with label "<lib>#<round>"; gloo_bench.py has no tail columns), OUTDIR/logs/memcpy-r*.md (memcpy_bw tables),
+with label "<lib>#<round>"; gloo_bench.py has no tail columns), OUTDIR/corelat.csv (lib,np,round,ns
+before,ns after: the cross-core round trip around each step), OUTDIR/logs/memcpy-r*.md (memcpy_bw tables),
 OUTDIR/meta.txt and OUTDIR/notes.txt, and writes
-  OUTDIR/results.md     medians over rounds, ratios gocoll/OpenMPI (plain and MemAlloc buffers) and
-                        gocoll/Gloo, and the performance goals (Targets) checked against the run
+  OUTDIR/results.md     per cross-core regime (see REGIMES): medians over the rounds run in it, ratios
+                        gocoll/OpenMPI (plain and MemAlloc buffers) and gocoll/Gloo, and the performance
+                        goals (Targets) checked against them
   OUTDIR/plotdata.json  busbw against size per library, one panel per op x np
 build/compare draws OUTDIR/results.png from plotdata.json with build/bench/compareplot
 (gonum.org/v1/plot): the one plotting path of the repository is Go.
@@ -42,9 +44,63 @@ def med(v):
     return statistics.median(v) if v else None
 
 
-def load(out):
-    cells = defaultdict(lambda: {"med": [], "busbw": [], "b2b": [], "p99": [], "b2b_p50": [], "b2b_p99": [],
-                                 "fail": 0, "rounds": []})
+# The VM's two vCPUs sit on host cores that share a cache or not, and this
+# changes during a run: a 2-rank 1 MiB allreduce took 42 µs in one case and
+# 154 µs in the other (Open MPI: 104 and 140), so a median over rounds that
+# mixes the two compares nothing. A step whose cross-core round trip
+# (build/bench/corelat) was below NEAR_NS before and after it ran "near",
+# one at or above it both times "far"; the report is written per regime,
+# and a step whose regime changed while it ran counts in neither.
+NEAR_NS = 250
+REGIMES = [("near", "cores sharing a cache (cross-core round trip < %d ns)" % NEAR_NS),
+           ("far", "cores not sharing a cache (cross-core round trip ≥ %d ns)" % NEAR_NS)]
+
+
+def load_regimes(out):
+    """(lib, np, round) -> "near", "far" or "mixed", from corelat.csv."""
+    reg = {}
+    path = os.path.join(out, "corelat.csv")
+    if not os.path.exists(path):
+        return reg
+    with open(path) as f:
+        for r in csv.reader(f):
+            try:
+                lib, np_, rnd, ns = r[0], int(r[1]), r[2], [float(x) for x in r[3:5]]
+            except (ValueError, IndexError):
+                continue  # corelat did not run: no regime
+            if max(ns) < NEAR_NS:
+                reg[(lib, np_, rnd)] = "near"
+            elif min(ns) >= NEAR_NS:
+                reg[(lib, np_, rnd)] = "far"
+            else:
+                reg[(lib, np_, rnd)] = "mixed"
+    return reg
+
+
+def new_cells():
+    return defaultdict(lambda: {"med": [], "busbw": [], "b2b": [], "p99": [], "b2b_p50": [], "b2b_p99": [],
+                                "fail": 0, "rounds": [], "regime": [], "ok": []})
+
+
+def in_regime(cells, regime):
+    """The rows of cells measured in regime."""
+    sub = new_cells()
+    for k, c in cells.items():
+        for i, rg in enumerate(c["regime"]):
+            if rg != regime:
+                continue
+            d = sub[k]
+            for key in ("med", "busbw", "b2b", "rounds", "regime", "ok"):
+                d[key].append(c[key][i])
+            for key in ("p99", "b2b_p50", "b2b_p99"):
+                if len(c[key]) == len(c["med"]):
+                    d[key].append(c[key][i])
+            d["fail"] += 0 if c["ok"][i] else 1
+    return sub
+
+
+def load(out, regimes):
+    cells = new_cells()
     unsupported = set()
     with open(os.path.join(out, "raw.csv")) as f:
         for r in csv.reader(f):
@@ -63,6 +119,8 @@ def load(out):
                 if len(r) > col and r[col]:
                     c[key].append(float(r[col]))
             c["rounds"].append(rnd)
+            c["regime"].append(regimes.get((lib, np_, rnd)))
+            c["ok"].append(r[11] == "ok")
             if r[11] != "ok":
                 c["fail"] += 1
     return cells, unsupported
@@ -131,7 +189,8 @@ def spread(c):
 
 def main():
     out = sys.argv[1]
-    cells, unsupported = load(out)
+    regimes = load_regimes(out)
+    cells, unsupported = load(out, regimes)
     meta = read_kv(os.path.join(out, "meta.txt"))
     notes = open(os.path.join(out, "notes.txt")).read().strip() if os.path.exists(os.path.join(out, "notes.txt")) else ""
     nps = sorted({k[2] for k in cells} | {u[2] for u in unsupported})
@@ -166,75 +225,32 @@ def main():
       "table shows the median over iterations (p50), then the median of that over rounds. busbw = size/time x "
       "factor (nccl-tests: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; broadcast 1)." % (
           meta.get("sizes", "?"), meta.get("iters", "?"), meta.get("t", "?")))
+    if regimes:
+        count = defaultdict(int)
+        for rg in regimes.values():
+            count[rg] += 1
+        w("- Cross-core regime (`build/bench/corelat`, a cache line between two pinned threads, before and after "
+          "every step): %d steps near, %d far, %d changed while they ran (left out). The VM's vCPUs sit on host "
+          "cores that share a cache (~70-130 ns round trip) or not (~400 ns), and this changes during a run: a "
+          "2-rank 4 KiB call takes ~3x longer in the second case, a 2-rank 1 MiB allreduce 1.4x (Open MPI) to "
+          "3.6x (gocoll). The results are therefore given per regime, each from the steps run in it."
+          % (count["near"], count["far"], count["mixed"]))
     w("- Cells: busbw GB/s (p50 time / p99 time; p99 where the library's bench reports it: gocoll and Open MPI, "
-      "with fewer than 100 iterations the maximum). Ratios: gocoll busbw / other busbw (> 1: gocoll faster), from the medians. "
+      "with fewer than 100 iterations the maximum). Ratios: gocoll busbw / other busbw (> 1: gocoll faster), from the medians of the regime's steps. "
       "`gocoll (MemAlloc)`: the same C benchmark with buffers from `gocollMemAlloc`. spread: max/min - 1 of "
       "gocoll's p50 over rounds. The machine is noisy: differences under ~20% are not meaningful (see noise.md).")
     w("")
 
-    # headline: ratios by op x np (columns: sizes)
-    for mine, mname, other, oname in (("gocoll", "gocoll", "openmpi", "Open MPI"),
-                                      ("gocoll-memalloc", "gocoll (MemAlloc)", "openmpi", "Open MPI"),
-                                      ("gocoll", "gocoll", "gloo", "Gloo")):
-        if other not in libs or mine not in libs:
-            continue
-        w("## %s / %s busbw ratio (> 1: gocoll faster)" % (mname, oname))
-        w("")
-        w("| op | np | " + " | ".join(human(s) for s in sizes) + " |")
-        w("|---|---:|" + "---:|" * len(sizes))
-        for op in ops:
-            for np_ in nps:
-                row = []
-                for s in sizes:
-                    g, o = cells.get((mine, op, np_, s)), cells.get((other, op, np_, s))
-                    if (other, op, np_) in unsupported:
-                        row.append("n/a")
-                    else:
-                        row.append(ratio(med(g["busbw"]) if g else None, med(o["busbw"]) if o else None))
-                w("| %s | %d | %s |" % (op, np_, " | ".join(row)))
-        w("")
-
     header, mrows = load_memcpy(out)
-    trows = targets(cells, mrows)
-    if trows:
-        w("## Targets")
+    groups = [(rg, title, in_regime(cells, rg)) for rg, title in REGIMES]
+    groups = [g for g in groups if g[2]]
+    if not groups:  # no corelat.csv (or every step changed regime): all rows together
+        groups = [(None, "every round", cells)]
+    for rg, title, sub in groups:
+        steps = sorted({(k[0], k[2], r) for k, c in sub.items() for r in c["rounds"]})
+        w("## %s: %d steps" % (title[0].upper() + title[1:], len(steps)))
         w("")
-        w("The performance goals gocoll is held to on this machine, checked against this run (medians over "
-          "rounds; plain: `posix_memalign` buffers, MemAlloc: `gocollMemAlloc` buffers).")
-        w("")
-        w("| goal | measured (plain) | met | measured (MemAlloc) | met |")
-        w("|---|---|:-:|---|:-:|")
-        for row in trows:
-            w("| " + " | ".join(row) + " |")
-        w("")
-
-    w("## Per collective: busbw GB/s (p50 / p99 time), medians over rounds")
-    w("")
-    for op in ops:
-        w("### %s (size = %s, busbw factor %s)" % (op, SIZE_MEANING.get(op, "bytes"), FACTOR.get(op, "?")))
-        w("")
-        for np_ in nps:
-            w("**np=%d**%s" % (np_, " (oversubscribed)" if nproc and np_ > nproc else ""))
-            w("")
-            hdr = ["size"] + [LIBNAME[l] for l in libs] + ["gocoll/Open MPI", "gocoll/Gloo", "gocoll spread"]
-            w("| " + " | ".join(hdr) + " |")
-            w("|---:|" + "---:|" * (len(hdr) - 1))
-            for s in sizes:
-                row = [human(s)]
-                for l in libs:
-                    if (l, op, np_) in unsupported:
-                        row.append("unsupported")
-                    else:
-                        row.append(fmt_cell(cells.get((l, op, np_, s))))
-                g = cells.get(("gocoll", op, np_, s))
-                gb = med(g["busbw"]) if g else None
-                for other in ("openmpi", "gloo"):
-                    o = cells.get((other, op, np_, s))
-                    row.append("n/a" if (other, op, np_) in unsupported else ratio(gb, med(o["busbw"]) if o else None))
-                row.append(spread(g))
-                w("| " + " | ".join(row) + " |")
-            w("")
-
+        write_regime(w, sub, mrows, libs, ops, nps, sizes, unsupported, nproc)
     if mrows:
         w("## Machine limits: memcpy_bw (`../shared/bench/memcpy_bw.c`), median over rounds, GB/s")
         w("")
@@ -275,7 +291,9 @@ def main():
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(L))
 
-    # plot data: one panel per op x np, busbw (median over rounds) against size per library
+    # plot data: one panel per op x np, busbw (median over rounds) against
+    # size per library, from the regime with the most steps
+    rg, title, cells = max(groups, key=lambda g: sum(len(c["med"]) for c in g[2].values()))
     panels = []
     for op in ops:
         for np_ in nps:
@@ -287,11 +305,78 @@ def main():
                     series.append({"name": LIBNAME[l], "points": pts})
             panels.append({"title": "%s np=%d%s" % (op, np_, " (oversubscribed)" if nproc and np_ > nproc else ""),
                            "series": series})
-    plot = {"title": "busbw (GB/s, median over rounds) vs size -- build/compare %s" % meta.get("start", ""),
+    plot = {"title": "busbw (GB/s, median over rounds, %s) vs size -- build/compare %s" % (
+                title.split(" (")[0], meta.get("start", "")),
             "cols": len(nps), "xlabel": "size (bytes)", "ylabel": "busbw GB/s", "panels": panels}
     with open(os.path.join(out, "plotdata.json"), "w") as f:
         json.dump(plot, f, indent=1)
     return 0
+
+
+def write_regime(w, cells, mrows, libs, ops, nps, sizes, unsupported, nproc):
+    """Ratio tables, Targets and per-collective tables of the rows in cells."""
+    # headline: ratios by op x np (columns: sizes)
+    for mine, mname, other, oname in (("gocoll", "gocoll", "openmpi", "Open MPI"),
+                                      ("gocoll-memalloc", "gocoll (MemAlloc)", "openmpi", "Open MPI"),
+                                      ("gocoll", "gocoll", "gloo", "Gloo")):
+        if other not in libs or mine not in libs:
+            continue
+        w("### %s / %s busbw ratio (> 1: gocoll faster)" % (mname, oname))
+        w("")
+        w("| op | np | " + " | ".join(human(s) for s in sizes) + " |")
+        w("|---|---:|" + "---:|" * len(sizes))
+        for op in ops:
+            for np_ in nps:
+                row = []
+                for s in sizes:
+                    g, o = cells.get((mine, op, np_, s)), cells.get((other, op, np_, s))
+                    if (other, op, np_) in unsupported:
+                        row.append("n/a")
+                    else:
+                        row.append(ratio(med(g["busbw"]) if g else None, med(o["busbw"]) if o else None))
+                w("| %s | %d | %s |" % (op, np_, " | ".join(row)))
+        w("")
+
+    trows = targets(cells, mrows)
+    if trows:
+        w("### Targets")
+        w("")
+        w("The performance goals gocoll is held to on this machine, checked against this run (medians over "
+          "rounds; plain: `posix_memalign` buffers, MemAlloc: `gocollMemAlloc` buffers).")
+        w("")
+        w("| goal | measured (plain) | met | measured (MemAlloc) | met |")
+        w("|---|---|:-:|---|:-:|")
+        for row in trows:
+            w("| " + " | ".join(row) + " |")
+        w("")
+
+    w("### Per collective: busbw GB/s (p50 / p99 time), medians over rounds")
+    w("")
+    for op in ops:
+        w("#### %s (size = %s, busbw factor %s)" % (op, SIZE_MEANING.get(op, "bytes"), FACTOR.get(op, "?")))
+        w("")
+        for np_ in nps:
+            w("**np=%d**%s" % (np_, " (oversubscribed)" if nproc and np_ > nproc else ""))
+            w("")
+            hdr = ["size"] + [LIBNAME[l] for l in libs] + ["gocoll/Open MPI", "gocoll/Gloo", "gocoll spread"]
+            w("| " + " | ".join(hdr) + " |")
+            w("|---:|" + "---:|" * (len(hdr) - 1))
+            for s in sizes:
+                row = [human(s)]
+                for l in libs:
+                    if (l, op, np_) in unsupported:
+                        row.append("unsupported")
+                    else:
+                        row.append(fmt_cell(cells.get((l, op, np_, s))))
+                g = cells.get(("gocoll", op, np_, s))
+                gb = med(g["busbw"]) if g else None
+                for other in ("openmpi", "gloo"):
+                    o = cells.get((other, op, np_, s))
+                    row.append("n/a" if (other, op, np_) in unsupported else ratio(gb, med(o["busbw"]) if o else None))
+                row.append(spread(g))
+                w("| " + " | ".join(row) + " |")
+            w("")
+
 
 
 def targets(cells, mrows):

@@ -30,7 +30,13 @@
  * Timing, per (op, size), exactly as mpi_bench.c:
  *   1. one correctness check with exact-integer float data;
  *   2. warmup iterations; their max-over-ranks time sets the iteration count so
- *      that the timed phase takes about -t seconds (clamped to [-n, -N]);
+ *      that the timed phase takes about -t seconds (clamped to [-n, -N]); with
+ *      -W s, more rounds of -w iterations follow until the warm-up took s
+ *      seconds (max over ranks, so every rank runs the same calls): a process
+ *      that has just started, or was idle for over 10 ms, runs its first
+ *      calls beside the Go runtime's monitor thread waking every ~80 us for
+ *      ~8 ms (2 ranks on the 2 cores: ~1% of 4 KiB calls then take 25-45 us);
+ *      build/compare warms every cell of every library up this way;
  *   3. per-iteration phase: gocollBarrier, then one op timed with
  *      clock_gettime(CLOCK_MONOTONIC) on every rank; iteration time = MAX over
  *      ranks (gocollReduce Max of the float64 times); median/min/p90;
@@ -84,7 +90,7 @@ static float *sbuf, *rbuf;
 
 static size_t min_bytes = 4096, max_bytes = 64u << 20;
 static int factor = 4, warmup = 3, min_iters = 5, max_iters = 1000;
-static double tbudget = 0.3;
+static double tbudget = 0.3, warm_s = 0;
 static const char *label = NULL;
 static const char *csv_path = NULL;
 static int op_enabled[NOPS] = {1, 1, 1, 1, 1};
@@ -308,7 +314,7 @@ static void parse_size_list(const char *s) {
 static void usage(void) {
     fprintf(stderr,
         "gocoll_bench [-P nprocs] [-T launch_timeout_s] [-M] [-b min] [-e max] [-f factor] [-s sizes,comma,list]\n"
-        "             [-o ops] [-w warmup] [-n min_iters] [-N max_iters] [-t seconds_per_size] [-l label] [-c csv_file]\n"
+        "             [-o ops] [-w warmup] [-W warmup_s] [-n min_iters] [-N max_iters] [-t seconds_per_size] [-l label] [-c csv_file]\n"
         "ops: allreduce,bcast,allgather,reduce_scatter,alltoall (default all); sizes accept K/M/G\n"
         "-P N: start N ranks (torchrun-style environment, MASTER_PORT+1 is gocoll's); without it, be one rank\n"
         "      of a job whose launcher set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (or OMPI_*, SLURM_*, GOCOLL_*)\n"
@@ -496,7 +502,7 @@ int main(int argc, char **argv) {
             child_argv[m++] = argv[i];
         }
     }
-    while ((c = getopt(argc, argv, "P:T:Mb:e:f:s:o:w:n:N:t:l:c:h")) != -1) {
+    while ((c = getopt(argc, argv, "P:T:Mb:e:f:s:o:w:W:n:N:t:l:c:h")) != -1) {
         switch (c) {
         case 'P': nprocs = atoi(optarg); break;
         case 'T': launch_timeout = atof(optarg); break;
@@ -507,6 +513,7 @@ int main(int argc, char **argv) {
         case 's': parse_size_list(optarg); break;
         case 'o': parse_ops(optarg); break;
         case 'w': warmup = atoi(optarg); break;
+        case 'W': warm_s = atof(optarg); break;
         case 'n': min_iters = atoi(optarg); break;
         case 'N': max_iters = atoi(optarg); break;
         case 't': tbudget = atof(optarg); break;
@@ -577,6 +584,9 @@ int main(int argc, char **argv) {
             for (i = 0; i < warmup; i++) run_op(op, cnt);
             dt = (now() - t0) / (warmup > 0 ? warmup : 1);
             dtmax = max_over_ranks(dt);
+            if (warm_s > 0 && warmup > 0)
+                while (max_over_ranks(now() - t0) < warm_s)
+                    for (i = 0; i < warmup; i++) run_op(op, cnt);
             iters = (int)ceil(tbudget / (dtmax > 1e-9 ? dtmax : 1e-9));
             if (iters < min_iters) iters = min_iters;
             if (iters > max_iters) iters = max_iters;
@@ -584,6 +594,12 @@ int main(int argc, char **argv) {
             glob = malloc(iters * sizeof(double));
             bloc = malloc(iters * sizeof(double));
             bglob = malloc(iters * sizeof(double));
+            /* touched here, so that no first write to a page (a fault) lands
+               between two timed calls */
+            memset(loc, 0, iters * sizeof(double));
+            memset(glob, 0, iters * sizeof(double));
+            memset(bloc, 0, iters * sizeof(double));
+            memset(bglob, 0, iters * sizeof(double));
             for (i = 0; i < iters; i++) {
                 barrier();
                 t0 = now();
