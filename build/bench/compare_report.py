@@ -230,10 +230,10 @@ def main():
         for rg in regimes.values():
             count[rg] += 1
         w("- Cross-core regime (`build/bench/corelat`, a cache line between two pinned threads, before and after "
-          "every step): %d steps near, %d far, %d changed while they ran (left out). The VM's vCPUs sit on host "
-          "cores that share a cache (~70-130 ns round trip) or not (~400 ns), and this changes during a run: a "
-          "2-rank 4 KiB call takes ~3x longer in the second case, a 2-rank 1 MiB allreduce 1.4x (Open MPI) to "
-          "3.6x (gocoll). The results are therefore given per regime, each from the steps run in it."
+          "every step): %d steps near, %d far, %d changed while they ran (left out). A VM's vCPUs can sit on host "
+          "cores that share a cache or not, and this can change during a run; small and mid-size calls take "
+          "several times longer in the second case, by different factors for different libraries. The results "
+          "are therefore given per regime, each from the steps run in it."
           % (count["near"], count["far"], count["mixed"]))
     w("- Cells: busbw GB/s (p50 time / p99 time; p99 where the library's bench reports it: gocoll and Open MPI, "
       "with fewer than 100 iterations the maximum). Ratios: gocoll busbw / other busbw (> 1: gocoll faster), from the medians of the regime's steps. "
