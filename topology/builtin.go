@@ -29,7 +29,7 @@ type Params struct {
 // bandwidth is a default for a real network; measure yours.
 func DefaultParams() Params {
 	return Params{
-		ShmBandwidth: 3.3e9, ShmLatency: 33e-6,
+		ShmBandwidth: 3.8e9, ShmLatency: 20e-6,
 		NICBandwidth: 10e9 / 8, NICLatency: 0,
 		DevBandwidth: 50e9, DevLatency: 1e-6,
 	}
