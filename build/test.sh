@@ -34,12 +34,19 @@ gofmt_clean() {
 	out=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 	[ -z "$out" ] || { echo "gofmt would change: $out"; return 1; }
 }
+no_binaries_tracked() {
+	# (A test binary and a bench binary were once committed by a stray
+	# "go test -c" and "go build" at the top level.)
+	out=$(git ls-files -z 2>/dev/null | xargs -0 -r sh -c 'for f; do [ -f "$f" ] && [ "$(head -c 4 "$f" | tail -c 3)" = ELF ] && echo "$f"; done; true' sh)
+	[ -z "$out" ] || { echo "built binaries tracked by git (git rm --cached them): $out"; return 1; }
+}
 no_cgo_outside_capi() {
 	out=$(grep -rl --include='*.go' '^import "C"' engine topology vppu 2>/dev/null)
 	[ -z "$out" ] || { echo "cgo outside capi/: $out"; return 1; }
 }
 
 step gofmt gofmt_clean
+step no-binaries no_binaries_tracked
 step cgo-only-in-capi no_cgo_outside_capi
 step vet go vet ./...
 step go-test go test -count=1 -timeout 15m ./...
