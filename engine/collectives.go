@@ -138,13 +138,17 @@ func execAllReduce(x *execCtx, k args) error {
 	if k.a.build == nil {
 		return x.shm(c.arena.AllReduce(x.light(), x.call(), k.send, k.recv, k.dt, k.op))
 	}
-	if !k.inPlace {
-		copy(k.recv, k.send)
-	}
-	if c.size == 1 || k.n == 0 {
+	p := c.params(sched.AllReduce, k.dt, k.count, k.op, -1)
+	switch {
+	case c.size == 1 || k.n == 0:
+		if !k.inPlace {
+			copy(k.recv, k.send)
+		}
 		return nil
+	case k.inPlace:
+		return x.schedule(k.a, p, k.recv, nil, k.dt, k.op)
 	}
-	return x.schedule(k.a, c.params(sched.AllReduce, k.dt, k.count, k.op, -1), k.recv, nil, k.dt, k.op)
+	return x.scheduleFrom(k.a, p, k.recv, k.send, 0, k.n, k.dt, k.op)
 }
 
 // Reduce combines count elements from every rank into recv on root; recv is
@@ -193,20 +197,24 @@ func execReduce(x *execCtx, k args) error {
 	}
 	// acc is where this rank accumulates: the result buffer on the root,
 	// scratch elsewhere (the user's send buffer is read-only).
-	acc := k.recv
+	acc, keep := k.recv, k.n
 	if c.rank != k.root {
-		acc = x.scratchBuf(1, k.n)
-	}
-	if !k.inPlace {
-		copy(acc, k.send)
+		acc, keep = x.scratchBuf(1, k.n), 0
 	}
 	if c.size == 1 || k.n == 0 {
+		if !k.inPlace {
+			copy(acc, k.send)
+		}
 		if k.op == Avg && c.rank == k.root {
 			kernel.DivideBy(acc, k.dt, c.size)
 		}
 		return nil
 	}
-	return x.schedule(k.a, c.params(sched.Reduce, k.dt, k.count, k.op, k.root), acc, nil, k.dt, k.op)
+	p := c.params(sched.Reduce, k.dt, k.count, k.op, k.root)
+	if k.inPlace {
+		return x.schedule(k.a, p, acc, nil, k.dt, k.op)
+	}
+	return x.scheduleFrom(k.a, p, acc, k.send, 0, keep, k.dt, k.op)
 }
 
 // Broadcast copies count elements from root's send into recv on every rank.
@@ -354,15 +362,18 @@ func execReduceScatter(x *execCtx, k args) error {
 	if k.block == 0 {
 		return nil
 	}
-	// Work on a copy: the user's send buffer is read-only.
+	// Work on scratch that starts as a copy of send (made only where the
+	// schedule needs it): the user's send buffer is read-only.
 	work := x.scratchBuf(1, len(k.send))
-	copy(work, k.send)
+	lo, hi := k.block*c.rank, k.block*(c.rank+1)
 	if c.size > 1 {
-		if err := x.schedule(k.a, c.params(sched.ReduceScatter, k.dt, k.count, k.op, -1), work, nil, k.dt, k.op); err != nil {
+		if err := x.scheduleFrom(k.a, c.params(sched.ReduceScatter, k.dt, k.count, k.op, -1), work, k.send, lo, hi, k.dt, k.op); err != nil {
 			return err
 		}
+	} else {
+		copy(work[lo:hi], k.send[lo:hi])
 	}
-	mine := work[k.block*c.rank : k.block*(c.rank+1)]
+	mine := work[lo:hi]
 	if !k.inPlace {
 		copy(k.recv, mine)
 	} else {

@@ -41,12 +41,16 @@ func conformance(c *Comm, s suite) error {
 				want := expectReduce(inputs, dt, op)
 				where := func(coll string) string { return fmt.Sprintf("%s %s/%s count=%d", coll, dt, op, count) }
 				if s.has("allreduce") {
-					got := make([]byte, count*es)
+					// (Garbage in recv, which an out-of-place call must not read.)
+					got := bytes.Repeat([]byte{0xa5}, count*es)
 					if err := c.AllReduce(inputs[r], got, count, dt, op); err != nil {
 						return fmt.Errorf("%s: %w", where("allreduce"), err)
 					}
 					if d := diffBytes(got, want, es); d != "" {
 						return fmt.Errorf("%s: %s", where("allreduce"), d)
+					}
+					if !bytes.Equal(inputs[r], inputFor(dt, op, r, count, 0)) {
+						return fmt.Errorf("%s: the send buffer changed", where("allreduce"))
 					}
 					inplace := append([]byte(nil), inputs[r]...)
 					if err := c.AllReduce(inplace, inplace, count, dt, op); err != nil {
@@ -78,7 +82,7 @@ func conformance(c *Comm, s suite) error {
 						full[q] = inputFor(dt, op, q, count*n, 1)
 					}
 					wantAll := expectReduce(full, dt, op)
-					got := make([]byte, block)
+					got := bytes.Repeat([]byte{0xa5}, block)
 					if err := c.ReduceScatter(full[r], got, count, dt, op); err != nil {
 						return fmt.Errorf("%s: %w", where("reducescatter"), err)
 					}

@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/transport"
@@ -23,7 +27,7 @@ func runProgram(comms []*Comm, s *sched.Schedule, work [][]byte) []error {
 		bufs[sched.Work] = work[c.Rank()]
 		return c.run(c.newReq(sched.Barrier, &algorithm{name: "program"}, Uint8, len(bufs[sched.Work]), func(x *execCtx) error {
 			x.sig = 42
-			return x.runSchedule(s, ops, bufs, Uint8, Sum)
+			return x.runSchedule(s, ops, bufs, Uint8, Sum, nil)
 		}))
 	})
 }
@@ -170,5 +174,101 @@ func TestExecConcurrentReceives(t *testing.T) {
 		if got := work[0][p*block : (p+1)*block]; !bytes.Equal(got, bytes.Repeat([]byte{byte(p)}, block)) {
 			t.Fatalf("block %d: %s", p, fmt.Sprint(got[:8]))
 		}
+	}
+}
+
+// sendSpy records where the data of every message a rank sends lies.
+type sendSpy struct {
+	*mem.Endpoint
+	mu   sync.Mutex
+	sent [][]byte
+}
+
+func (s *sendSpy) Send(ctx context.Context, peer int, h transport.Header, data []byte) error {
+	s.mu.Lock()
+	s.sent = append(s.sent, data)
+	s.mu.Unlock()
+	return s.Endpoint.Send(ctx, peer, h, data)
+}
+
+// sentFrom says whether any message came straight out of buf.
+func (s *sendSpy) sentFrom(buf []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.sent, func(b []byte) bool { return within(b, buf) })
+}
+
+func within(b, buf []byte) bool {
+	p, lo := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	return len(b) > 0 && p >= lo && p+uintptr(len(b)) <= lo+uintptr(len(buf))
+}
+
+// An out-of-place reduction does not copy the user's send buffer into the
+// one it works in before it starts (lazyWork): an exchange algorithm sends
+// its first step straight from the send buffer. Every result is still
+// right, with the receive buffer full of garbage that nothing may read,
+// and the send buffer is left as it was.
+func TestOutOfPlaceReductionSendsFromSend(t *testing.T) {
+	const n, count = 4, 1 << 14
+	for _, algo := range []string{"allreduce=ring,reducescatter=ring,reduce=tree", "allreduce=hd,reducescatter=hd,reduce=hd", "allreduce=rd", "allreduce=dbtree"} {
+		t.Run(algo, func(t *testing.T) {
+			w := mem.NewWorld(n)
+			spies := make([]*sendSpy, n)
+			comms := make([]*Comm, n)
+			for r := range comms {
+				spies[r] = &sendSpy{Endpoint: w.Endpoint(r)}
+				c, err := newComm(r, n, spies[r], Options{Algo: algo, Timeout: time.Minute})
+				comms[r] = closedAtEnd(t, []*Comm{c}, err)[0]
+			}
+			inputs := make([][]byte, n)
+			for q := range inputs {
+				inputs[q] = inputFor(Float32, Sum, q, count*n, 7)
+			}
+			want := expectReduce(inputs, Float32, Sum)
+			garbage := func(m int) []byte { return bytes.Repeat([]byte{0xa5}, m) }
+			for _, coll := range []string{"allreduce", "reducescatter", "reduce"} {
+				if coll != "allreduce" && !strings.Contains(algo, coll) {
+					continue
+				}
+				for _, s := range spies {
+					s.sent = nil
+				}
+				mustRanks(t, comms, func(c *Comm) error {
+					r := c.Rank()
+					send := append([]byte(nil), inputs[r]...)
+					var got, exp []byte
+					var err error
+					switch coll {
+					case "allreduce":
+						got, exp = garbage(len(send)), want
+						err = c.AllReduce(send, got, count*n, Float32, Sum)
+					case "reducescatter":
+						got, exp = garbage(len(send)/n), want[r*len(send)/n:(r+1)*len(send)/n]
+						err = c.ReduceScatter(send, got, count, Float32, Sum)
+					case "reduce":
+						got, exp = garbage(len(send)), want
+						if r != 1 {
+							exp = got
+						}
+						err = c.Reduce(send, got, count*n, Float32, Sum, 1)
+					}
+					if err != nil {
+						return err
+					}
+					if d := diffBytes(got, exp, 4); d != "" {
+						return fmt.Errorf("%s: %s", coll, d)
+					}
+					if !bytes.Equal(send, inputs[r]) {
+						return fmt.Errorf("%s: the send buffer changed", coll)
+					}
+					// (In a tree a rank with children sends what it reduced.)
+					exchange := coll != "reduce" && !strings.Contains(algo, "dbtree")
+					if exchange && !spies[r].sentFrom(send) {
+						return fmt.Errorf("%s: no message was sent from the send buffer", coll)
+					}
+					return nil
+				})
+			}
+		})
 	}
 }

@@ -98,9 +98,24 @@ func (c *Comm) plan(a *algorithm, p sched.Params) (plan, error) {
 // schedule runs a's schedule for p on this rank, with the call's vector as
 // Work and, for all-to-all, its send buffer as In.
 func (x *execCtx) schedule(a *algorithm, p sched.Params, work, in []byte, dt DataType, op RedOp) error {
+	return x.runPlan(a, p, work, in, dt, op, nil)
+}
+
+// scheduleFrom is schedule for a reduction whose Work starts as a copy of
+// src that the caller did not make (lazyWork): after it, Work holds its
+// result in [keepLo, keepHi) (past that, bytes of Work the schedule never
+// wrote are undefined).
+func (x *execCtx) scheduleFrom(a *algorithm, p sched.Params, work, src []byte, keepLo, keepHi int, dt DataType, op RedOp) error {
+	return x.runPlan(a, p, work, nil, dt, op, newLazyWork(src, keepLo, keepHi))
+}
+
+func (x *execCtx) runPlan(a *algorithm, p sched.Params, work, in []byte, dt DataType, op RedOp, lw *lazyWork) error {
 	pl, err := x.c.plan(a, p)
 	if err != nil {
 		return err
+	}
+	if pl.s.Tree != nil && lw != nil {
+		lw.fill(work, 0, len(work)) // (no reduction runs under the control tree)
 	}
 	if pl.s.Tree != nil {
 		// An all-to-all of equal blocks under the control tree: blocks of
@@ -115,7 +130,7 @@ func (x *execCtx) schedule(a *algorithm, p sched.Params, work, in []byte, dt Dat
 	}
 	var bufs [sched.NumBufs][]byte
 	bufs[sched.Work], bufs[sched.In] = work, in
-	return x.runSchedule(pl.s, pl.ops, bufs, dt, op)
+	return x.runSchedule(pl.s, pl.ops, bufs, dt, op, lw)
 }
 
 // scheduleBlocks runs a's schedule for an alltoallv or alltoallw over the
@@ -135,5 +150,5 @@ func (x *execCtx) scheduleBlocks(a *algorithm, p sched.Params, lay *blockLayout)
 	}
 	var bufs [sched.NumBufs][]byte
 	bufs[sched.Work], bufs[sched.In] = lay.recv, lay.send
-	return x.runSchedule(pl.s, pl.ops, bufs, Uint8, 0)
+	return x.runSchedule(pl.s, pl.ops, bufs, Uint8, 0, nil)
 }
