@@ -309,10 +309,11 @@ func (r *runner) enqueue(sp **stream, rd, wr sched.Range, deps []*task, fn func(
 	}
 }
 
-// kick lets the stream of the call's first send run now, on this thread,
-// before the rest of the program is issued: otherwise its first segment
-// waits for another thread to be scheduled, which on a busy machine took
-// milliseconds while the peer's first receive waited on it. Once per call.
+// kick yields to the stream just started for the call's first send, which
+// the Go scheduler then runs next on this thread, before the rest of the
+// program is issued: otherwise its first segment waits for another thread
+// to be scheduled, which on a busy machine took milliseconds while the
+// peer's first receive waited on it. Once per call.
 func (r *runner) kick(deps []*task) {
 	if r.kicked || len(deps) > 0 {
 		return
