@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
@@ -504,12 +503,19 @@ func (x *execCtx) header(step int, n int) transport.Header {
 // context is the operation's deadline and the communicator's abort, as a
 // context the transports can watch. It is made on first use: the
 // shared-memory path never needs one (see light).
+//
+// It is not marked shmsync.WithLocked even for a locked caller: the
+// transports are waited on by the executor's goroutines (its streams, the
+// control tree's receives), which are not locked, and a wait marked locked
+// yields with bare sched_yield, keeping its P from the goroutines that
+// would make progress (through the C ABI, a 2-rank ring allreduce over the
+// shared-memory rings took 145-158 µs at 4 KiB marked, 77-81 µs not; the
+// old goroutine per operation, 79-99 µs). Only the control tree's control
+// messages go out from the caller's own goroutine, where a wait's
+// runtime.Gosched costs a few µs more.
 func (x *execCtx) context() context.Context {
 	x.ctxOnce.Do(func() {
 		x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.c.epoch.Add(x.deadline))
-		if x.locked {
-			x.ctx = shmsync.WithLocked(x.ctx)
-		}
 	})
 	return x.ctx
 }
@@ -585,18 +591,10 @@ func (x *execCtx) shm(err error) error {
 	return err
 }
 
-// pending is a send running on its own goroutine.
+// pending is a transport call running on its own goroutine.
 type pending chan error
 
 func (p pending) wait() error { return <-p }
-
-// goSend starts a send so the caller can receive meanwhile (both sides of an
-// exchange must be able to make progress whatever the transport buffers).
-func (x *execCtx) goSend(peer, step int, data []byte) pending {
-	p := make(pending, 1)
-	go func() { p <- x.send(peer, step, data) }()
-	return p
-}
 
 // goRecv starts a receive so the caller can compute meanwhile (pipelining:
 // reduce one segment while the next arrives).
@@ -604,17 +602,6 @@ func (x *execCtx) goRecv(peer, step int, buf []byte) pending {
 	p := make(pending, 1)
 	go func() { p <- x.recv(peer, step, buf) }()
 	return p
-}
-
-// sendRecv sends to one peer while receiving from another (or the same).
-func (x *execCtx) sendRecv(to, sendStep int, data []byte, from, recvStep int, buf []byte) error {
-	p := x.goSend(to, sendStep, data)
-	rerr := x.recv(from, recvStep, buf)
-	serr := p.wait()
-	if rerr != nil {
-		return rerr
-	}
-	return serr
 }
 
 // scratchBuf returns buffer i (0..3) of n bytes, owned by the worker
