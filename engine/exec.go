@@ -309,15 +309,16 @@ func (r *runner) enqueue(sp **stream, rd, wr sched.Range, deps []*task, fn func(
 	}
 }
 
-// kick yields to the stream just started for the call's first send, which
-// the Go scheduler then runs next on this thread, before the rest of the
-// program is issued: otherwise its first segment waits for another thread
-// to be scheduled, which on a busy machine took milliseconds while the
-// peer's first receive waited on it. Once per call, and not for a caller
-// locked to its thread (every call from C): there a yield hands the P to
-// another thread and back, and the stream runs on the idle P anyway
-// (through the C ABI, a 2-rank ring allreduce over the shared-memory rings
-// took 114-125 µs at 4 KiB with the kick, 77-81 µs without).
+// kick yields to the stream just started for the call's first ready send
+// (one that waits for nothing), which the Go scheduler then runs next on
+// this thread, before the rest of the program is issued: otherwise its
+// first segment waits for another thread to be scheduled, which on a busy
+// machine took milliseconds while the peer's first receive waited on it.
+// Once per call, and not for a caller locked to its thread (every call
+// from C): there a yield hands the P to another thread and back, and the
+// stream runs on the idle P anyway (through the C ABI, a 2-rank ring
+// allreduce over the shared-memory rings took 114-125 µs at 4 KiB with the
+// kick, 77-81 µs without).
 func (r *runner) kick(deps []*task) {
 	if r.kicked || len(deps) > 0 || r.x.locked {
 		return
