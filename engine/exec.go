@@ -110,16 +110,15 @@ func newLazyWork(src []byte, keepLo, keepHi int) *lazyWork {
 	return &lazyWork{src: src, keepLo: keepLo, keepHi: keepHi, todo: []span{{off: 0, n: len(src), runs: 1}}}
 }
 
-// covered says how much of [lo, hi) is still only in src: all, or some.
-func (lw *lazyWork) covered(lo, hi int) (all, some bool) {
+// unwritten says whether all of [lo, hi) (not empty) is still only in src.
+func (lw *lazyWork) unwritten(lo, hi int) bool {
 	in := 0
 	for _, t := range lw.todo {
-		a, b := max(lo, t.off), min(hi, t.off+t.n)
-		if a < b {
+		if a, b := max(lo, t.off), min(hi, t.off+t.n); a < b {
 			in += b - a
 		}
 	}
-	return in == hi-lo && hi > lo, in > 0
+	return hi > lo && in == hi-lo
 }
 
 // drop records that [lo, hi) of Work is being overwritten.
@@ -151,14 +150,19 @@ func (lw *lazyWork) fill(work []byte, lo, hi int) {
 // them are still only there (then the operation reads nothing of Work, and
 // rd is empty), else Work, filled first where needed.
 func (r *runner) source(g sched.Range) (b []byte, rd sched.Range) {
-	if r.lazy != nil && g.Buf == sched.Work {
-		if all, some := r.lazy.covered(g.Off, g.End()); all {
-			return r.lazy.src[g.Off:g.End()], sched.Range{}
-		} else if some {
-			r.lazy.fill(r.bufs[sched.Work], g.Off, g.End())
-		}
+	if r.lazy != nil && g.Buf == sched.Work && r.lazy.unwritten(g.Off, g.End()) {
+		return r.lazy.src[g.Off:g.End()], sched.Range{}
 	}
+	r.materialize(g)
 	return r.slice(g), g
+}
+
+// materialize makes Work hold every byte of g (an operation reads or
+// changes it in place).
+func (r *runner) materialize(g sched.Range) {
+	if r.lazy != nil && g.Buf == sched.Work {
+		r.lazy.fill(r.bufs[sched.Work], g.Off, g.End())
+	}
 }
 
 // overwrite records that an operation replaces every byte of g.
@@ -386,9 +390,7 @@ func (r *runner) issue(o *sched.Op) {
 		r.overwrite(o.Dst)
 		copy(r.slice(o.Dst), src)
 	case sched.Scale:
-		if r.lazy != nil && o.Dst.Buf == sched.Work {
-			r.lazy.fill(r.bufs[sched.Work], o.Dst.Off, o.Dst.End()) // divided in place
-		}
+		r.materialize(o.Dst) // divided in place
 		wait(r.deps(sched.Range{}, o.Dst))
 		kernel.DivideBy(r.slice(o.Dst), r.dt, o.Div)
 	case sched.Sync:
