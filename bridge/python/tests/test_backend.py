@@ -38,12 +38,13 @@ def _check(results, n):
 
 
 @pytest.mark.parametrize("nranks", [2, 4])
-def test_backend_under_torchrun(library, nranks):
+def test_backend_under_torchrun(library, nranks, tmp_path):
     port = free_port_pair()
     cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nranks),
            "--redirects", "1", "--tee", "1",  # Debian's 1.13 crashes without them
            "--master_addr", "127.0.0.1", "--master_port", str(port), WORKER]
-    env = dict(os.environ, OMP_NUM_THREADS="1", GOCOLL_TIMEOUT="60s",
+    # TMPDIR: torchrun leaves a torchelastic_* directory in the temp dir.
+    env = dict(os.environ, OMP_NUM_THREADS="1", GOCOLL_TIMEOUT="60s", TMPDIR=str(tmp_path),
                PYTHONPATH=BRIDGE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rc, out, err = run_cmd(cmd, timeout=120, env=env)
     assert rc == 0, out[-6000:] + err[-6000:]

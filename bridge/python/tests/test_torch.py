@@ -32,12 +32,13 @@ def test_distributed_gradients_details(library):
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/torchrun"), reason="Debian's torchrun not installed")
 @pytest.mark.parametrize("mode", ["dg", "ddp-hook"])
-def test_torchrun_example(library, mode):
+def test_torchrun_example(library, mode, tmp_path):
     port = free_port_pair()
     cmd = ["/usr/bin/torchrun", "--nproc_per_node", "2", "--redirects", "1", "--tee", "1",
            "--master_addr", "127.0.0.1", "--master_port", str(port),
            os.path.join(BRIDGE, "examples", "train_mlp.py"), "--steps", "30", "--mode", mode]
-    env = dict(os.environ, OMP_NUM_THREADS="1", GOCOLL_TIMEOUT="60s")
+    # TMPDIR: torchrun leaves a torchelastic_* directory in the temp dir.
+    env = dict(os.environ, OMP_NUM_THREADS="1", GOCOLL_TIMEOUT="60s", TMPDIR=str(tmp_path))
     rc, out, err = run_cmd(cmd, timeout=150, env=env)
     assert rc == 0, out + err
     assert "weight spread across ranks 0" in out, out + err
