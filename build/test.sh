@@ -12,6 +12,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build/deps.sh test || exit 1
 
+# The tests run with a temp dir of their own, which must be empty when they
+# end (step temp-clean): a test that leaves files behind (a built binary, a
+# flight dump, a launcher's scratch directory) fills the machine's /tmp run
+# after run. pytest keeps its tmp_path directories under $tmp/pytest.
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR="$tmp"
+
 passed=0
 failed=0
 failures=""
@@ -63,8 +71,14 @@ step fuzz fuzz_all
 step race go test -race -short -count=1 -timeout 15m ./engine/...
 if [ -d bridge/python/tests ]; then
 	step build-lib build/build.sh
-	step pytest env GOCOLL_LIBRARY="$root/build/out/lib/libgocoll.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider bridge/python/tests
+	step pytest env GOCOLL_LIBRARY="$root/build/out/lib/libgocoll.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+		--basetemp "$tmp/pytest" bridge/python/tests
 fi
+temp_clean() {
+	left=$(ls -A "$tmp" | grep -vx pytest)
+	[ -z "$left" ] || { echo "the tests left in the temp dir: $(echo $left)"; return 1; }
+}
+step temp-clean temp_clean
 
 echo
 [ -z "$failures" ] || echo "failed steps:$failures"

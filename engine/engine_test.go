@@ -356,7 +356,8 @@ func TestPeerLost(t *testing.T) {
 			done <- c.AllReduce(b, b, 10, Float32, Sum)
 		}()
 	}
-	time.Sleep(20 * time.Millisecond)
+	awaitPending(t, comms[0])
+	awaitPending(t, comms[1])
 	w.Endpoint(2).Close()
 	for i := 0; i < 2; i++ {
 		select {

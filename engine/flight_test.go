@@ -215,7 +215,7 @@ func TestFlightDumpInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d flight.Dump
-	waitFor(t, 10*time.Second, "recv in flight", func() bool {
+	proctest.Until(t, 10*time.Second, "recv in flight", func() bool {
 		d = readDump(t, cs[0])
 		return len(d.InFlight) == 1
 	})
@@ -333,7 +333,7 @@ func TestFlightSignalProcesses(t *testing.T) {
 	kids[1].Cmd.Process.Signal(syscall.SIGUSR1)
 	pattern := filepath.Join(dir, fmt.Sprintf("gocoll-dump-*-%d-r1-*.json", kids[1].Cmd.Process.Pid))
 	var d flight.Dump
-	waitFor(t, time.Minute, "a dump from rank 1", func() bool {
+	proctest.Until(t, time.Minute, "a dump from rank 1", func() bool {
 		paths, _ := filepath.Glob(pattern)
 		if len(paths) != 1 {
 			return false
@@ -355,22 +355,7 @@ func TestFlightSignalProcesses(t *testing.T) {
 // waitOutput waits until a child printed want.
 func waitOutput(t *testing.T, k *proctest.Child, want string, limit time.Duration) {
 	t.Helper()
-	waitFor(t, limit, fmt.Sprintf("%q in the output", want), func() bool { return strings.Contains(k.Out.String(), want) })
-}
-
-// waitFor polls cond every few milliseconds until limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(limit)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("no %s after %v", what, limit)
-		}
-	}
+	proctest.Until(t, limit, fmt.Sprintf("%q in the output", want), func() bool { return strings.Contains(k.Out.String(), want) })
 }
 
 // TestInlineCallsAllocateNothing: blocking collectives over the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/proctest"
 	"github.com/gocoll/gocoll/engine/transport/mem"
 )
 
@@ -144,19 +145,11 @@ var worlds = []world{
 // awaitPending waits until c has an operation issued and not finished.
 func awaitPending(t testing.TB, c *Comm) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	proctest.Until(t, time.Minute, fmt.Sprintf("operation pending on rank %d", c.rank), func() bool {
 		c.mu.Lock()
-		n := c.pending
-		c.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rank %d: no operation pending after a minute", c.rank)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+		defer c.mu.Unlock()
+		return c.pending > 0
+	})
 }
 
 // setElem stores the small integer v as element i of buf in type dt.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gocoll/gocoll/engine/bootstrap"
 	"github.com/gocoll/gocoll/engine/hostiletest"
+	"github.com/gocoll/gocoll/engine/proctest"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
@@ -239,7 +240,7 @@ func recordHandshakes(t *testing.T, ctx context.Context, secret []byte, tag [8]b
 func waitListening(t *testing.T, pids []int, known []netip.AddrPort, want int) []netip.AddrPort {
 	t.Helper()
 	var found []netip.AddrPort
-	waitFor(t, time.Minute, fmt.Sprintf("%d new listening ports", want), func() bool {
+	proctest.Until(t, time.Minute, fmt.Sprintf("%d new listening ports", want), func() bool {
 		found = found[:0]
 		for _, pid := range pids {
 			ports, _ := hostiletest.ListeningPorts(pid)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 // TestTwoHosts runs 4 ranks as 2 hosts × 2 ranks: each host is a network
@@ -277,9 +279,9 @@ func slowLink(h *emuHosts, kids []*child) int {
 func goesOn(t *testing.T, k *child, n int) {
 	t.Helper()
 	start, lines := time.Now(), strings.Count(k.Out.String(), "ITER ")
-	waitFor(t, time.Minute, "a progress line", func() bool { return strings.Count(k.Out.String(), "ITER ") > lines })
+	proctest.Until(t, time.Minute, "a progress line", func() bool { return strings.Count(k.Out.String(), "ITER ") > lines })
 	from := lastIter(k.Out.String())
-	waitFor(t, time.Minute, fmt.Sprintf("%d more allreduces", n), func() bool { return lastIter(k.Out.String()) >= from+n })
+	proctest.Until(t, time.Minute, fmt.Sprintf("%d more allreduces", n), func() bool { return lastIter(k.Out.String()) >= from+n })
 	t.Logf("%d more allreduces in %v", n, time.Since(start).Round(time.Millisecond))
 }
 
@@ -296,7 +298,7 @@ func stopRank(d time.Duration) func(*emuHosts, []*child) int {
 			goesOn(h.t, kids[0], 5)
 			return 3
 		}
-		waitFor(h.t, time.Minute, "the other ranks to fail", func() bool {
+		proctest.Until(h.t, time.Minute, "the other ranks to fail", func() bool {
 			for _, k := range kids[:3] {
 				if _, failed := failure(k.Out.String()); !failed {
 					return false

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gocoll/gocoll/engine/hostiletest"
 	"github.com/gocoll/gocoll/engine/proctest"
 )
 
@@ -413,13 +414,7 @@ func TestKilledPeerProcesses(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			env := []string{"GOCOLL_TRANSPORT=" + tr, "GOCOLL_TIMEOUT=120s"}
 			kids := startRanks(t, "loop", 4, env, nil)
-			deadline := time.Now().Add(60 * time.Second)
-			for !strings.Contains(kids[0].Out.String(), "READY") {
-				if time.Now().After(deadline) {
-					t.Fatalf("ranks never got going: %s", kids[0].Out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitOutput(t, kids[0], "READY", time.Minute)
 			killed := time.Now()
 			kids[2].Cmd.Process.Signal(syscall.SIGKILL)
 			waitRanks(t, kids, 30*time.Second)
@@ -474,7 +469,11 @@ func TestWrongSecretProcesses(t *testing.T) {
 		return ch
 	}
 	r0 := launch(0, "right")
-	time.Sleep(200 * time.Millisecond)
+	// The imposter must meet rank 0's root, not retry until it gives up.
+	proctest.Until(t, time.Minute, "root listening in rank 0", func() bool {
+		ports, _ := hostiletest.ListeningPorts(r0.Cmd.Process.Pid)
+		return len(ports) > 0
+	})
 	imposter := launch(1, "wrong")
 	waitRanks(t, []*child{imposter}, time.Minute)
 	if imposter.Err == nil {

@@ -12,27 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/proctest"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
 var secret = []byte("job secret")
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func startRoot(t *testing.T, timeout time.Duration, logger *slog.Logger) *Root {
 	t.Helper()
@@ -147,7 +131,7 @@ func TestExchangeOneShotAndLateRoot(t *testing.T) {
 }
 
 func TestWrongSecretRefused(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	root := startRoot(t, 10*time.Second, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -366,7 +350,7 @@ func TestFormatRanks(t *testing.T) {
 // first few WARN lines in full and one summary with the count of the rest,
 // not one line each.
 func TestRefusalsThrottled(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	root := startRoot(t, 10*time.Second, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

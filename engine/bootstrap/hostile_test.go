@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/hostiletest"
+	"github.com/gocoll/gocoll/engine/proctest"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
@@ -23,7 +24,7 @@ import (
 // listens: the same clients are refused by the kernel while the rounds run.
 func TestHostileClients(t *testing.T) {
 	before := runtime.NumGoroutine()
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	root := startRoot(t, 20*time.Second, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

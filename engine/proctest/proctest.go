@@ -110,6 +110,22 @@ func Wait(t *testing.T, kids []*Child, limit time.Duration) {
 	}
 }
 
+// Until polls cond until it holds, failing the test after limit with "no
+// <what> after <limit>". Tests wait with it for what they can observe (a
+// child's output, a call pending, a file) instead of sleeping a fixed time
+// and hoping it happened by then. It polls often at first and backs off to
+// every 10 ms, so a condition met at once costs microseconds.
+func Until(tb testing.TB, limit time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(limit)
+	for wait := 50 * time.Microsecond; !cond(); wait = min(2*wait, 10*time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no %s after %v", what, limit)
+		}
+		time.Sleep(wait)
+	}
+}
+
 // ExitCode is a finished child's exit status (-1 if it did not exit).
 func ExitCode(err error) int {
 	var ee *exec.ExitError

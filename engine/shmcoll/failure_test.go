@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/proctest"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -191,7 +192,7 @@ func TestConcurrentCallsRejected(t *testing.T) {
 	w := newWorld(t, 2, testSlot)
 	done := make(chan error, 1)
 	go func() { done <- allReduce(context.Background(), w.arenas[0], 1, 64) }()
-	time.Sleep(50 * time.Millisecond)
+	proctest.Until(t, time.Minute, "call in progress on rank 0", w.arenas[0].busy.Load)
 	if err := allReduce(context.Background(), w.arenas[0], 2, 64); !errors.Is(err, ErrInvalid) {
 		t.Errorf("second concurrent call: err = %v", err)
 	}

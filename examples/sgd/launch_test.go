@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 var lastLine = regexp.MustCompile(`(?m)\Atest accuracy: 0\.\d{4}\z`)
@@ -19,22 +21,13 @@ func lastLineOf(out string) string {
 	return lines[len(lines)-1]
 }
 
-// binDir holds the binary buildBinary makes; TestMain removes it, since a
-// test's TempDir would go with the first test that built it and the binary
-// (35 MB) would otherwise stay behind after every run.
-var binDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "sgd-bin-") })
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if dir, err := binDir(); err == nil {
-		os.RemoveAll(dir)
-	}
-	os.Exit(code)
-}
+// The binary buildBinary makes (35 MB) and the flight dumps of the runs
+// that fail on purpose go to a temp dir removed when the tests end.
+func TestMain(m *testing.M) { os.Exit(proctest.RunInTempDir(m)) }
 
 // buildBinary builds this program once per test run.
 var buildBinary = sync.OnceValues(func() (string, error) {
-	dir, err := binDir()
+	dir, err := os.MkdirTemp("", "sgd-bin-")
 	if err != nil {
 		return "", err
 	}
@@ -68,9 +61,7 @@ func sgdBinary(t *testing.T) string {
 func runBinary(t *testing.T, bin string, env []string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	// A failing run writes its ranks' flight dumps; keep them with the test.
-	cmd.Env = append(cleanEnv(os.Environ()), "GOCOLL_DUMP_DIR="+t.TempDir())
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(cleanEnv(os.Environ()), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	done := make(chan error, 1)

@@ -17,9 +17,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 // Lib is a built library laid out as an install prefix.
@@ -167,24 +168,6 @@ func TorchrunEnv(rank, n, port int) []string {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and many readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // PrivateShm gives the programs started through the returned wrapper a
 // /dev/shm of their own, all the same one: a tmpfs mounted on a temporary
 // directory (dir), bound over /dev/shm in a mount namespace of each
@@ -221,8 +204,8 @@ func PrivateShm(t testing.TB) (wrap func(bin string, args ...string) (string, []
 type Proc struct {
 	Name   string
 	Cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout proctest.Buffer
+	stderr proctest.Buffer
 	done   chan struct{}
 	err    error
 }

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,29 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/proctest"
 	"github.com/gocoll/gocoll/engine/transport/transporttest"
 )
 
 var testSecret = []byte("test secret: 0123456789abcdef")
 var testTag = [8]byte{'t', 'e', 's', 't', 0, 0, 0, 1}
-
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func listeners(t testing.TB, n int) ([]net.Listener, []string) {
 	t.Helper()
@@ -75,7 +57,7 @@ func TestPartialPeers(t *testing.T) {
 }
 
 func TestRefusedConnections(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	const n = 3
 	lns, addrs := listeners(t, n)
