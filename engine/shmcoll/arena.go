@@ -39,7 +39,10 @@ type Arena struct {
 	noCMA      bool           // Config.NoCMA
 	cma        bool           // every rank can read every peer's memory (decided at the first barrier)
 	cmaMin     int            // cmaMin(size)
+	cmaMax     int            // cmaMax(size)
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
+	cmaWrites  int            // process_vm_writev copies made (likewise)
+	gateWaits  atomic.Int32   // times closeGate found a peer writing (for tests)
 
 	own  []byte     // own segment mapping
 	me   *segment   // view of own
@@ -97,6 +100,7 @@ func Create(cfg Config) (*Arena, error) {
 		policy:   shmsync.PolicyFor(cfg.Size),
 		noCMA:    cfg.NoCMA,
 		cmaMin:   cmaMin(cfg.Size),
+		cmaMax:   cmaMax(cfg.Size),
 		terms:    make([][]byte, cfg.Size),
 		peerRegs: make([]map[uint64][]byte, cfg.Size),
 	}
@@ -492,9 +496,10 @@ func (a *Arena) decideCMA() {
 
 // publishAddr says whether this rank lets peers read buf out of its process
 // rather than copying it into its slot, where each peer would read per
-// bytes of it in the current piece, and records buf's address if so.
-func (a *Arena) publishAddr(buf []byte, per int) bool {
-	if !a.cma || per < a.cmaMin || len(buf) == 0 {
+// bytes of it in the current piece and total over the call, and records
+// buf's address if so.
+func (a *Arena) publishAddr(buf []byte, per, total int) bool {
+	if !a.cma || per < a.cmaMin || total >= a.cmaMax || len(buf) == 0 {
 		a.cur.addr = 0 // (an earlier piece of the call may have published it)
 		return false
 	}

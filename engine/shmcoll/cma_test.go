@@ -3,15 +3,18 @@
 package shmcoll
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/proctest"
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
@@ -63,8 +66,48 @@ func TestCMA(t *testing.T) {
 				if want && a.cmaReads == 0 {
 					t.Errorf("rank %d: no process_vm_readv copy made", r)
 				}
+				// A 2-rank broadcast's root writes half of the data.
+				if isRoot := r == n-1; want && n == 2 && isRoot != (a.cmaWrites > 0) {
+					t.Errorf("rank %d: %d process_vm_writev copies made, root %v", r, a.cmaWrites, isRoot)
+				}
 			}
 		})
+	}
+}
+
+// TestCMAMax: with 2 ranks, a call that reads cmaMax bytes or more of each
+// peer goes through the slots, not out of the peer's process. (The test
+// lowers the bound; the default is too large to run here often.)
+func TestCMAMax(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	const max = 1 << 20 // bytes each rank reads of its peer
+	w := newWorld(t, 2, cmaSlot)
+	if got := w.arenas[0].cmaMax; got <= max {
+		t.Fatalf("cmaMax %d, want it above the test's %d", got, max)
+	}
+	for _, a := range w.arenas {
+		a.cmaMax = max
+	}
+	cases := []tcase{
+		{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4, root: 1}, // the first call decides
+		{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: max / 4, root: 1},
+		{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: max / 4},
+		{kind: "alltoall", dt: kernel.Float32, op: kernel.Sum, count: max / 4},
+	}
+	checkWorld(t, w, cases, 1)
+	for r, a := range w.arenas {
+		if !a.cma || a.cmaReads != 0 || a.cmaWrites != 0 {
+			t.Errorf("rank %d: cross-memory copies on: %v, %d reads, %d writes; want on, none made", r, a.cma, a.cmaReads, a.cmaWrites)
+		}
+	}
+	// Just below the bound they are made.
+	checkWorld(t, w, []tcase{{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: max/4 - 1}}, 1)
+	for r, a := range w.arenas {
+		if a.cmaReads == 0 {
+			t.Errorf("rank %d: no cross-memory read below the bound", r)
+		}
 	}
 }
 
@@ -122,4 +165,70 @@ func exitedPid(t *testing.T) int {
 		t.Skip("pid reused")
 	}
 	return p.Pid
+}
+
+// TestStoreGate: a 2-rank broadcast's root writes half of the data into
+// its peer's buffer; the peer must not leave the call while that write may
+// still run (its caller could free the buffer), and the root must not
+// write once the peer left.
+func TestStoreGate(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	const n = 64 << 10
+	ctx := context.Background()
+	setup := func(t *testing.T) *world {
+		w := newWorld(t, 2, cmaSlot)
+		// The first call decides cross-memory copies: every rank takes part.
+		for _, err := range w.run(func(r int, a *Arena) error { return bcast(ctx, a, 1, n, 0) }) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return w
+	}
+	// Rank 1 fails (its root does not come) while the root holds its gate,
+	// as in the middle of the write: rank 1 returns only once the gate is
+	// released.
+	t.Run("peer waits", func(t *testing.T) {
+		w := setup(t)
+		p := w.arenas[1].phase + 1 // the phase rank 1 publishes its address at
+		if !w.arenas[0].claimStore(1, p) {
+			t.Fatal("gate closed before the call")
+		}
+		early, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.arenas[1].Broadcast(early, Call{Seq: 2, Sig: 7}, make([]byte, n), 0) }()
+		proctest.Until(t, time.Minute, "rank 1 waiting at its gate or returned", func() bool {
+			return w.arenas[1].gateWaits.Load() > 0 || len(done) > 0
+		})
+		select {
+		case err := <-done:
+			t.Fatalf("rank 1 returned (%v) while the root held its store gate", err)
+		default:
+		}
+		w.arenas[1].segs[1].gate.Store(p << 2) // the root's release
+		if err := <-done; err == nil {
+			t.Fatal("rank 1's broadcast succeeded without its root")
+		}
+		if w.arenas[0].claimStore(1, p) {
+			t.Error("the root could claim the gate of a phase rank 1 gave up on")
+		}
+	})
+	// Once rank 1 gave up on the phase, the root does not write.
+	t.Run("root refrains", func(t *testing.T) {
+		w := setup(t)
+		p := w.arenas[0].phase // the phase store writes for
+		mine := make([]byte, n)
+		w.arenas[1].me.recs[p&1].addr = addrOf(mine) // where rank 1's record would send the write
+		w.arenas[1].closeGate(p, 0)
+		if err := w.arenas[0].store(1, bytes.Repeat([]byte{0xab}, n), 0); err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.IndexByte(mine, 0xab); i >= 0 || w.arenas[0].cmaWrites != 0 {
+			t.Errorf("the root wrote (%d copies) after rank 1 gave up on the phase", w.arenas[0].cmaWrites)
+		}
+		runtime.KeepAlive(mine)
+	})
 }

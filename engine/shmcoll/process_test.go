@@ -36,9 +36,11 @@ func (groupMaker) GroupRoles() map[string]transporttest.Role[transporttest.Group
 			}
 			// Across processes too, cross-memory reads are on wherever the
 			// kernel allows them, and used (2 ranks: the test slot's pieces
-			// exceed the 8 KiB threshold).
-			if a.cma != canCMA() || (a.cma && a.Size() == 2 && a.cmaReads == 0) {
-				return fmt.Errorf("cross-memory reads %v after %d copies; process_vm_readv works: %v", a.cma, a.cmaReads, canCMA())
+			// exceed the 8 KiB threshold), writes too (2 ranks: each is the
+			// root of a broadcast above it).
+			if a.cma != canCMA() || (a.cma && a.Size() == 2 && (a.cmaReads == 0 || a.cmaWrites == 0)) {
+				return fmt.Errorf("cross-memory copies %v after %d reads and %d writes; process_vm_readv works: %v",
+					a.cma, a.cmaReads, a.cmaWrites, canCMA())
 			}
 			var b strings.Builder
 			for _, h := range hashes {

@@ -20,7 +20,7 @@ import (
 // written before the magic is published and read after it was seen.
 const (
 	segMagic   uint64 = 0x414e4552_41434f47 // "GOCARENA"
-	segVersion uint64 = 4                   // 3: registered allocations are memory files named by descriptor; 4: so is the segment
+	segVersion uint64 = 5                   // 3: registered allocations are memory files named by descriptor; 4: so is the segment; 5: the store gate
 	pageSize          = shmseg.PageSize
 
 	offSlotBytes = shmseg.OffLayout
@@ -33,6 +33,7 @@ const (
 	syncArrive = 0   // arrival counter, then the two call records: written by the owner
 	syncRecs   = 8   // 2 records of recordWords words
 	syncWait   = 128 // peers sleeping on the arrival counter: written by the peers
+	syncGate   = 192 // the store gate (Arena.claimStore): written by the owner and the peer that writes into its buffer
 	dataOff    = 2 * pageSize
 )
 
@@ -88,6 +89,7 @@ type segment struct {
 	state   *atomic.Uint64
 	arrive  *atomic.Uint64
 	waiters *atomic.Uint64
+	gate    *atomic.Uint64
 	recs    [2]*record
 	slots   [2][]byte
 	proc    shmsync.Proc
@@ -101,6 +103,7 @@ func newSegment(rank int, m []byte, slot int, proc shmsync.Proc) *segment {
 		state:   shmseg.Header(m).State(),
 		arrive:  shmseg.Word(m, syncOff+syncArrive),
 		waiters: shmseg.Word(m, syncOff+syncWait),
+		gate:    shmseg.Word(m, syncOff+syncGate),
 		proc:    proc,
 		remote:  proc.Pid != shmsync.Self().Pid,
 	}
