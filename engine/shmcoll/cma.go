@@ -30,13 +30,18 @@ import (
 // system call per peer costs more than the copy it saves. Measured on the
 // 2-vCPU VM (C ABI, processes, p50): 2 ranks, an 8 KiB block per peer
 // (16 KiB allgather) 2.0 µs with CMA vs 2.4 µs through the slot, 32 KiB
-// 3.6 vs 6.7 µs; 4 ranks sharing the 2 cores, 4 KiB blocks 12-17 µs vs
-// 7.5 µs and 16 KiB about even, 256 KiB 130-180 µs vs 160-260 µs.
+// 3.6 vs 6.7 µs. With more ranks than cores, never: 4 ranks on the 2
+// cores, alltoall, slots against cross-memory copies (2026-11-27, 38 paired
+// runs with the cores far apart, 8 close, alike): 64 KiB per peer 41 vs
+// 90 µs, 256 KiB 137 vs 266, 1 MiB 0.86 vs 1.58 ms, 4 MiB 4.8 vs 8.1, 16
+// MiB 22 vs 31. A rank in the kernel's copy, pinning a peer's pages, holds
+// one of the few cores the peer it reads from needs. (Earlier figures,
+// before the slots' path was reworked, had favoured the copies from 64 KiB.)
 func cmaMin(ranks int) int {
 	if ranks <= runtime.NumCPU() {
 		return 8 << 10
 	}
-	return 64 << 10
+	return math.MaxInt
 }
 
 // cmaMax is the data per peer over a call from which a rank copies into its

@@ -136,13 +136,17 @@
 // seccomp profile that forbids the call (Docker's default) or
 // Config.NoCMA on any rank leaves everything on the slots. With CMA on,
 // AllToAll (not in place) publishes addresses when a peer's part of the
-// piece is at least 8 KiB (a core per rank) or 64 KiB (ranks sharing
-// cores), and so do AllGather and Broadcast's root for 2 ranks: wherever
-// each published byte has one reader. These calls then close with the
-// barrier registered buffers need. Measured on the 2-vCPU VM
-// (C ABI, processes, p50): 2 ranks, 1 MiB AllGather 42 µs instead of 71,
-// AllToAll 43 µs instead of 91, Broadcast 50 µs instead of 97 (Open MPI:
-// 42-49 µs); 4 ranks, 1 MiB AllToAll 182 µs instead of 262. Not used:
+// piece is at least 8 KiB, and so do AllGather and Broadcast's root for 2
+// ranks: wherever each published byte has one reader. Not where the ranks
+// outnumber the cores (cmaMin: there the slots were twice as fast), nor,
+// with 2 ranks, from 32 MiB per peer (cmaMax). These calls then close with
+// the barrier registered buffers need. A 2-rank Broadcast's peer publishes
+// its address too, and the root, idle otherwise, writes the second half
+// into it with process_vm_writev while the peer reads the first (the
+// store gate in the peer's segment keeps a failing peer from returning
+// while the root writes). Measured on the 2-vCPU VM (C ABI, processes,
+// p50): 2 ranks, 1 MiB AllGather 42 µs instead of 71, AllToAll 43 µs
+// instead of 91, Broadcast 35 µs instead of 69 (Open MPI: 42-49 µs). Not used:
 // Broadcast and AllGather with more than one reader per block (each
 // reader's kernel copy pins the owner's pages; the owner's one copy into
 // the shared slot serves all readers better: 4 ranks, 1 MiB Broadcast
