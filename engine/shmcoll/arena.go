@@ -42,6 +42,8 @@ type Arena struct {
 	cmaMax     int            // cmaMax(size)
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 	cmaWrites  int            // process_vm_writev copies made (likewise)
+	useCMA     bool           // the current call may publish addresses (choosePath)
+	paths      pathChooser    // 2-rank allgather/alltoall: slots or cross-memory copies
 	gateWaits  atomic.Int32   // times closeGate found a peer writing (for tests)
 
 	own  []byte     // own segment mapping
@@ -346,6 +348,7 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 		return fmt.Errorf("%w: rank %d: not connected", ErrInvalid, a.rank)
 	}
 	a.cur = record{id: callID{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}}
+	a.useCMA = true
 	a.wait = a.policy
 	a.wait.Goroutines = !c.Locked
 	a.wait.Coloc = &a.coloc
@@ -499,7 +502,7 @@ func (a *Arena) decideCMA() {
 // bytes of it in the current piece and total over the call, and records
 // buf's address if so.
 func (a *Arena) publishAddr(buf []byte, per, total int) bool {
-	if !a.cma || per < a.cmaMin || total >= a.cmaMax || len(buf) == 0 {
+	if !a.cma || !a.useCMA || per < a.cmaMin || total >= a.cmaMax || len(buf) == 0 {
 		a.cur.addr = 0 // (an earlier piece of the call may have published it)
 		return false
 	}

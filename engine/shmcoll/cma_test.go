@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -233,4 +235,77 @@ func TestStoreGate(t *testing.T) {
 		}
 		runtime.KeepAlive(mine)
 	})
+}
+
+// TestPathChooser: the first call of a size class copies out of the
+// process, the second through the slots, then the faster estimate wins but
+// every exploreEvery-th call tries the other; an estimate falls at once to
+// a faster call and rises by an eighth of the difference on a slower one.
+func TestPathChooser(t *testing.T) {
+	var p pathChooser
+	k, cma := p.pick(64 << 10)
+	if k != bits.Len(64<<10) || !cma {
+		t.Fatalf("first pick: class %d, cross-memory %v; want %d, true", k, cma, bits.Len(64<<10))
+	}
+	p.record(k, true, 200)
+	if _, cma := p.pick(64 << 10); cma {
+		t.Fatal("second pick: cross-memory again; want the slots once")
+	}
+	p.record(k, false, 100)
+	var tried []int
+	for c := 2; c < 2+2*exploreEvery; c++ {
+		if _, cma := p.pick(64 << 10); cma {
+			tried = append(tried, c)
+		}
+	}
+	if want := []int{exploreEvery - 1, 2*exploreEvery - 1}; !slices.Equal(tried, want) {
+		t.Errorf("slots faster: cross-memory in calls %v, want %v", tried, want)
+	}
+	// The slots get slower (the cores moved apart): their estimate rises
+	// an eighth of the way per call, and the choice flips once it passes
+	// the other.
+	p.record(k, false, 900)
+	if got := p.est[k][0]; got != 100+(900-100)/8 {
+		t.Errorf("estimate after a slower call %d, want %d", got, 100+(900-100)/8)
+	}
+	p.record(k, false, 50)
+	if got := p.est[k][0]; got != 50 {
+		t.Errorf("estimate after a faster call %d, want 50", got)
+	}
+	p.est[k][0], p.calls[k] = 300, 0
+	for range exploreEvery - 1 {
+		if _, cma := p.pick(64 << 10); !cma {
+			t.Fatal("cross-memory faster, slots picked outside exploration")
+		}
+	}
+	// Classes are apart.
+	if _, cma := p.pick(1 << 20); !cma {
+		t.Error("a new class did not start with cross-memory copies")
+	}
+}
+
+// TestPathChosen: a 2-rank allgather whose ranks learned that the slots are
+// faster for its size copies nothing out of processes, except in the call
+// that tries the other way.
+func TestPathChosen(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	w := newWorld(t, 2, cmaSlot)
+	const count = (64 << 10) / 4 // a 64 KiB block per rank
+	// The first call decides cross-memory copies.
+	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
+	k := bits.Len(count * 4)
+	for _, a := range w.arenas {
+		a.paths.est[k] = [2]int64{1, 1 << 40} // the slots far faster
+		a.paths.calls[k] = 0
+	}
+	for c := range exploreEvery {
+		checkWorld(t, w, []tcase{{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: count}}, 1)
+		for r, a := range w.arenas {
+			if tries := c == exploreEvery-1; tries != (a.cmaReads > 0) {
+				t.Fatalf("call %d, rank %d: %d cross-memory reads (the call tries them: %v)", c, r, a.cmaReads, tries)
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@ package shmcoll
 import (
 	"context"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine/kernel"
@@ -314,6 +315,18 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 	if a.size == 1 {
 		return nil
 	}
+	k, timed := a.choosePath(b)
+	start := time.Now()
+	err := a.allGather(ctx, send, recv)
+	if timed && err == nil {
+		a.paths.record(k, a.useCMA, time.Since(start))
+	}
+	return err
+}
+
+// allGather is AllGather's data movement.
+func (a *Arena) allGather(ctx context.Context, send, recv []byte) error {
+	b := len(send)
 	var reg *regAlloc
 	regOff := 0
 	if b >= smallBytes {
@@ -470,6 +483,21 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	if a.size == 1 {
 		return nil
 	}
+	timed, k := false, 0
+	if !same(send, recv) {
+		k, timed = a.choosePath(b)
+	}
+	start := time.Now()
+	err := a.allToAll(ctx, send, recv)
+	if timed && err == nil {
+		a.paths.record(k, a.useCMA, time.Since(start))
+	}
+	return err
+}
+
+// allToAll is AllToAll's data movement.
+func (a *Arena) allToAll(ctx context.Context, send, recv []byte) error {
+	b := len(send) / a.size
 	bs := a.blockPiece()
 	var reg *regAlloc
 	regOff := 0
