@@ -28,10 +28,10 @@ import (
 
 // cmaMin is the least data per peer and piece for which a rank publishes
 // its buffer's address rather than copying into its slot: below, the
-// system call per peer costs more than the copy it saves. Measured on the
-// 2-vCPU VM (C ABI, processes, p50): 2 ranks, an 8 KiB block per peer
-// (16 KiB allgather) 2.0 µs with CMA vs 2.4 µs through the slot, 32 KiB
-// 3.6 vs 6.7 µs. With more ranks than cores, never: 4 ranks on the 2
+// system call per peer costs more than the copy it saves (2 ranks, a 16
+// KiB allgather: 2.6 against 0.9 µs with the VM's cores close, 3.4 against
+// 2.4 far; above it a 2-rank call's ranks measure which is faster,
+// pathChooser). With more ranks than cores, never: 4 ranks on the 2
 // cores, alltoall, slots against cross-memory copies (2026-11-27, 38 paired
 // runs with the cores far apart, 8 close, alike): 64 KiB per peer 41 vs
 // 90 µs, 256 KiB 137 vs 266, 1 MiB 0.86 vs 1.58 ms, 4 MiB 4.8 vs 8.1, 16
@@ -54,11 +54,9 @@ func cmaMin(ranks int) int {
 // alltoall 7.3 vs 8.2 (5.7 vs 7.2), broadcast 4.9 vs 5.6 (4.0 vs 4.9, with
 // the root writing half). At 8-16 MiB per peer it depends on the cores'
 // distance (allgather 16 MiB 1.48 vs 1.40 ms close, 1.12 vs 1.23 far;
-// broadcast 16 MiB even), and below, cross-memory copies win where the
-// cores are far (12 vs 16 µs for a 256 KiB allgather) while the slots win
-// where they are close (2.6 vs 4.5 µs at 64 KiB): a VM's vCPUs on sibling
-// hyperthreads, unusual for two ranks on real hardware. With more ranks
-// the runs were too noisy to tell, so there is no upper end.
+// broadcast 16 MiB even), and below it so much that allgather and alltoall
+// measure it (pathChooser). With more ranks the runs were too noisy to
+// tell, so there is no upper end.
 func cmaMax(ranks int) int {
 	if ranks == 2 {
 		return 32 << 20
@@ -263,11 +261,12 @@ func (a *Arena) choosePath(total int) (k int, timed bool) {
 // µs). So it is measured: each choice keeps an estimate of this rank's
 // call time that falls at once to a faster call and rises by an eighth of
 // the difference on a slower one (a call that waited for a late peer says
-// little about the path), the faster is taken (the slots only if more than
-// 10 % faster), and every exploreEvery-th call of a class tries the other. Both ranks count the
-// calls of a class alike (they make the same calls), so they try it in the
-// same call and time both ranks on it. Either rank's choice is safe alone:
-// a peer reads whatever a rank's record offers.
+// little about the path), the faster is taken (the slots only if more
+// than 10 % faster), and every exploreEvery-th call of a class tries the
+// other. Both ranks count the calls of a class alike (they make the same
+// calls), so they try it in the same call and time both ranks on it.
+// Either rank's choice is safe alone: a peer reads whatever a rank's
+// record offers.
 type pathChooser struct {
 	est   [64][2]int64 // ns; [k][0] the slots, [k][1] cross-memory; 0: no call yet
 	calls [64]uint32

@@ -316,7 +316,10 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 		return nil
 	}
 	k, timed := a.choosePath(b)
-	start := time.Now()
+	var start time.Time
+	if timed {
+		start = time.Now()
+	}
 	err := a.allGather(ctx, send, recv)
 	if timed && err == nil {
 		a.paths.record(k, a.useCMA, time.Since(start))
@@ -483,11 +486,13 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	if a.size == 1 {
 		return nil
 	}
+	var start time.Time
 	timed, k := false, 0
-	if !same(send, recv) {
-		k, timed = a.choosePath(b)
+	if !same(send, recv) { // (in place, this rank's blocks are never read out of its process)
+		if k, timed = a.choosePath(b); timed {
+			start = time.Now()
+		}
 	}
-	start := time.Now()
 	err := a.allToAll(ctx, send, recv)
 	if timed && err == nil {
 		a.paths.record(k, a.useCMA, time.Since(start))
