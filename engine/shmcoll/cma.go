@@ -79,37 +79,30 @@ type remoteIovec struct {
 
 // readRemote copies len(dst) bytes at addr in process pid into dst.
 func readRemote(pid int, dst []byte, addr uint64) error {
-	for len(dst) > 0 {
-		local := syscall.Iovec{Base: &dst[0], Len: uint64(len(dst))}
-		remote := remoteIovec{base: uintptr(addr), len: uint64(len(dst))}
-		n, _, errno := syscall.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
-			uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
-		if errno != 0 {
-			return errno
-		}
-		if n == 0 || n > uintptr(len(dst)) {
-			return fmt.Errorf("process_vm_readv returned %d of %d bytes", n, len(dst))
-		}
-		dst = dst[n:]
-		addr += uint64(n)
-	}
-	return nil
+	return remoteCopy(unix.SYS_PROCESS_VM_READV, "process_vm_readv", pid, dst, addr)
 }
 
 // writeRemote copies src into process pid at addr.
 func writeRemote(pid int, src []byte, addr uint64) error {
-	for len(src) > 0 {
-		local := syscall.Iovec{Base: &src[0], Len: uint64(len(src))}
-		remote := remoteIovec{base: uintptr(addr), len: uint64(len(src))}
-		n, _, errno := syscall.Syscall6(unix.SYS_PROCESS_VM_WRITEV, uintptr(pid),
-			uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
+	return remoteCopy(unix.SYS_PROCESS_VM_WRITEV, "process_vm_writev", pid, src, addr)
+}
+
+// remoteCopy runs process_vm_readv or process_vm_writev (sysno, named
+// name) between local and the bytes at addr in process pid until all of
+// them moved.
+func remoteCopy(sysno uintptr, name string, pid int, local []byte, addr uint64) error {
+	for len(local) > 0 {
+		l := syscall.Iovec{Base: &local[0], Len: uint64(len(local))}
+		remote := remoteIovec{base: uintptr(addr), len: uint64(len(local))}
+		n, _, errno := syscall.Syscall6(sysno, uintptr(pid),
+			uintptr(unsafe.Pointer(&l)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
 		if errno != 0 {
 			return errno
 		}
-		if n == 0 || n > uintptr(len(src)) {
-			return fmt.Errorf("process_vm_writev returned %d of %d bytes", n, len(src))
+		if n == 0 || n > uintptr(len(local)) {
+			return fmt.Errorf("%s returned %d of %d bytes", name, n, len(local))
 		}
-		src = src[n:]
+		local = local[n:]
 		addr += uint64(n)
 	}
 	return nil
@@ -248,6 +241,22 @@ func (a *Arena) choosePath(total int) (k int, timed bool) {
 	}
 	k, a.useCMA = a.paths.pick(total)
 	return k, true
+}
+
+// pathStart begins timing a call whose path choosePath chose (timed), so
+// that pathEnd can record it.
+func (a *Arena) pathStart(timed bool) time.Time {
+	if !timed {
+		return time.Time{} // (the 4 KiB calls read no clock)
+	}
+	return time.Now()
+}
+
+// pathEnd records a timed call that succeeded under size class k.
+func (a *Arena) pathEnd(k int, timed bool, start time.Time, err error) {
+	if timed && err == nil {
+		a.paths.record(k, a.useCMA, time.Since(start))
+	}
 }
 
 // pathChooser learns, per size class, whether this rank's 2-rank

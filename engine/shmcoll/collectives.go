@@ -5,7 +5,6 @@ package shmcoll
 import (
 	"context"
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine/kernel"
@@ -316,14 +315,9 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 		return nil
 	}
 	k, timed := a.choosePath(b)
-	var start time.Time
-	if timed {
-		start = time.Now()
-	}
+	start := a.pathStart(timed)
 	err := a.allGather(ctx, send, recv)
-	if timed && err == nil {
-		a.paths.record(k, a.useCMA, time.Since(start))
-	}
+	a.pathEnd(k, timed, start, err)
 	return err
 }
 
@@ -486,17 +480,13 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	if a.size == 1 {
 		return nil
 	}
-	var start time.Time
 	timed, k := false, 0
 	if !same(send, recv) { // (in place, this rank's blocks are never read out of its process)
-		if k, timed = a.choosePath(b); timed {
-			start = time.Now()
-		}
+		k, timed = a.choosePath(b)
 	}
+	start := a.pathStart(timed)
 	err := a.allToAll(ctx, send, recv)
-	if timed && err == nil {
-		a.paths.record(k, a.useCMA, time.Since(start))
-	}
+	a.pathEnd(k, timed, start, err)
 	return err
 }
 
