@@ -5,7 +5,8 @@
 # (FUZZTIME, default 40000x: a count of inputs, not a duration, with which
 # go test's fuzzing sometimes fails with a spurious "context deadline
 # exceeded"), the engine again under the race detector, and the Python
-# bridge's pytest suite with Debian's /usr/bin/python3.
+# bridge's pytest suite with Debian's /usr/bin/python3; all of them in a
+# temp dir of their own that must be empty at the end (temp-clean).
 # Usage: build/test.sh      (installs missing Debian packages when root)
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
