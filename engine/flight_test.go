@@ -352,9 +352,15 @@ func TestFlightSignalProcesses(t *testing.T) {
 	}
 }
 
-// waitOutput waits until a child printed want.
+// waitOutput waits until a child printed want, showing what it printed if
+// it never does.
 func waitOutput(t *testing.T, k *proctest.Child, want string, limit time.Duration) {
 	t.Helper()
+	defer func() {
+		if t.Failed() {
+			t.Logf("the child's output:\n%s", k.Out.String())
+		}
+	}()
 	proctest.Until(t, limit, fmt.Sprintf("%q in the output", want), func() bool { return strings.Contains(k.Out.String(), want) })
 }
 
