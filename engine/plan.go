@@ -114,12 +114,13 @@ func (x *execCtx) runPlan(a *algorithm, p sched.Params, work, in []byte, dt Data
 	if err != nil {
 		return err
 	}
-	if pl.s.Tree != nil && lw != nil {
-		lw.fill(work, 0, len(work)) // (no reduction runs under the control tree)
-	}
 	if pl.s.Tree != nil {
 		// An all-to-all of equal blocks under the control tree: blocks of
-		// Count elements each.
+		// Count elements each. (No reduction runs under it, so no Work
+		// copy is left to make lazily; should one, it is made here.)
+		if lw != nil {
+			lw.fill(work, 0, len(work))
+		}
 		bs := p.Count * p.ElemSize
 		lay := &blockLayout{send: in, recv: work, in: make([]span, p.N), work: make([]span, p.N)}
 		for i := range p.N {
