@@ -55,7 +55,7 @@ func TestResultCode(t *testing.T) {
 }
 
 func TestHandles(t *testing.T) {
-	tab := &handleTable{comms: map[uintptr]*commState{}, reqs: map[uintptr]*reqState{}, allocs: map[uintptr]alloc{}}
+	tab := &handleTable{reqs: map[uintptr]*reqState{}, allocs: map[uintptr]alloc{}}
 	comms, err := engine.NewLocalComms(1, engine.Options{})
 	if err != nil {
 		t.Fatal(err)

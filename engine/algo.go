@@ -185,6 +185,16 @@ func algos(coll sched.Coll) []*algorithm {
 	return out
 }
 
+// byColl is the registry's entries per collective, in the registry's
+// order: choose walks only its collective's.
+var byColl = func() (t [sched.NumColls][]*algorithm) {
+	for i := range registry {
+		a := &registry[i]
+		t[a.coll] = append(t[a.coll], a)
+	}
+	return t
+}()
+
 func lookup(coll sched.Coll, name string) *algorithm {
 	for i := range registry {
 		if registry[i].coll == coll && registry[i].name == name {
@@ -194,18 +204,21 @@ func lookup(coll sched.Coll, name string) *algorithm {
 	return nil
 }
 
-// algoSpec is a parsed GOCOLL_ALGO: the forced algorithm per collective,
-// and a bare name that applies to every collective that has it.
+// algoSpec is a parsed GOCOLL_ALGO: the forced algorithm per collective
+// (nil: none), from a name given for that collective or, failing that, a
+// bare name that applies to every collective that has it. Resolved once:
+// every call consults it.
 type algoSpec struct {
-	per  map[sched.Coll]string
-	bare string
+	forced [sched.NumColls]*algorithm
 }
 
 func parseAlgoSpec(s string) (algoSpec, error) {
-	spec := algoSpec{per: map[sched.Coll]string{}}
+	var spec algoSpec
 	if strings.TrimSpace(s) == "" {
 		return spec, nil
 	}
+	per := map[sched.Coll]*algorithm{}
+	bare := ""
 	for _, part := range strings.Split(s, ",") {
 		part = strings.ToLower(strings.TrimSpace(part))
 		cname, name, found := strings.Cut(part, "=")
@@ -213,14 +226,22 @@ func parseAlgoSpec(s string) (algoSpec, error) {
 			if !knownAnywhere(part) {
 				return spec, fmt.Errorf("%w: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
 			}
-			spec.bare = part
+			bare = part
 			continue
 		}
 		coll, ok := sched.ParseColl(cname)
-		if !ok || lookup(coll, name) == nil {
+		a := lookup(coll, name)
+		if !ok || a == nil {
 			return spec, fmt.Errorf("%w: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
 		}
-		spec.per[coll] = name
+		per[coll] = a
+	}
+	for coll := range sched.NumColls {
+		if a, ok := per[coll]; ok {
+			spec.forced[coll] = a
+		} else if bare != "" {
+			spec.forced[coll] = lookup(coll, bare)
+		}
 	}
 	return spec, nil
 }
@@ -248,27 +269,17 @@ func knownAlgos() string {
 }
 
 // override returns the forced algorithm for coll, if any applies to it.
-func (s algoSpec) override(coll sched.Coll) *algorithm {
-	if name, ok := s.per[coll]; ok {
-		return lookup(coll, name)
-	}
-	if s.bare != "" {
-		return lookup(coll, s.bare)
-	}
-	return nil
-}
+func (s *algoSpec) override(coll sched.Coll) *algorithm { return s.forced[coll] }
 
 // choose picks the algorithm for one call: GOCOLL_ALGO when it names one
 // that can run the call, else the first entry of the table whose size rule
 // holds.
-func choose(spec algoSpec, s shape) *algorithm {
+func choose(spec *algoSpec, s shape) *algorithm {
 	if a := spec.override(s.coll); a != nil && a.can(s) {
 		return a
 	}
-	// The registry itself, not algos(): this runs on every call, and
-	// walking the table costs less than the slice algos allocates.
-	for i := range registry {
-		if a := &registry[i]; a.coll == s.coll && a.can(s) && a.auto(s) {
+	for _, a := range byColl[s.coll] {
+		if a.can(s) && a.auto(s) {
 			return a
 		}
 	}

@@ -146,9 +146,7 @@ var worlds = []world{
 func awaitPending(t testing.TB, c *Comm) {
 	t.Helper()
 	proctest.Until(t, time.Minute, fmt.Sprintf("operation pending on rank %d", c.rank), func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.pending > 0
+		return c.pending.Load() > 0
 	})
 }
 

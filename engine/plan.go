@@ -29,7 +29,7 @@ func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
 			return a
 		}
 	}
-	return choose(c.algo, s)
+	return choose(&c.algo, s)
 }
 
 // params is the shape of a call as the schedule builders take it.

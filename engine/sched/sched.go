@@ -61,13 +61,14 @@ const (
 	// AllToAllw is the all-to-all with a datatype per block (strided
 	// vectors); its schedules run in block mode (see Schedule.Blocks).
 	AllToAllw
-	numColls
+	// NumColls is the number of collectives, for tables indexed by Coll.
+	NumColls
 )
 
-var collNames = [numColls]string{"allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall", "alltoallv", "barrier", "alltoallw"}
+var collNames = [NumColls]string{"allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall", "alltoallv", "barrier", "alltoallw"}
 
 func (c Coll) String() string {
-	if c < numColls {
+	if c < NumColls {
 		return collNames[c]
 	}
 	return fmt.Sprintf("coll(%d)", uint8(c))
@@ -75,7 +76,7 @@ func (c Coll) String() string {
 
 // Colls lists every collective, in declaration order.
 func Colls() []Coll {
-	out := make([]Coll, numColls)
+	out := make([]Coll, NumColls)
 	for i := range out {
 		out[i] = Coll(i)
 	}
