@@ -412,3 +412,33 @@ func TestInlineCallsAllocateNothing(t *testing.T) {
 		t.Errorf("%v allocations per allreduce + allgather + barrier over shared memory; want none", got)
 	}
 }
+
+// TestOneRankCallsAllocateNothing: a communicator of one rank (a single
+// process run, say) copies and returns; no collective builds a schedule
+// for it. (AllToAllv, whose arguments are per-rank lists, is the exception
+// at every size.)
+func TestOneRankCallsAllocateNothing(t *testing.T) {
+	c := newLocal(t, 1, Options{})[0]
+	s, r := make([]byte, 4096), make([]byte, 4096)
+	for _, tc := range []struct {
+		name string
+		f    func() error
+	}{
+		{"allreduce", func() error { return c.AllReduce(s, r, 1024, Float32, Sum) }},
+		{"reduce", func() error { return c.Reduce(s, r, 1024, Float32, Sum, 0) }},
+		{"broadcast", func() error { return c.Broadcast(s, r, 1024, Float32, 0) }},
+		{"allgather", func() error { return c.AllGather(s, r, 1024, Float32) }},
+		{"reducescatter", func() error { return c.ReduceScatter(s, r, 1024, Float32, Sum) }},
+		{"alltoall", func() error { return c.AllToAll(s, r, 1024, Float32) }},
+		{"alltoall in place", func() error { return c.AllToAll(r, r, 1024, Float32) }},
+		{"barrier", c.Barrier},
+	} {
+		if got := testing.AllocsPerRun(100, func() {
+			if err := tc.f(); err != nil {
+				t.Fatal(err)
+			}
+		}); got != 0 {
+			t.Errorf("%s: %v allocations per call on one rank; want none", tc.name, got)
+		}
+	}
+}
