@@ -31,13 +31,13 @@ func wlayout(what string, displs *C.size_t, types *C.gocollBlockType_t, n int) (
 		}
 		var bt engine.BlockType
 		bt.Type = dt
-		if bt.Count, err = elems(what+"types count", t.count); err != nil {
+		if bt.Count, err = elems(what, "types count", t.count); err != nil {
 			return nil, nil, 0, err
 		}
-		if bt.BlockLen, err = elems(what+"types blocklen", t.blocklen); err != nil {
+		if bt.BlockLen, err = elems(what, "types blocklen", t.blocklen); err != nil {
 			return nil, nil, 0, err
 		}
-		if bt.Stride, err = elems(what+"types stride", t.stride); err != nil {
+		if bt.Stride, err = elems(what, "types stride", t.stride); err != nil {
 			return nil, nil, 0, err
 		}
 		if bt.Count <= 1 {
@@ -47,7 +47,7 @@ func wlayout(what string, displs *C.size_t, types *C.gocollBlockType_t, n int) (
 		if bt.Count == 0 || bt.BlockLen == 0 {
 			continue // its displacement is not used
 		}
-		if ds[i], err = elems(what[:1]+"displs entry", dd[i]); err != nil {
+		if ds[i], err = elems(what[:1], "displs entry", dd[i]); err != nil {
 			return nil, nil, 0, err
 		}
 		// disp + ((count-1)·stride + blocklen)·size, without overflowing.

@@ -431,9 +431,12 @@ func buffer(what string, p unsafe.Pointer, count C.size_t, mult int, dt engine.D
 }
 
 // elems converts an element count to int, rejecting values no buffer can hold.
-func elems(what string, count C.size_t) (int, error) {
+// elems checks a count given in elements; the argument is named by
+// prefix+name, joined only for the error (an alltoallv checks 2n of them
+// per call).
+func elems(prefix, name string, count C.size_t) (int, error) {
 	if uint64(count) > maxBytes {
-		return 0, argErr("%s %d is too large", what, uint64(count))
+		return 0, argErr("%s%s %d is too large", prefix, name, uint64(count))
 	}
 	return int(count), nil
 }
@@ -573,13 +576,13 @@ func vlayout(what string, counts, displs *C.size_t, n int) (cs, ds []int, span C
 	dd := unsafe.Slice(displs, n)
 	cs, ds = make([]int, n), make([]int, n)
 	for i := range n {
-		if cs[i], err = elems(what+"counts entry", cc[i]); err != nil {
+		if cs[i], err = elems(what, "counts entry", cc[i]); err != nil {
 			return nil, nil, 0, err
 		}
 		if cs[i] == 0 {
 			continue
 		}
-		if ds[i], err = elems(what[:1]+"displs entry", dd[i]); err != nil {
+		if ds[i], err = elems(what[:1], "displs entry", dd[i]); err != nil {
 			return nil, nil, 0, err
 		}
 		span = max(span, C.size_t(ds[i]+cs[i]))

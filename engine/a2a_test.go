@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/mem"
 )
@@ -191,10 +192,18 @@ func TestAllToAllvLargeAndGroups(t *testing.T) {
 // ranks and the collective, nothing hangs, no block of the wrong size is
 // written, and a rank that returns without error has every block right.
 func TestAllToAllvCountsDiffer(t *testing.T) {
-	for _, algo := range a2aAlgos {
+	for _, algo := range append(a2aAlgos, "shm") {
 		t.Run(algo, func(t *testing.T) {
 			const n = 5
-			comms := newLocal(t, n, Options{Algo: "alltoallv=" + algo, Timeout: time.Minute})
+			var comms []*Comm
+			if algo == "shm" { // the arena's, which a communicator on one host picks
+				comms = newShm(t, n, Options{Timeout: time.Minute})
+				if a := comms[0].choose(sched.AllToAllv, 0); a.name != "shm" {
+					t.Fatalf("chose %s", a.name)
+				}
+			} else {
+				comms = newLocal(t, n, Options{Algo: "alltoallv=" + algo, Timeout: time.Minute})
+			}
 			j := newVJob(n, 4, 1, func(rng *rand.Rand) int { return 1 + rng.Intn(5) })
 			recvs := make([][]byte, n)
 			errs := runRanks(comms, func(c *Comm) error {

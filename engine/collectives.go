@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
+	"github.com/gocoll/gocoll/engine/shmcoll"
 )
 
 // Buffers are byte slices holding count elements of a DataType. A collective
@@ -457,12 +459,12 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 		return Request{}, err
 	}
 	es := dt.Size()
-	sl, err := layout("send", send, sendcounts, sdispls, c.size, es)
-	if err != nil {
+	blocks := make([]sched.Block, 2*c.size) // (one allocation for both sides)
+	sl, rl := blocks[:c.size:c.size], blocks[c.size:]
+	if err := layout(sl, "send", send, sendcounts, sdispls, es); err != nil {
 		return Request{}, err
 	}
-	rl, err := layout("recv", recv, recvcounts, rdispls, c.size, es)
-	if err != nil {
+	if err := layout(rl, "recv", recv, recvcounts, rdispls, es); err != nil {
 		return Request{}, err
 	}
 	for _, r := range rl {
@@ -484,14 +486,22 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 	}
 	a := c.choose(sched.AllToAllv, 0)
 	sig := signature(sched.AllToAllv, dt, 0, 0, -1, a.name)
+	sent := 0
+	for i := range sl {
+		sent += sl[i].Len
+	}
+	if a.build == nil {
+		return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
+			x.start(sig, a, sent)
+			return x.shm(countsPeer(c.arena.AllToAllv(x.light(), x.call(), send, sl, recv, rl)))
+		})
+	}
 	p := c.params(sched.AllToAllv, dt, 0, 0, -1)
 	p.SendBlocks, p.RecvBlocks, p.Mine = sl, rl, c.rank
 	lay := &blockLayout{send: send, recv: recv, in: make([]span, c.size), work: make([]span, c.size)}
-	sent := 0
 	for i := range sl {
 		lay.in[i] = span{off: sl[i].Off, n: sl[i].Len, runs: 1}
 		lay.work[i] = span{off: rl[i].Off, n: rl[i].Len, runs: 1}
-		sent += sl[i].Len
 	}
 	return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
 		x.start(sig, a, 0)
@@ -499,21 +509,36 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 	})
 }
 
-func layout(name string, buf []byte, counts, displs []int, n, es int) ([]sched.Block, error) {
-	if len(counts) != n || len(displs) != n {
-		return nil, invalidArg("%scounts and %sdispls need %d entries, got %d and %d", name[:1], name[:1], n, len(counts), len(displs))
+// countsPeer names, in the operation's error, the other rank of a pair
+// whose AllToAllv counts disagree, as the schedules' errors do.
+func countsPeer(err error) error {
+	if err == nil {
+		return nil // (errors.As would move ce to the heap on every call)
 	}
-	l := make([]sched.Block, n)
+	var ce *shmcoll.CountsError
+	if errors.As(err, &ce) {
+		return &peerError{peer: ce.Peer(), err: err}
+	}
+	return err
+}
+
+// layout fills l (one block per rank) from counts and displacements in
+// elements of es bytes, checked against buf.
+func layout(l []sched.Block, name string, buf []byte, counts, displs []int, es int) error {
+	n := len(l)
+	if len(counts) != n || len(displs) != n {
+		return invalidArg("%scounts and %sdispls need %d entries, got %d and %d", name[:1], name[:1], n, len(counts), len(displs))
+	}
 	for i := range l {
 		if counts[i] < 0 || displs[i] < 0 {
-			return nil, invalidArg("%s count/displacement for rank %d is negative", name, i)
+			return invalidArg("%s count/displacement for rank %d is negative", name, i)
 		}
 		l[i] = sched.Block{Off: displs[i] * es, Len: counts[i] * es}
 		if l[i].Off+l[i].Len > len(buf) {
-			return nil, invalidArg("%s block for rank %d ends at byte %d past the buffer (%d bytes)", name, i, l[i].Off+l[i].Len, len(buf))
+			return invalidArg("%s block for rank %d ends at byte %d past the buffer (%d bytes)", name, i, l[i].Off+l[i].Len, len(buf))
 		}
 	}
-	return l, nil
+	return nil
 }
 
 // Barrier returns once every rank called it.

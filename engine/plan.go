@@ -12,6 +12,9 @@ import (
 // otherwise the size rules of the registry.
 func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
 	s := shape{coll: coll, bytes: bytes, n: c.size, shm: c.arena != nil, hosts: len(c.hosts), even: c.evenHosts}
+	if coll == sched.AllToAllv {
+		s.shmV = s.shm && c.arena.FitsAllToAllv()
+	}
 	if a := c.algo.override(coll); a != nil && a.can(s) {
 		return a
 	}

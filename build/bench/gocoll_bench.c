@@ -22,10 +22,13 @@
  *   allgather       gocollAllGather        out-of-place
  *   reduce_scatter  gocollReduceScatter
  *   alltoall        gocollAllToAll
+ *   alltoallv       gocollAllToAllv        equal counts through the v interface
+ *                                          (as OSU's osu_alltoallv); not in
+ *                                          mpi_bench.c
  * "bytes" follow nccl-tests (allreduce/bcast: buffer; allgather: gathered output;
- * reduce_scatter: input; alltoall: per-rank send buffer); algbw = bytes/time;
+ * reduce_scatter: input; alltoall(v): per-rank send buffer); algbw = bytes/time;
  * busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter,
- * alltoall), 1 (bcast).
+ * alltoall(v)), 1 (bcast).
  *
  * Timing, per (op, size), exactly as mpi_bench.c:
  *   1. one correctness check with exact-integer float data;
@@ -82,8 +85,8 @@
 
 extern char **environ;
 
-enum { OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_ALLTOALL, NOPS };
-static const char *op_names[NOPS] = {"allreduce", "bcast", "allgather", "reduce_scatter", "alltoall"};
+enum { OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_ALLTOALL, OP_ALLTOALLV, NOPS };
+static const char *op_names[NOPS] = {"allreduce", "bcast", "allgather", "reduce_scatter", "alltoall", "alltoallv"};
 
 static int rank, nranks;
 static float *sbuf, *rbuf;
@@ -93,7 +96,7 @@ static int factor = 4, warmup = 3, min_iters = 5, max_iters = 1000;
 static double tbudget = 0.3, warm_s = 0;
 static const char *label = NULL;
 static const char *csv_path = NULL;
-static int op_enabled[NOPS] = {1, 1, 1, 1, 1};
+static int op_enabled[NOPS] = {1, 1, 1, 1, 1, 1};
 static size_t *size_list = NULL;
 static int n_size_list = 0;
 static int use_memalloc = 0;
@@ -159,6 +162,14 @@ static void run_op(int op, size_t cnt) {
     case OP_ALLGATHER: CK(MPI_Allgather(sbuf, (int)cnt, MPI_FLOAT, rbuf, (int)cnt, MPI_FLOAT, MPI_COMM_WORLD)); break;
     case OP_REDUCE_SCATTER: CK(MPI_Reduce_scatter_block(sbuf, rbuf, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)); break;
     case OP_ALLTOALL: CK(MPI_Alltoall(sbuf, (int)cnt, MPI_FLOAT, rbuf, (int)cnt, MPI_FLOAT, MPI_COMM_WORLD)); break;
+    case OP_ALLTOALLV: {
+        static int *counts, *displs;
+        int r;
+        if (!counts) counts = malloc(nranks * sizeof(int)), displs = malloc(nranks * sizeof(int));
+        for (r = 0; r < nranks; r++) counts[r] = (int)cnt, displs[r] = r * (int)cnt;
+        CK(MPI_Alltoallv(sbuf, counts, displs, MPI_FLOAT, rbuf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD));
+        break;
+    }
     }
 }
 static double max_over_ranks(double v) {
@@ -216,6 +227,14 @@ static void run_op(int op, size_t cnt) {
     case OP_ALLGATHER: CK(gocollAllGather(sbuf, rbuf, cnt, gocollFloat32, comm)); break;
     case OP_REDUCE_SCATTER: CK(gocollReduceScatter(sbuf, rbuf, cnt, gocollFloat32, gocollSum, comm)); break;
     case OP_ALLTOALL: CK(gocollAllToAll(sbuf, rbuf, cnt, gocollFloat32, comm)); break;
+    case OP_ALLTOALLV: {
+        static size_t *counts, *displs;
+        int r;
+        if (!counts) counts = malloc(nranks * sizeof(size_t)), displs = malloc(nranks * sizeof(size_t));
+        for (r = 0; r < nranks; r++) counts[r] = cnt, displs[r] = (size_t)r * cnt;
+        CK(gocollAllToAllv(sbuf, counts, displs, rbuf, counts, displs, gocollFloat32, comm));
+        break;
+    }
     }
 }
 static double max_over_ranks(double v) {
@@ -251,7 +270,7 @@ static long check_op(int op, size_t cnt) {
     case OP_REDUCE_SCATTER: nin = cnt * n; nout = cnt;
         for (i = 0; i < nin; i++) sbuf[i] = (float)((rank + 1) + (i % 17));
         break;
-    case OP_ALLTOALL: nin = cnt * n; nout = cnt * n;
+    case OP_ALLTOALL: case OP_ALLTOALLV: nin = cnt * n; nout = cnt * n;
         for (r = 0; r < (size_t)n; r++)
             for (i = 0; i < cnt; i++) sbuf[r * cnt + i] = (float)(rank * 1000 + r * 10 + (i % 7));
         break;
@@ -265,7 +284,7 @@ static long check_op(int op, size_t cnt) {
         case OP_BCAST: e = (float)((i % 251) + 1); break;
         case OP_ALLGATHER: r = i / cnt; e = (float)(r * 1000 + ((i % cnt) % 97)); break;
         case OP_REDUCE_SCATTER: e = (float)(n * (n + 1) / 2 + n * (((size_t)rank * cnt + i) % 17)); break;
-        case OP_ALLTOALL: r = i / cnt; e = (float)(r * 1000 + rank * 10 + ((i % cnt) % 7)); break;
+        case OP_ALLTOALL: case OP_ALLTOALLV: r = i / cnt; e = (float)(r * 1000 + rank * 10 + ((i % cnt) % 7)); break;
         }
         if (rbuf[i] != e) {
             if (wrong < 3) fprintf(stderr, "[rank %d] %s cnt=%zu: out[%zu]=%g expected %g\n",
@@ -315,7 +334,7 @@ static void usage(void) {
     fprintf(stderr,
         "gocoll_bench [-P nprocs] [-T launch_timeout_s] [-M] [-b min] [-e max] [-f factor] [-s sizes,comma,list]\n"
         "             [-o ops] [-w warmup] [-W warmup_s] [-n min_iters] [-N max_iters] [-t seconds_per_size] [-l label] [-c csv_file]\n"
-        "ops: allreduce,bcast,allgather,reduce_scatter,alltoall (default all); sizes accept K/M/G\n"
+        "ops: allreduce,bcast,allgather,reduce_scatter,alltoall,alltoallv (default all); sizes accept K/M/G\n"
         "-P N: start N ranks (torchrun-style environment, MASTER_PORT+1 is gocoll's); without it, be one rank\n"
         "      of a job whose launcher set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (or OMPI_*, SLURM_*, GOCOLL_*)\n"
         "-M:   buffers from gocollMemAlloc instead of posix_memalign\n");

@@ -319,9 +319,10 @@ const (
 	kindAllGather
 	kindReduceScatter
 	kindAllToAll
+	kindAllToAllv
 )
 
-var kindNames = [...]string{"", "barrier", "allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall"}
+var kindNames = [...]string{"", "barrier", "allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall", "alltoallv"}
 
 func desc(kind uint64, dt kernel.DataType, op kernel.RedOp, root int) uint64 {
 	return kind | uint64(uint8(dt))<<8 | uint64(uint8(op))<<16 | uint64(uint32(root+1))<<32

@@ -86,6 +86,10 @@
 //     folds block r of every slot into recv (one barrier per piece).
 //   - AllToAll: copy in the blocks for the others, barrier, everyone copies
 //     its block out of every peer's slot.
+//   - AllToAllv: the same with blocks of any size: each slot has a column
+//     per rank, headed by a cache line of the owner's block sizes (the
+//     peers check theirs against it before they copy anything, and agree
+//     on the number of pieces from it; alltoallv.go).
 //
 // # Registered buffers
 //
