@@ -582,11 +582,13 @@ func firstErr(errs ...error) error {
 // this collective, at DEBUG every time.
 func (x *execCtx) start(sig uint64, a *algorithm, bytes int) {
 	x.sig, x.algo, x.bytes = sig, a.name, bytes
-	// At the default level (WARN) this costs a level check, nothing more.
-	if x.c.log.Enabled(context.Background(), slog.LevelInfo) {
-		if _, seen := x.c.announced.LoadOrStore(a, true); !seen {
-			x.c.log.Info("algorithm chosen", "op", x.op, "algo", a.name, "bytes", bytes)
-		}
+	// At the default level (WARN) this costs one level check, nothing more
+	// (a handler that drops INFO drops DEBUG too).
+	if !x.c.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	if _, seen := x.c.announced.LoadOrStore(a, true); !seen {
+		x.c.log.Info("algorithm chosen", "op", x.op, "algo", a.name, "bytes", bytes)
 	}
 	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
 		x.c.log.Debug("collective", "op", x.op, "seq", x.seq, "algo", a.name, "bytes", bytes)

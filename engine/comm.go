@@ -220,7 +220,6 @@ func (c *Comm) execute(r *Request, x *execCtx) {
 	began := c.mono()
 	// Saturating: a Go caller may pass the largest Duration for "never".
 	x.deadline = began + min(c.opts.Timeout, math.MaxInt64-began)
-	x.peer.Store(-1)
 	c.flight.begin(x, r, began)
 	var err error
 	if r.exec != nil {
@@ -502,8 +501,9 @@ type execCtx struct {
 	bytes    int
 	locked   bool // running on the caller's goroutine, locked to its thread (Options.LockedCallers)
 
-	// For the flight recorder: the peer waited on now (-1: none), and the
-	// ring slot and operation number (recorder.begin).
+	// For the flight recorder: the peer waited on now, plus one (0: none,
+	// so that a new context starts with none without an atomic store:
+	// waitedOn), and the ring slot and operation number (recorder.begin).
 	peer  atomic.Int32
 	slot  int
 	slotN uint64

@@ -93,7 +93,7 @@ func (f *recorder) end(x *execCtx, err error, now time.Duration) {
 	if f == nil {
 		return
 	}
-	peer := x.peer.Load()
+	peer := x.waitedOn()
 	if err != nil {
 		peer = int32(namedPeer(err, int(peer)))
 	}
@@ -148,7 +148,7 @@ func (f *recorder) snapshot(now time.Time) (recs []flight.Record, total uint64) 
 		switch s.state {
 		case slotRunning:
 			r.State = flight.StateInFlight
-			if p := s.live.peer.Load(); p >= 0 {
+			if p := s.live.waitedOn(); p >= 0 {
 				r.Peer = int(p)
 			}
 		case slotOK:
@@ -270,4 +270,7 @@ func (c *Comm) dumpOnFailure() {
 }
 
 // waitingFor notes the peer an operation waits on now (for dumps).
-func (x *execCtx) waitingFor(peer int) { x.peer.Store(int32(peer)) }
+func (x *execCtx) waitingFor(peer int) { x.peer.Store(int32(peer) + 1) }
+
+// waitedOn is the peer an operation waits on now, -1 for none.
+func (x *execCtx) waitedOn() int32 { return x.peer.Load() - 1 }
