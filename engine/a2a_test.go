@@ -501,3 +501,31 @@ func TestAggregateTreeLateRankAborts(t *testing.T) {
 		}
 	}
 }
+
+// overlappingBlocks finds an overlap exactly when two non-empty blocks
+// overlap, by pairs for a few ranks and in offset order for more: checked
+// against every pair on random layouts.
+func TestOverlappingBlocks(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for trial := range 3000 {
+		n := 1 + rng.Intn(20)
+		l := make([]sched.Block, n)
+		for i := range l {
+			l[i] = sched.Block{Off: rng.Intn(8 * n), Len: rng.Intn(6)}
+		}
+		want := false
+		for i := range l {
+			for j := i + 1; j < n; j++ {
+				a, b := l[i], l[j]
+				want = want || a.Len > 0 && b.Len > 0 && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len
+			}
+		}
+		i, j, got := overlappingBlocks(l)
+		if got != want {
+			t.Fatalf("trial %d: %v: found %v, want %v", trial, l, got, want)
+		}
+		if got && (i >= j || l[i].Off >= l[j].Off+l[j].Len || l[j].Off >= l[i].Off+l[i].Len) {
+			t.Fatalf("trial %d: %v: blocks %d and %d do not overlap", trial, l, i, j)
+		}
+	}
+}
