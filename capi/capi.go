@@ -565,29 +565,30 @@ func capi_AllToAll(send, recv unsafe.Pointer, count C.size_t, dtype C.int, comm 
 	})
 }
 
-// vlayout copies a counts/displacements pair of C arrays (n entries each)
-// and returns the number of elements the buffer must span. A displacement
+// vlayout copies a counts/displacements pair of C arrays (len(cs) entries
+// each) into cs and ds and returns the number of elements the buffer must
+// span. A displacement
 // that goes with a zero count is ignored (set to 0), as in MPI.
-func vlayout(what string, counts, displs *C.size_t, n int) (cs, ds []int, span C.size_t, err error) {
+func vlayout(what string, counts, displs *C.size_t, cs, ds []int) (span C.size_t, err error) {
+	n := len(cs)
 	if counts == nil || displs == nil {
-		return nil, nil, 0, argErr("%scounts or %sdispls is NULL", what, what[:1])
+		return 0, argErr("%scounts or %sdispls is NULL", what, what[:1])
 	}
 	cc := unsafe.Slice(counts, n)
 	dd := unsafe.Slice(displs, n)
-	cs, ds = make([]int, n), make([]int, n)
 	for i := range n {
 		if cs[i], err = elems(what, "counts entry", cc[i]); err != nil {
-			return nil, nil, 0, err
+			return 0, err
 		}
 		if cs[i] == 0 {
 			continue
 		}
 		if ds[i], err = elems(what[:1], "displs entry", dd[i]); err != nil {
-			return nil, nil, 0, err
+			return 0, err
 		}
 		span = max(span, C.size_t(ds[i]+cs[i]))
 	}
-	return cs, ds, span, nil
+	return span, nil
 }
 
 //export capi_AllToAllv
@@ -599,11 +600,14 @@ func capi_AllToAllv(send unsafe.Pointer, sendcounts, sdispls *C.size_t, recv uns
 		if err != nil {
 			return engine.ErrOp(err)
 		}
-		sc, sd, sspan, err := vlayout("send", sendcounts, sdispls, c.Size())
+		n := c.Size()
+		v := make([]int, 4*n) // (one allocation for the four lists)
+		sc, sd, rc, rd := v[:n:n], v[n:2*n:2*n], v[2*n:3*n:3*n], v[3*n:]
+		sspan, err := vlayout("send", sendcounts, sdispls, sc, sd)
 		if err != nil {
 			return engine.ErrOp(err)
 		}
-		rc, rd, rspan, err := vlayout("recv", recvcounts, rdispls, c.Size())
+		rspan, err := vlayout("recv", recvcounts, rdispls, rc, rd)
 		if err != nil {
 			return engine.ErrOp(err)
 		}
