@@ -77,6 +77,36 @@ func (l *vLayout) check(seq uint64, r int, got []byte) error {
 	return nil
 }
 
+// runVCalls has every rank of w make one AllToAllv per layout, in order
+// (call numbers from 0), and fails t on an error or a wrong result; a rank
+// whose result was wrong goes on calling, so that no peer waits for it.
+// after, if not nil, gets each call's send buffer once the call returned.
+func runVCalls(t *testing.T, w *world, layouts []*vLayout, after func(send []byte)) {
+	t.Helper()
+	errs := w.run(func(r int, a *Arena) error {
+		var wrong error
+		for k, l := range layouts {
+			seq := uint64(k)
+			send, got := l.send(seq, r), garbage(l.rn[r])
+			if err := a.AllToAllv(context.Background(), Call{Seq: seq, Sig: 7}, send, l.sb[r], got, l.rb[r]); err != nil {
+				return err
+			}
+			if after != nil {
+				after(send)
+			}
+			if err := l.check(seq, r, got); err != nil && wrong == nil {
+				wrong = err
+			}
+		}
+		return wrong
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(errorsText(errs))
+		}
+	}
+}
+
 // AllToAllv through small slots, so that blocks take several pieces, at
 // several rank counts; the calls follow each other without a barrier
 // between them (the slot sets alternate across calls), zero-byte blocks
@@ -97,26 +127,7 @@ func TestAllToAllv(t *testing.T) {
 					return rng.Intn(most + 1)
 				}))
 			}
-			ctx := context.Background()
-			errs := w.run(func(r int, a *Arena) error {
-				var wrong error // the first wrong result: the calls go on, so that no peer waits for this rank
-				for k, l := range layouts {
-					seq := uint64(k)
-					got := garbage(l.rn[r])
-					if err := a.AllToAllv(ctx, Call{Seq: seq, Sig: 7}, l.send(seq, r), l.sb[r], got, l.rb[r]); err != nil {
-						return err
-					}
-					if err := l.check(seq, r, got); err != nil && wrong == nil {
-						wrong = err
-					}
-				}
-				return wrong
-			})
-			for _, err := range errs {
-				if err != nil {
-					t.Fatal(errorsText(errs))
-				}
-			}
+			runVCalls(t, w, layouts, nil)
 		})
 	}
 }
@@ -129,34 +140,19 @@ func TestAllToAllvDirect(t *testing.T) {
 	w := newWorld(t, 2, MinSlotBytes)
 	big := w.arenas[0].cmaMin + 3000 // rank 0 sends this much: direct
 	small := 2*w.arenas[0].vPiece() + 100
-	ctx := context.Background()
-	errs := w.run(func(r int, a *Arena) error {
-		var wrong error
-		for seq := range uint64(16) {
-			l := newVLayout(rand.New(rand.NewSource(int64(seq))), 2, func(i, j int) int {
-				switch {
-				case i == j:
-					return 10
-				case i == 0:
-					return big
-				}
-				return small
-			})
-			got := garbage(l.rn[r])
-			if err := a.AllToAllv(ctx, Call{Seq: seq, Sig: 7}, l.send(seq, r), l.sb[r], got, l.rb[r]); err != nil {
-				return err
+	var layouts []*vLayout
+	for seq := range 16 {
+		layouts = append(layouts, newVLayout(rand.New(rand.NewSource(int64(seq))), 2, func(i, j int) int {
+			switch {
+			case i == j:
+				return 10
+			case i == 0:
+				return big
 			}
-			if err := l.check(seq, r, got); err != nil && wrong == nil {
-				wrong = err
-			}
-		}
-		return wrong
-	})
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(errorsText(errs))
-		}
+			return small
+		}))
 	}
+	runVCalls(t, w, layouts, nil)
 	if !canCMA() {
 		return
 	}
@@ -186,26 +182,11 @@ func TestAllToAllvDirectKeepsBuffer(t *testing.T) {
 		}
 		return small
 	})
-	ctx := context.Background()
-	errs := w.run(func(r int, a *Arena) error {
-		var wrong error
-		for seq := range uint64(12) {
-			send, got := l.send(seq, r), garbage(l.rn[r])
-			if err := a.AllToAllv(ctx, Call{Seq: seq, Sig: 7}, send, l.sb[r], got, l.rb[r]); err != nil {
-				return err
-			}
-			copy(send, garbage(len(send)))
-			if err := l.check(seq, r, got); err != nil && wrong == nil {
-				wrong = err
-			}
-		}
-		return wrong
-	})
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(errorsText(errs))
-		}
+	layouts := make([]*vLayout, 12)
+	for k := range layouts {
+		layouts[k] = l
 	}
+	runVCalls(t, w, layouts, func(send []byte) { copy(send, garbage(len(send))) })
 	if w.arenas[1].cmaReads == 0 {
 		t.Error("rank 1 read nothing out of rank 0's process")
 	}
