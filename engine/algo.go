@@ -127,8 +127,8 @@ var registry = []algorithm{
 	// as their ranks arrive (engine/tree.go): by name only.
 	{sched.AllToAll, "aggregate-tree", builder(sched.AllToAll, "aggregate-tree"), always, never},
 
-	// Through the arena's slots, with the block sizes in a header (one
-	// round of barriers per column-wide piece; the pairwise schedule over
+	// Through the arena's slots, each column headed by its owner's block
+	// sizes (one barrier per column-wide piece; the pairwise schedule over
 	// the shared-memory transport took 7-11 µs and 78 allocations for a
 	// 4 KiB call at 2 ranks, against 0.6-0.8 µs for AllToAll).
 	{sched.AllToAllv, "shm", nil, shmV, always},

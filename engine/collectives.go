@@ -504,7 +504,7 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 		lay.work[i] = span{off: rl[i].Off, n: rl[i].Len, runs: 1}
 	}
 	return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
-		x.start(sig, a, 0)
+		x.start(sig, a, sent)
 		return x.scheduleBlocks(a, p, lay)
 	})
 }

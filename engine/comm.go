@@ -37,7 +37,7 @@ type Comm struct {
 	abort    context.CancelCauseFunc
 
 	// pending counts issued operations not yet finished. A blocking call
-	// runs inline only if it moves it from 0 to 1 (run), so an atomic, not
+	// runs inline only if it moves it from 0 to 1 (runReq), so an atomic, not
 	// mu: two mutex round trips per call were ~10 % of a small call's
 	// bookkeeping. Queued operations add to it under mu (start).
 	pending atomic.Int64

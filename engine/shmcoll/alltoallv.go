@@ -12,9 +12,9 @@ import (
 // AllToAllv through the slots: the all-to-all whose blocks differ in size
 // from peer to peer (and whose sizes only the two ranks of a pair know).
 //
-// A slot holds a column per rank. Each piece moves up to vPiece bytes of
-// every block: the owner copies bytes [k·w, (k+1)·w) of its block for peer j
-// into its slot's column j, every rank passes the piece's barrier, then
+// A slot holds a column per rank. Each piece moves up to w = vPiece bytes
+// of every block: the owner copies bytes [k·w, (k+1)·w) of its block for
+// peer j into its slot's column j, every rank passes the piece's barrier, then
 // each copies its column out of every peer's slot into its receive block.
 // A column starts with a cache line of sizes, which the first piece fills
 // and the peer reads after that barrier, before it copies anything (the
@@ -44,9 +44,9 @@ func (a *Arena) vColumn() int { return a.slot / a.size &^ (lineBytes - 1) }
 // vPiece is the most bytes of each block one piece moves.
 func (a *Arena) vPiece() int { return a.vColumn() - lineBytes }
 
-// FitsAllToAllv says whether the slots leave room for AllToAllv's header
-// and a column of at least a cache line per rank (the same on every rank:
-// all use the same slot size).
+// FitsAllToAllv says whether the slots leave room for a column per rank
+// with at least a cache line of data after its sizes line (the same on
+// every rank: all use the same slot size).
 func (a *Arena) FitsAllToAllv() bool { return a.size == 1 || a.vPiece() >= lineBytes }
 
 // CountsError is an AllToAllv in which rank From sends Sent bytes to rank
