@@ -40,6 +40,7 @@ type Arena struct {
 	cma        bool           // every rank can read every peer's memory (decided at the first barrier)
 	cmaMin     int            // cmaMin(size)
 	cmaMax     int            // cmaMax(size)
+	slotsFrom  int            // slotsFrom (tests lower it)
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 	cmaWrites  int            // process_vm_writev copies made (likewise)
 	useCMA     bool           // the current call may publish addresses (choosePath)
@@ -93,18 +94,19 @@ func Create(cfg Config) (*Arena, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &Arena{
-		rank:     cfg.Rank,
-		size:     cfg.Size,
-		tag:      cfg.Tag,
-		open:     cfg.Open,
-		slot:     slot,
-		log:      log,
-		policy:   shmsync.PolicyFor(cfg.Size),
-		noCMA:    cfg.NoCMA,
-		cmaMin:   cmaMin(cfg.Size),
-		cmaMax:   cmaMax(cfg.Size),
-		terms:    make([][]byte, cfg.Size),
-		peerRegs: make([]map[uint64][]byte, cfg.Size),
+		rank:      cfg.Rank,
+		size:      cfg.Size,
+		tag:       cfg.Tag,
+		open:      cfg.Open,
+		slot:      slot,
+		log:       log,
+		policy:    shmsync.PolicyFor(cfg.Size),
+		noCMA:     cfg.NoCMA,
+		cmaMin:    cmaMin(cfg.Size),
+		cmaMax:    cmaMax(cfg.Size),
+		slotsFrom: slotsFrom,
+		terms:     make([][]byte, cfg.Size),
+		peerRegs:  make([]map[uint64][]byte, cfg.Size),
 	}
 	m, fd, err := createSegment(cfg.Tag, cfg.Rank, cfg.Size, slot)
 	if err != nil {

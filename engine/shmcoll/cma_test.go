@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"math/rand"
 	"os"
 	"runtime"
 	"slices"
@@ -281,6 +282,36 @@ func TestPathChooser(t *testing.T) {
 	// Classes are apart.
 	if _, cma := p.pick(1 << 20); !cma {
 		t.Error("a new class did not start with cross-memory copies")
+	}
+}
+
+// TestSlotsFrom: a 2-rank allgather or alltoall(v) with slotsFrom bytes per
+// peer or more goes through the slots without asking the path chooser
+// (whose first pick of a size class is the cross-memory copy); just below,
+// it asks. (The test lowers the bound.)
+func TestSlotsFrom(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	const from = 64 << 10
+	w := newWorld(t, 2, cmaSlot)
+	for _, a := range w.arenas {
+		a.slotsFrom = from
+	}
+	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1) // the first call decides
+	for _, count := range []int{from / 4, from/4 - 16} {
+		before := [2]int{w.arenas[0].cmaReads, w.arenas[1].cmaReads}
+		checkWorld(t, w, []tcase{
+			{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: count},
+			{kind: "alltoall", dt: kernel.Float32, op: kernel.Sum, count: count},
+		}, 1)
+		l := newVLayout(rand.New(rand.NewSource(1)), 2, func(i, j int) int { return 4 * count })
+		runVCalls(t, w, []*vLayout{l}, nil)
+		for r, a := range w.arenas {
+			if copied := a.cmaReads > before[r]; copied != (4*count < from) {
+				t.Errorf("%d bytes per peer, rank %d: %d cross-memory reads", 4*count, r, a.cmaReads-before[r])
+			}
+		}
 	}
 }
 

@@ -143,9 +143,10 @@
 // piece is at least 8 KiB, and so do AllGather and Broadcast's root for 2
 // ranks: wherever each published byte has one reader. Not where the ranks
 // outnumber the cores (cmaMin: there the slots were twice as fast), nor,
-// with 2 ranks, from 32 MiB per peer (cmaMax). Below that, a 2-rank
-// AllGather's or AllToAll's rank times its calls both ways and takes the
-// faster (pathChooser): the answer depends on how far apart the two cores
+// with 2 ranks, from 32 MiB per peer (cmaMax; for AllGather and
+// AllToAll(v) from 8 MiB, slotsFrom). Below that, a 2-rank AllGather's or
+// AllToAll's rank times its calls both ways and takes the faster
+// (pathChooser): the answer depends on how far apart the two cores
 // are, which on a VM changes while a job runs. These calls then close with
 // the barrier registered buffers need. A 2-rank Broadcast's peer publishes
 // its address too, and the root, idle otherwise, writes the second half
