@@ -97,6 +97,23 @@ func TestMismatch(t *testing.T) {
 	}
 }
 
+// TestAllToAllvMismatch: two C processes on one host (so through the
+// shared-memory slots) whose alltoallv counts disagree both fail with
+// gocollInvalidUsage naming the pair, and neither writes the block from the
+// other.
+func TestAllToAllvMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	procs := startFaults(t, ctx, 2, "vmismatch")
+	harness.WaitAll(t, procs)
+	for r, p := range procs {
+		out := p.Stdout()
+		if !strings.Contains(out, "alltoallv=5 untouched=1") || !strings.Contains(out, "counts differ between ranks: rank 0 sends 8 bytes to rank 1, which expects 4") {
+			t.Errorf("rank %d: %s", r, out)
+		}
+	}
+}
+
 // TestRendezvousCodes: a failed setup gives every rank the result code of
 // its cause, never gocollInternalError: a rank missing gives gocollTimeout,
 // sizes that disagree or a wrong secret gocollInvalidUsage.

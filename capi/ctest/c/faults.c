@@ -13,6 +13,10 @@
  *                    aborted) and a second one, which must fail with
  *                    gocollRemoteError.
  *   faults mismatch  2 ranks call gocollAllReduce with different counts.
+ *   faults vmismatch 2 ranks call gocollAllToAllv, rank 1 expecting one
+ *                    element less from rank 0 than it sends: both must
+ *                    fail with gocollInvalidUsage and leave the block from
+ *                    the peer unwritten.
  *   faults loop      allreduces with every result checked, prints "READY"
  *                    after 10 calls, until rank 0 finds the file named by
  *                    GOCOLL_TEST_STOP (its decision travels in the
@@ -145,10 +149,24 @@ static int run_mismatch(void) {
   return rc == gocollInvalidUsage || rc == gocollRemoteError ? 0 : 5;
 }
 
+static int run_vmismatch(void) {
+  float send[4], recv[4];
+  size_t sc[2] = {2, 2}, sd[2] = {0, 2}, rc[2] = {2, 2}, rd[2] = {0, 2};
+  int i, peer = 1 - g_rank, untouched = 1;
+  for (i = 0; i < 4; i++) send[i] = (float)(g_rank * 10 + i), recv[i] = -1.0f;
+  if (g_rank == 1) rc[0] = 1;
+  gocollResult_t r = gocollAllToAllv(send, sc, sd, recv, rc, rd, gocollFloat32, comm);
+  for (i = 0; i < (int)rc[peer]; i++)
+    if (recv[rd[peer] + i] != -1.0f) untouched = 0;
+  printf("RESULT rank=%d alltoallv=%d untouched=%d err=%s\n", g_rank, (int)r, untouched, gocollGetLastError(comm));
+  gocollCommDestroy(comm);
+  return r == gocollInvalidUsage && untouched ? 0 : 5;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stderr, NULL, _IONBF, 0);
   if (argc < 2) {
-    fprintf(stderr, "usage: %s kill|abort|mismatch|loop|init\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|abort|mismatch|vmismatch|loop|init\n", argv[0]);
     return 64;
   }
   if (strcmp(argv[1], "init") == 0) {
@@ -162,6 +180,7 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "kill") == 0) return run_kill();
   if (strcmp(argv[1], "abort") == 0) return run_abort();
   if (strcmp(argv[1], "mismatch") == 0) return run_mismatch();
+  if (strcmp(argv[1], "vmismatch") == 0) return run_vmismatch();
   if (strcmp(argv[1], "loop") == 0) return run_loop();
   fprintf(stderr, "unknown mode %s\n", argv[1]);
   return 64;
