@@ -81,12 +81,8 @@ func (f *recorder) begin(x *execCtx, r *Request, now time.Duration) {
 	f.next = (i + 1) % len(f.slots)
 	f.n++
 	s := &f.slots[i]
-	algo := ""
-	if r.args.a != nil {
-		algo = r.args.a.name
-	}
-	*s = slot{n: f.n, op: r.op, algo: algo, seq: x.seq &^ p2pSeqBit, p2p: r.peer >= 0,
-		dt: r.args.dt, hasType: r.args.dt != noType, bytes: int64(r.args.n), start: now, peer: int32(r.peer),
+	*s = slot{n: f.n, op: r.op, algo: r.algo, seq: x.seq &^ p2pSeqBit, p2p: r.peer >= 0,
+		dt: r.dt, hasType: r.hasType, bytes: int64(r.bytes), start: now, peer: int32(r.peer),
 		state: slotRunning, live: x}
 	x.slot, x.slotN = i, f.n
 	f.mu.Unlock()

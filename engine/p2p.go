@@ -360,7 +360,7 @@ func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer, tag int) (Reque
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
-	return Request{op: "send", peer: peer, tag: tag, isSend: true, args: args{dt: dt, n: len(buf)}, run: func(x *execCtx) error {
+	return Request{op: "send", peer: peer, tag: tag, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return x.sendTagged(peer, env, buf)
 	}}, nil
@@ -410,7 +410,7 @@ func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer, tag int) (Reque
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
-	return Request{op: "recv", peer: peer, tag: tag, args: args{dt: dt, n: len(buf)}, run: func(x *execCtx) error {
+	return Request{op: "recv", peer: peer, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return c.recvTagged(x, peer, &posting{env: env, buf: buf})
 	}}, nil
