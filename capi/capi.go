@@ -430,10 +430,9 @@ func buffer(what string, p unsafe.Pointer, count C.size_t, mult int, dt engine.D
 	return unsafe.Slice((*byte)(p), int(n)), nil
 }
 
-// elems converts an element count to int, rejecting values no buffer can hold.
-// elems checks a count given in elements; the argument is named by
-// prefix+name, joined only for the error (an alltoallv checks 2n of them
-// per call).
+// elems converts an element count to int, rejecting values no buffer can
+// hold. The argument is named prefix+name, joined only for the error (an
+// alltoallv checks 2n counts per call).
 func elems(prefix, name string, count C.size_t) (int, error) {
 	if uint64(count) > maxBytes {
 		return 0, argErr("%s%s %d is too large", prefix, name, uint64(count))
@@ -566,9 +565,9 @@ func capi_AllToAll(send, recv unsafe.Pointer, count C.size_t, dtype C.int, comm 
 }
 
 // vlayout copies a counts/displacements pair of C arrays (len(cs) entries
-// each) into cs and ds and returns the number of elements the buffer must
-// span. A displacement
-// that goes with a zero count is ignored (set to 0), as in MPI.
+// each) into cs and ds, which must be zero, and returns the number of
+// elements the buffer must span. A displacement that goes with a zero
+// count is ignored (left 0), as in MPI.
 func vlayout(what string, counts, displs *C.size_t, cs, ds []int) (span C.size_t, err error) {
 	n := len(cs)
 	if counts == nil || displs == nil {
