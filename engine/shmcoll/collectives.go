@@ -12,11 +12,20 @@ import (
 
 const (
 	// AllReduce and Reduce take the one-barrier path, where every rank (the
-	// root) folds all n slots, while n × bytes <= smallBytes; above, the
-	// two-barrier reduce-scatter path. Measured on the 2-vCPU VM at 64 KiB:
-	// 2 ranks (processes) 8.4 µs two-barrier vs 12.5 µs one-barrier,
-	// 4 ranks 18-20 µs vs 34-46 µs; near n × bytes = 64 KiB they tie.
+	// root) folds all n slots, while n × bytes <= smallBytes (smallBytes2
+	// at 2 ranks); above, the two-barrier reduce-scatter path. Measured on
+	// the 2-vCPU VM at 64 KiB: 2 ranks (processes) 8.4 µs two-barrier vs
+	// 12.5 µs one-barrier, 4 ranks 18-20 µs vs 34-46 µs; near n × bytes =
+	// 64 KiB they tie at 4 ranks.
 	smallBytes = 64 << 10
+	// At 2 ranks the two-barrier path wins from 16 KiB buffers (2026-11-27,
+	// gocoll_bench p50, one-barrier vs two-barrier): with the cores close
+	// 16 KiB 1.53 vs 1.47 µs, 32 KiB 3.49 vs 2.39, 64 KiB 5.40 vs 4.15;
+	// far 16 KiB 5.43 vs 4.70, 32 KiB 8.67 vs 7.61. Below, the one-barrier
+	// path keeps the latency of one round trip where the cores are close
+	// (4 KiB 0.6 µs); far, the two-barrier path was faster there too (4 KiB
+	// 1.98 vs 1.86, 8 KiB 3.13 vs 2.75), which the choice cannot know.
+	smallBytes2 = 16 << 10
 	// foldBlock is the block the folds work in, so that partial results
 	// stay in L1/L2 while all n operands stream through.
 	foldBlock = 32 << 10
@@ -614,7 +623,11 @@ func (a *Arena) Barrier(ctx context.Context, c Call) error {
 // small says whether a reduction of nbytes per rank takes the one-barrier
 // path.
 func (a *Arena) small(nbytes int) bool {
-	return nbytes*a.size <= smallBytes && nbytes <= a.slot
+	lim := smallBytes
+	if a.size == 2 {
+		lim = smallBytes2
+	}
+	return nbytes*a.size <= lim && nbytes <= a.slot
 }
 
 // avg is the divisor Avg needs at the end (1: none).
