@@ -159,3 +159,20 @@ func TestWaitPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallPath: which allreduce sizes take the one-barrier path (every
+// rank folds every slot) and which the two-barrier one: up to 64 KiB over
+// all ranks, and at 2 ranks up to 8 KiB buffers (smallBytes2).
+func TestSmallPath(t *testing.T) {
+	for _, tc := range []struct {
+		n, bytes, barriers int
+	}{{2, 8 << 10, 1}, {2, 16 << 10, 2}, {2, 32 << 10, 2}, {4, 16 << 10, 1}, {4, 32 << 10, 2}} {
+		w := newWorld(t, tc.n, 0)
+		checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1) // the first call decides cross-memory reads
+		before := w.arenas[0].phase
+		checkWorld(t, w, []tcase{{kind: "allreduce", dt: kernel.Float32, op: kernel.Sum, count: tc.bytes / 4}}, 1)
+		if got := int(w.arenas[0].phase - before); got != tc.barriers {
+			t.Errorf("%d ranks, %d bytes: %d barriers, want %d", tc.n, tc.bytes, got, tc.barriers)
+		}
+	}
+}
