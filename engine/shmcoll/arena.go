@@ -44,7 +44,7 @@ type Arena struct {
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 	cmaWrites  int            // process_vm_writev copies made (likewise)
 	useCMA     bool           // the current call may publish addresses (choosePath)
-	paths      pathChooser    // 2-rank allgather/alltoall: slots or cross-memory copies
+	paths      pathChooser    // 2-rank allgather/alltoall(v): slots or cross-memory copies
 	gateWaits  atomic.Int32   // times closeGate found a peer writing (for tests)
 
 	own  []byte     // own segment mapping

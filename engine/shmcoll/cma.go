@@ -275,7 +275,7 @@ func (a *Arena) pathEnd(k int, timed bool, start time.Time, err error) {
 }
 
 // pathChooser learns, per size class, whether this rank's 2-rank
-// allgathers and alltoalls run faster with its blocks read out of its
+// allgathers and alltoall(v)s run faster with its blocks read out of its
 // process or copied through its slot. Which wins depends on how far apart
 // the two cores are, and a VM's vCPUs move between sibling hyperthreads
 // and separate cores while a job runs (2026-11-27, 101 paired runs with
