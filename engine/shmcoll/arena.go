@@ -254,11 +254,15 @@ func (a *Arena) Abort(reason error) {
 // peers waiting on this rank, and waiters here and in other processes
 // sleeping on a third rank, who then re-check every state word.
 func (a *Arena) wakeAll() {
-	shmsync.WakeAll(a.me.arrive)
 	for _, s := range a.segs {
-		if s != nil && s != a.me {
-			shmsync.WakeAll(s.arrive)
+		if s != nil {
+			shmsync.WakeAll(s.arrive[0])
+			shmsync.WakeAll(s.arrive[1])
 		}
+	}
+	if a.segs == nil && a.me != nil { // not connected yet
+		shmsync.WakeAll(a.me.arrive[0])
+		shmsync.WakeAll(a.me.arrive[1])
 	}
 }
 
@@ -422,14 +426,14 @@ func (a *Arena) arrive(ctx context.Context) (uint64, error) {
 	a.phase++
 	p := a.phase
 	*a.me.recs[p&1] = a.cur
-	shmsync.Publish(a.me.arrive, a.me.waiters, p)
+	shmsync.Publish(a.me.arrive[p&1], a.me.waiters, p)
 	return p, nil
 }
 
 // meet waits until peer s arrived at phase p and checks that its record of
 // p is want.
 func (a *Arena) meet(ctx context.Context, s *segment, p uint64, want callID) error {
-	if s.arrive.Load() < p {
+	if s.arrive[p&1].Load() < p {
 		if err := a.await(ctx, s, p); err != nil {
 			return a.fail(err)
 		}
@@ -513,10 +517,11 @@ func (a *Arena) publishAddr(buf []byte, per, total int) bool {
 	return true
 }
 
-// await waits for rank s.rank to arrive at phase p (it is at p-1).
+// await waits for rank s.rank to arrive at phase p (it is at p-1, so its
+// counter for p's parity holds p-2, or 0 before its first arrivals).
 func (a *Arena) await(ctx context.Context, s *segment, p uint64) error {
 	a.waitPhase = p
-	err := a.wait.Await(ctx, s.arrive, s.waiters, p-1, a.check)
+	err := a.wait.Await(ctx, s.arrive[p&1], s.waiters, p-min(p, 2), a.check)
 	if err == nil {
 		return nil
 	}
@@ -580,7 +585,7 @@ func (a *Arena) check() error {
 func (a *Arena) peerErr(s *segment, need uint64) error {
 	switch s.state.Load() {
 	case shmseg.StateClosed:
-		if s.arrive.Load() >= need {
+		if s.arrived() >= need {
 			return nil
 		}
 		return &transport.PeerLostError{Peer: s.rank, Reason: "it closed its arena"}

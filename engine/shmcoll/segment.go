@@ -20,7 +20,7 @@ import (
 // written before the magic is published and read after it was seen.
 const (
 	segMagic   uint64 = 0x414e4552_41434f47 // "GOCARENA"
-	segVersion uint64 = 5                   // 3: registered allocations are memory files named by descriptor; 4: so is the segment; 5: the store gate
+	segVersion uint64 = 6                   // 3: registered allocations are memory files named by descriptor; 4: so is the segment; 5: the store gate; 6: a counter per record
 	pageSize          = shmseg.PageSize
 
 	offSlotBytes = shmseg.OffLayout
@@ -30,8 +30,9 @@ const (
 	offCMA       = shmseg.OffLayout + 32 // cmaOK or cmaNo once the creator probed its peers: written before its first arrival
 
 	syncOff    = pageSize
-	syncArrive = 0   // arrival counter, then the two call records: written by the owner
-	syncRecs   = 8   // 2 records of recordWords words
+	syncArrive = 0 // two cache lines, for even and odd phases, each an arrival counter and a call record: written by the owner
+	syncRecs   = 8 // the record's offset in its line
+	syncLine   = 64
 	syncWait   = 128 // peers sleeping on the arrival counter: written by the peers
 	syncGate   = 192 // the store gate (Arena.claimStore): written by the owner and the peer that writes into its buffer
 	dataOff    = 2 * pageSize
@@ -67,8 +68,8 @@ const (
 )
 
 func init() {
-	if syncRecs+2*recordWords*8 > syncWait {
-		panic("shmcoll: call records overflow their cache line")
+	if syncRecs+recordWords*8 > syncLine || syncArrive+2*syncLine > syncWait {
+		panic("shmcoll: call records overflow their cache lines")
 	}
 	if offCMA+8 > shmseg.LayoutEnd {
 		panic("shmcoll: layout words overflow the header's")
@@ -87,7 +88,7 @@ type segment struct {
 	rank    int
 	m       []byte
 	state   *atomic.Uint64
-	arrive  *atomic.Uint64
+	arrive  [2]*atomic.Uint64 // by phase parity (see arrivals)
 	waiters *atomic.Uint64
 	gate    *atomic.Uint64
 	recs    [2]*record
@@ -96,19 +97,29 @@ type segment struct {
 	remote  bool // in another process: check its liveness while waiting
 }
 
+// arrived is the last phase the segment's owner arrived at.
+//
+// Phase p's record sits on one cache line with the counter a peer watches
+// for p (arrive[p&1], which holds p-2 until the owner arrives): the
+// peer's wait ends with the record already in its cache. With one
+// counter and both records behind it, every odd phase's record was a
+// second line to fetch from the owner's core after the wait.
+func (s *segment) arrived() uint64 { return max(s.arrive[0].Load(), s.arrive[1].Load()) }
+
 func newSegment(rank int, m []byte, slot int, proc shmsync.Proc) *segment {
 	s := &segment{
 		rank:    rank,
 		m:       m,
 		state:   shmseg.Header(m).State(),
-		arrive:  shmseg.Word(m, syncOff+syncArrive),
 		waiters: shmseg.Word(m, syncOff+syncWait),
 		gate:    shmseg.Word(m, syncOff+syncGate),
 		proc:    proc,
 		remote:  proc.Pid != shmsync.Self().Pid,
 	}
 	for i := range s.recs {
-		s.recs[i] = (*record)(unsafe.Pointer(&m[syncOff+syncRecs+i*recordWords*8]))
+		line := syncOff + syncArrive + i*syncLine
+		s.arrive[i] = shmseg.Word(m, line)
+		s.recs[i] = (*record)(unsafe.Pointer(&m[line+syncRecs]))
 	}
 	if len(m) > dataOff {
 		s.slots[0] = m[dataOff : dataOff+slot : dataOff+slot]
