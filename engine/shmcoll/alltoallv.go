@@ -132,7 +132,7 @@ func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, re
 		for j := range a.size {
 			if j != own && !direct && lo < sb[j].Len {
 				b := sb[j]
-				copy(mine[j*col+lineBytes:], send[b.Off+lo:b.Off+min(lo+bs, b.Len)])
+				a.copyIn(mine[j*col+lineBytes:], send[b.Off+lo:b.Off+min(lo+bs, b.Len)])
 			}
 		}
 		if err := a.barrier(ctx); err != nil {

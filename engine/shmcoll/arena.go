@@ -41,6 +41,7 @@ type Arena struct {
 	cmaMin     int            // cmaMin(size)
 	cmaMax     int            // cmaMax(size)
 	slotsFrom  int            // slotsFrom (tests lower it)
+	copyBlock  int            // copyBlock(size) (tests lower it)
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 	cmaWrites  int            // process_vm_writev copies made (likewise)
 	useCMA     bool           // the current call may publish addresses (choosePath)
@@ -105,6 +106,7 @@ func Create(cfg Config) (*Arena, error) {
 		cmaMin:    cmaMin(cfg.Size),
 		cmaMax:    cmaMax(cfg.Size),
 		slotsFrom: slotsFrom,
+		copyBlock: copyBlock(cfg.Size),
 		terms:     make([][]byte, cfg.Size),
 		peerRegs:  make([]map[uint64][]byte, cfg.Size),
 	}

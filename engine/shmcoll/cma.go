@@ -332,3 +332,11 @@ func (p *pathChooser) record(k int, cma bool, d time.Duration) {
 		*v += (ns - *v) / 8
 	}
 }
+
+// copyBlock is copyIn's piece size for ranks processes on this machine.
+func copyBlock(ranks int) int {
+	if ranks <= runtime.NumCPU() {
+		return 512 << 10 // below memmove's non-temporal threshold
+	}
+	return math.MaxInt
+}
