@@ -40,7 +40,6 @@ type Arena struct {
 	cma        bool           // every rank can read every peer's memory (decided at the first barrier)
 	cmaMin     int            // cmaMin(size)
 	cmaMax     int            // cmaMax(size)
-	slotsFrom  int            // slotsFrom (tests lower it)
 	copyBlock  int            // copyBlock(size) (tests lower it)
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 	cmaWrites  int            // process_vm_writev copies made (likewise)
@@ -105,7 +104,6 @@ func Create(cfg Config) (*Arena, error) {
 		noCMA:     cfg.NoCMA,
 		cmaMin:    cmaMin(cfg.Size),
 		cmaMax:    cmaMax(cfg.Size),
-		slotsFrom: slotsFrom,
 		copyBlock: copyBlock(cfg.Size),
 		terms:     make([][]byte, cfg.Size),
 		peerRegs:  make([]map[uint64][]byte, cfg.Size),

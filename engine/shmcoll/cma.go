@@ -48,18 +48,21 @@ func cmaMin(ranks int) int {
 // cmaMax is the data per peer over a call from which a rank copies into its
 // slot again: at these sizes the kernel's pinning of the buffer's pages, 16
 // at a time, costs more than the second copy. Measured with 2 ranks (C
-// ABI, processes, p50 over 26 runs with the cores close, corelat ~100 ns,
-// and 8 with them far, ~430 ns), slots against cross-memory copies:
-// allgather 64 MiB (32 MiB per peer) 7.1 vs 8.2 ms (far: 5.8 vs 6.8),
-// alltoall 7.3 vs 8.2 (5.7 vs 7.2), broadcast 4.9 vs 5.6 (4.0 vs 4.9, with
-// the root writing half). At 8-16 MiB per peer it depends on the cores'
-// distance (allgather 16 MiB 1.48 vs 1.40 ms close, 1.12 vs 1.23 far;
-// broadcast 16 MiB even), and below it so much that allgather and alltoall
-// measure it (pathChooser). With more ranks the runs were too noisy to
-// tell, so there is no upper end.
+// ABI, processes, p50), slots against cross-memory copies: with the cores
+// close (corelat ~100 ns), 8 MiB per peer, allgather 1330 vs 1369 µs and
+// 1340 vs 1470, alltoall 1476 vs 1611 and 1536 vs 1594; far (~430 ns),
+// allgather 793 vs 798, alltoall 849 vs 998; 32 MiB per peer (far), 5.8
+// vs 6.8 ms and 5.7 vs 7.2. Broadcast (the root writing half into the
+// peer), since the slots are filled with cached stores (copyIn), close:
+// 8 MiB 323-344 vs 378-384 µs, 16 MiB 689-751 vs 1159-1166, but 4 MiB
+// 196-203 vs 142-144 (one piece: the peer's copy out waits for the
+// whole copy in). Below 8 MiB per peer the answer for allgather and
+// alltoall depends on the cores' distance so much that they measure it
+// (pathChooser). With more ranks the runs were too noisy to tell, so
+// there is no upper end.
 func cmaMax(ranks int) int {
 	if ranks == 2 {
-		return 32 << 20
+		return 8 << 20
 	}
 	return math.MaxInt
 }
@@ -239,24 +242,9 @@ func (a *Arena) choosePath(total int) (k int, timed bool) {
 	if a.size != 2 || !a.cma || total < a.cmaMin || total >= a.cmaMax {
 		return 0, false
 	}
-	if total >= a.slotsFrom {
-		a.useCMA = false
-		return 0, false
-	}
 	k, a.useCMA = a.paths.pick(total)
 	return k, true
 }
-
-// slotsFrom is the bytes per peer from which a 2-rank allgather's or
-// alltoall's blocks go through the slots without asking the pathChooser.
-// At 8 MiB per peer (a 16 MiB call) the slots were as fast or faster in
-// every paired run (p50 µs, slots against the chooser's pick), with the
-// cores close: allgather 1330 / 1369 and 1340 / 1470, alltoall 1476 / 1611
-// and 1536 / 1594; far: allgather 793 / 798, alltoall 849 / 998. The
-// chooser kept the cross-memory copy there: its estimates follow a path's
-// fastest calls, and that path's calls vary more. At 4 MiB per peer the
-// copy won (allgather 596 against 658 slots, alltoall 640 / 675, close).
-const slotsFrom = 8 << 20
 
 // pathStart begins timing a call whose path choosePath chose (timed), so
 // that pathEnd can record it.

@@ -81,8 +81,10 @@ func TestCMA(t *testing.T) {
 }
 
 // TestCMAMax: with 2 ranks, a call that reads cmaMax bytes or more of each
-// peer goes through the slots, not out of the peer's process. (The test
-// lowers the bound; the default is too large to run here often.)
+// peer goes through the slots, not out of the peer's process, without
+// asking the path chooser (whose first pick of a size class is the
+// cross-memory copy). (The test lowers the bound; the default is too large
+// to run here often.)
 func TestCMAMax(t *testing.T) {
 	if !canCMA() {
 		t.Skip("process_vm_readv is not allowed here")
@@ -102,6 +104,7 @@ func TestCMAMax(t *testing.T) {
 		{kind: "alltoall", dt: kernel.Float32, op: kernel.Sum, count: max / 4},
 	}
 	checkWorld(t, w, cases, 1)
+	runVCalls(t, w, []*vLayout{newVLayout(rand.New(rand.NewSource(1)), 2, func(i, j int) int { return max })}, nil)
 	for r, a := range w.arenas {
 		if !a.cma || a.cmaReads != 0 || a.cmaWrites != 0 {
 			t.Errorf("rank %d: cross-memory copies on: %v, %d reads, %d writes; want on, none made", r, a.cma, a.cmaReads, a.cmaWrites)
@@ -282,36 +285,6 @@ func TestPathChooser(t *testing.T) {
 	// Classes are apart.
 	if _, cma := p.pick(1 << 20); !cma {
 		t.Error("a new class did not start with cross-memory copies")
-	}
-}
-
-// TestSlotsFrom: a 2-rank allgather or alltoall(v) with slotsFrom bytes per
-// peer or more goes through the slots without asking the path chooser
-// (whose first pick of a size class is the cross-memory copy); just below,
-// it asks. (The test lowers the bound.)
-func TestSlotsFrom(t *testing.T) {
-	if !canCMA() {
-		t.Skip("process_vm_readv is not allowed here")
-	}
-	const from = 64 << 10
-	w := newWorld(t, 2, cmaSlot)
-	for _, a := range w.arenas {
-		a.slotsFrom = from
-	}
-	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1) // the first call decides
-	for _, count := range []int{from / 4, from/4 - 16} {
-		before := [2]int{w.arenas[0].cmaReads, w.arenas[1].cmaReads}
-		checkWorld(t, w, []tcase{
-			{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: count},
-			{kind: "alltoall", dt: kernel.Float32, op: kernel.Sum, count: count},
-		}, 1)
-		l := newVLayout(rand.New(rand.NewSource(1)), 2, func(i, j int) int { return 4 * count })
-		runVCalls(t, w, []*vLayout{l}, nil)
-		for r, a := range w.arenas {
-			if copied := a.cmaReads > before[r]; copied != (4*count < from) {
-				t.Errorf("%d bytes per peer, rank %d: %d cross-memory reads", 4*count, r, a.cmaReads-before[r])
-			}
-		}
 	}
 }
 
