@@ -324,7 +324,10 @@ func (p *pathChooser) record(k int, cma bool, d time.Duration) {
 // copyBlock is copyIn's piece size for ranks processes on this machine.
 func copyBlock(ranks int) int {
 	if ranks <= runtime.NumCPU() {
-		return 512 << 10 // below memmove's non-temporal threshold
+		return cachedBlock
 	}
 	return math.MaxInt
 }
+
+// cachedBlock is below memmove's non-temporal threshold (1 MiB).
+const cachedBlock = 512 << 10
