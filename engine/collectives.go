@@ -496,6 +496,13 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 			return x.shm(countsPeer(c.arena.AllToAllv(x.light(), x.call(), send, sl, recv, rl)))
 		})
 	}
+	if c.size == 1 { // its own block is all there is: no schedule to build (0.7 µs a call from C, against 0.3)
+		return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
+			x.start(sig, a, sent)
+			copy(recv[rl[0].Off:rl[0].Off+rl[0].Len], send[sl[0].Off:sl[0].Off+sl[0].Len])
+			return nil
+		})
+	}
 	p := c.params(sched.AllToAllv, dt, 0, 0, -1)
 	p.SendBlocks, p.RecvBlocks, p.Mine = sl, rl, c.rank
 	lay := &blockLayout{send: send, recv: recv, in: make([]span, c.size), work: make([]span, c.size)}

@@ -441,4 +441,14 @@ func TestOneRankCallsAllocateNothing(t *testing.T) {
 			t.Errorf("%s: %v allocations per call on one rank; want none", tc.name, got)
 		}
 	}
+	// alltoallv's count lists cost an allocation and its closure one; it
+	// builds no schedule.
+	counts, displs := []int{1024}, []int{0}
+	if got := testing.AllocsPerRun(100, func() {
+		if err := c.AllToAllv(s, counts, displs, r, counts, displs, Float32); err != nil {
+			t.Fatal(err)
+		}
+	}); got > 2 {
+		t.Errorf("alltoallv: %v allocations per call on one rank; want at most 2", got)
+	}
 }
