@@ -4,7 +4,7 @@
 Reads OUTDIR/raw.csv (rows of gocoll_bench.c, built for gocoll and for Open MPI, and of gloo_bench.py:
 label,op,np,bytes,iters,med_us,min_us,p90_us,b2b_us,algbw_GBps,busbw_GBps,check[,p99_us,b2b_p50_us,b2b_p99_us]
 with label "<lib>#<round>"; gloo_bench.py has no tail columns), OUTDIR/corelat.csv (lib,np,round,ns
-before,ns after: the cross-core round trip around each step), OUTDIR/logs/memcpy-r*.md (memcpy_bw tables),
+before,ns after: the cross-core round trip around each step), OUTDIR/logs/memcpy-r*.md and xcopy-r*.md (memcpy_bw and xcopy tables),
 OUTDIR/meta.txt and OUTDIR/notes.txt, and writes
   OUTDIR/results.md     per cross-core regime (see REGIMES): medians over the rounds run in it, ratios
                         gocoll/OpenMPI (plain and MemAlloc buffers) and gocoll/Gloo, and the performance
@@ -134,23 +134,28 @@ def load(out, regimes):
 
 
 def load_memcpy(out):
+    """memcpy_bw's and xcopy's tables over the rounds, merged by buffer size:
+    (columns, bytes -> column -> values)."""
     rows = defaultdict(lambda: defaultdict(list))  # bytes -> column -> values
-    header = None
-    for path in sorted(glob.glob(os.path.join(out, "logs", "memcpy-r*.md"))):
-        with open(path) as f:
-            for line in f:
-                if line.startswith("| bytes"):
-                    header = [h.strip() for h in line.strip().strip("|").split("|")][1:]
-                    continue
-                m = re.match(r"^\| (\d+) \|(.*)\|\s*$", line)
-                if not m or header is None:
-                    continue
-                vals = [v.strip().split(" ")[0] for v in m.group(2).split("|")]
-                for h, v in zip(header, vals):
-                    try:
-                        rows[int(m.group(1))][h].append(float(v))
-                    except ValueError:
-                        pass
+    header = []
+    for pattern in ("memcpy-r*.md", "xcopy-r*.md"):
+        cols = None
+        for path in sorted(glob.glob(os.path.join(out, "logs", pattern))):
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("| bytes"):
+                        cols = [h.strip() for h in line.strip().strip("|").split("|")][1:]
+                        header += [h for h in cols if h not in header]
+                        continue
+                    m = re.match(r"^\| (\d+) \|(.*)\|\s*$", line)
+                    if not m or cols is None:
+                        continue
+                    vals = [v.strip().split(" ")[0] for v in m.group(2).split("|")]
+                    for h, v in zip(cols, vals):
+                        try:
+                            rows[int(m.group(1))][h].append(float(v))
+                        except ValueError:
+                            pass
     return header, rows
 
 
@@ -259,7 +264,8 @@ def main():
         w("")
         write_regime(w, sub, mrows, libs, ops, nps, sizes, unsupported, nproc)
     if mrows:
-        w("## Machine limits: memcpy_bw (`../shared/bench/memcpy_bw.c`), median over rounds, GB/s")
+        w("## Machine limits: memcpy_bw (`../shared/bench/memcpy_bw.c`) and the cross-core copy-in rate "
+          "(`build/bench/xcopy.c`: one core copies into lines the other read last), median over rounds, GB/s")
         w("")
         w("| bytes | " + " | ".join(header) + " |")
         w("|---:|" + "---:|" * len(header))
@@ -433,17 +439,17 @@ def targets(cells, mrows):
             ratio_row("allreduce np=%d %s: MemAlloc busbw ≥ 2× Open MPI" % (np_, human(size)), "allreduce", np_,
                       size, 2.0, libs=("gocoll-memalloc",))
     # The floor of a plain-buffer allreduce: a MemAlloc allreduce plus copying
-    # this rank's share (size/np) in at the machine's single-core copy rate
-    # (memcpy_bw's, an upper bound on a cross-core copy, so the floor is low).
+    # this rank's share (size/np) in at the measured cross-core copy rate
+    # (xcopy's; memcpy_bw's single-core rate, higher, where xcopy did not run).
     for np_ in (2, 4):
         for size in (64 << 10, 1 << 20, 16 << 20, 64 << 20):
             g, gm = val("gocoll", "allreduce", np_, size, "med"), val("gocoll-memalloc", "allreduce", np_, size, "med")
-            rate = copy_rate(mrows, size)
+            rate, how = copy_rate(mrows, size)
             if g is None or gm is None or not rate:
                 continue
             floor = gm + (size / np_) / (rate * 1e3)  # µs: bytes / (GB/s · 1e3)
-            rows.append(["allreduce np=%d %s: plain / floor ≤ 1.15 (floor %s = MemAlloc %s + copy-in at %.1f GB/s)"
-                         % (np_, human(size), fmt_us(floor), fmt_us(gm), rate),
+            rows.append(["allreduce np=%d %s: plain / floor ≤ 1.15 (floor %s = MemAlloc %s + copy-in at %.1f GB/s, %s)"
+                         % (np_, human(size), fmt_us(floor), fmt_us(gm), rate, how),
                          "%.2f" % (g / floor), mark(g / floor <= 1.15), "", ""])
     # Small messages: p50 and p99, after a barrier and back to back.
     for np_, want in ((2, 1.0), (4, 0.5)):
@@ -483,13 +489,17 @@ def targets(cells, mrows):
 
 
 def copy_rate(mrows, size):
-    """memcpy_bw's single-core copy rate (GB/s) at the measured size nearest
-    to size, or None."""
+    """The copy-in rate (GB/s) at the measured size nearest to size, and what
+    it is: xcopy's cross-core rate, else memcpy_bw's single-core one; (None,
+    None) without either."""
     if not mrows:
-        return None
+        return None, None
     b = min(mrows, key=lambda m: abs(m - size))
-    v = mrows[b].get("memcpy 1T GB/s")
-    return med(v) if v else None
+    for col, how in (("xcopy GB/s", "cross-core"), ("memcpy 1T GB/s", "single-core memcpy")):
+        v = mrows[b].get(col)
+        if v:
+            return med(v), how
+    return None, None
 
 
 def _loaded(meta, nproc):

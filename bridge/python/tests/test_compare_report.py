@@ -41,3 +41,35 @@ def test_regimes_reported_apart(tmp_path):
     assert "| allgather | 2 | 2.00 |" in md[near:far], md[near:far]
     assert "| allgather | 2 | 1.00 |" in md[far:], md[far:]
     assert "0.25" not in md and "0.33" not in md
+
+
+def test_floor_uses_cross_core_copy_rate(tmp_path):
+    # A 2-rank 64 KiB allreduce: plain 4.0 µs, gocollMemAlloc 2.8 µs. Copying
+    # this rank's 32 KiB in at xcopy's 32.768 GB/s takes 1.0 µs (floor 3.8:
+    # plain / floor 1.05, met); at memcpy_bw's single-core 128 GB/s, 0.256 µs
+    # (floor 3.056: 1.31, not met), which is what the report falls back to.
+    def ar(lib, us):
+        busbw = 65536 / us / 1e3
+        return "%s#1,allreduce,2,65536,1000,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,ok,%.3f,%.3f,%.3f\n" % (
+            lib, us, us, us, us, busbw, busbw, us, us, us)
+    (tmp_path / "raw.csv").write_text(ar("gocoll", 4.0) + ar("gocoll-memalloc", 2.8) + ar("openmpi", 8.0))
+    (tmp_path / "meta.txt").write_text("rounds=1\nrounds_done=1\nnproc=2\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "memcpy-r1.md").write_text(
+        "| bytes | memcpy 1T GB/s | copyNT 1T GB/s |\n|------:|------:|------:|\n| 65536 | 128.00 (130.00) | 40.00 (41.00) |\n")
+
+    def floor_row():
+        r = subprocess.run([PYTHON, REPORT, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        md = (tmp_path / "results.md").read_text()
+        rows = [l for l in md.splitlines() if "plain / floor" in l and "np=2 64 KiB" in l]
+        assert len(rows) == 1, md
+        return rows[0]
+
+    row_ = floor_row()
+    assert "copy-in at 128.0 GB/s, single-core memcpy" in row_ and "| 1.31 | **no** |" in row_, row_
+    (logs / "xcopy-r1.md").write_text("| bytes | xcopy GB/s |\n|------:|------:|\n| 65536 | 32.768 (40.00) |\n")
+    row_ = floor_row()
+    assert "copy-in at 32.8 GB/s, cross-core" in row_ and "| 1.05 | yes |" in row_, row_
+    assert "xcopy GB/s" in (tmp_path / "results.md").read_text()
