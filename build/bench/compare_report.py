@@ -159,6 +159,20 @@ def load_memcpy(out):
     return header, rows
 
 
+def load_percall(out):
+    """(lib, op) -> the median over rounds of one rank's 4 KiB p50 (µs), from
+    percall.csv: what a call costs with no peer to wait for."""
+    vals = defaultdict(list)
+    path = os.path.join(out, "percall.csv")
+    if os.path.exists(path):
+        with open(path) as f:
+            for r in csv.reader(f):
+                if len(r) < 12 or r[0].startswith("#") or r[11] != "ok":
+                    continue
+                vals[(r[0].partition("#")[0], OPNAME.get(r[1], r[1]))].append(float(r[5]))
+    return {k: med(v) for k, v in vals.items()}
+
+
 def read_kv(path):
     d = {}
     if os.path.exists(path):
@@ -254,6 +268,7 @@ def main():
     w("")
 
     header, mrows = load_memcpy(out)
+    percall = load_percall(out)
     groups = [(rg, title, in_regime(cells, rg)) for rg, title in REGIMES]
     groups = [g for g in groups if g[2]]
     if not groups:  # no corelat.csv (or every step changed regime): all rows together
@@ -262,7 +277,21 @@ def main():
         steps = sorted({(k[0], k[2], r) for k, c in sub.items() for r in c["rounds"]})
         w("## %s: %d steps" % (title[0].upper() + title[1:], len(steps)))
         w("")
-        write_regime(w, sub, mrows, libs, ops, nps, sizes, unsupported, nproc)
+        write_regime(w, sub, mrows, libs, ops, nps, sizes, unsupported, nproc, percall)
+    pops = [op for op in ops if ("gocoll", op) in percall]
+    if pops:
+        w("## Per-call cost: one rank, 4 KiB, p50 µs (median over rounds)")
+        w("")
+        w("What a call costs with no peer to wait for: the C ABI, argument checks, bookkeeping and the copy of "
+          "the rank's own block. Targets subtract the difference from a 4 KiB cell behind Open MPI.")
+        w("")
+        w("| op | gocoll | Open MPI | difference |")
+        w("|---|---:|---:|---:|")
+        for op in pops:
+            g, o = percall[("gocoll", op)], percall.get(("openmpi", op))
+            w("| %s | %.2f | %s | %s |" % (op, g, "-" if o is None else "%.2f" % o,
+                                          "-" if o is None else "%+.2f" % (g - o)))
+        w("")
     if mrows:
         w("## Machine limits: memcpy_bw (`../shared/bench/memcpy_bw.c`) and the cross-core copy-in rate "
           "(`build/bench/xcopy.c`: one core copies into lines the other read last), median over rounds, GB/s")
@@ -329,7 +358,7 @@ def main():
     return 0
 
 
-def write_regime(w, cells, mrows, libs, ops, nps, sizes, unsupported, nproc):
+def write_regime(w, cells, mrows, libs, ops, nps, sizes, unsupported, nproc, percall):
     """Ratio tables, Targets and per-collective tables of the rows in cells."""
     # headline: ratios by op x np (columns: sizes)
     for mine, mname, other, oname in (("gocoll", "gocoll", "openmpi", "Open MPI"),
@@ -353,7 +382,7 @@ def write_regime(w, cells, mrows, libs, ops, nps, sizes, unsupported, nproc):
                 w("| %s | %d | %s |" % (op, np_, " | ".join(row)))
         w("")
 
-    trows = targets(cells, mrows)
+    trows = targets(cells, mrows, percall)
     if trows:
         w("### Targets")
         w("")
@@ -395,9 +424,13 @@ def write_regime(w, cells, mrows, libs, ops, nps, sizes, unsupported, nproc):
 
 
 
-def targets(cells, mrows):
+def targets(cells, mrows, percall=None):
     """Rows (goal, plain value, met, MemAlloc value, met) of issue 16's goals
-    that the run has the cells for."""
+    that the run has the cells for. A 4 KiB cell behind Open MPI also shows
+    its ratio with gocoll's time less the difference of the two libraries'
+    one-rank call (percall): what is left once the cost of a call alone is
+    taken out."""
+    percall = percall or {}
     def val(lib, op, np_, size, key="busbw"):
         c = cells.get((lib, op, np_, size))
         return med(c[key]) if c and c[key] else None
@@ -426,7 +459,12 @@ def targets(cells, mrows):
             seen += 1
             r = med(c["busbw"]) / o
             if r < 1:
-                behind.append("%s np=%d %s %.2f×" % (op, n, human(size), r))
+                what = "%s np=%d %s %.2f×" % (op, n, human(size), r)
+                pg, po = percall.get(("gocoll", op)), percall.get(("openmpi", op))
+                g_us, o_us = val("gocoll", op, n, size, "med"), val("openmpi", op, n, size, "med")
+                if size == 4 << 10 and None not in (pg, po, g_us, o_us) and g_us - (pg - po) > 0:
+                    what += " (%.2f× less the per-call difference)" % (o_us / (g_us - (pg - po)))
+                behind.append(what)
     if seen:
         rows.append(["no cell behind Open MPI (plain buffers, %d cells)" % seen, "; ".join(behind) or "none",
                      mark(not behind), "", ""])

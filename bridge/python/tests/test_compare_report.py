@@ -73,3 +73,19 @@ def test_floor_uses_cross_core_copy_rate(tmp_path):
     row_ = floor_row()
     assert "copy-in at 32.8 GB/s, cross-core" in row_ and "| 1.05 | yes |" in row_, row_
     assert "xcopy GB/s" in (tmp_path / "results.md").read_text()
+
+
+def test_per_call_difference(tmp_path):
+    # A 2-rank 4 KiB allgather behind Open MPI (0.50 against 0.36 µs, 0.72x),
+    # whose one-rank call costs 0.30 µs against Open MPI's 0.05: less that
+    # 0.25 µs difference it takes 0.25 µs, 1.44x.
+    (tmp_path / "raw.csv").write_text(row("gocoll", 1, 4096 / 0.50 / 1e3) + row("openmpi", 1, 4096 / 0.36 / 1e3))
+    (tmp_path / "percall.csv").write_text(
+        "gocoll#1,allgather,1,4096,1000,0.300,0.3,0.3,0.3,1,1,ok,0.4,0.3,0.4\n"
+        "openmpi#1,allgather,1,4096,1000,0.050,0.05,0.05,0.05,1,1,ok,0.1,0.05,0.1\n")
+    (tmp_path / "meta.txt").write_text("rounds=1\nrounds_done=1\nnproc=2\n")
+    r = subprocess.run([PYTHON, REPORT, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    md = (tmp_path / "results.md").read_text()
+    assert "allgather np=2 4 KiB 0.72× (1.44× less the per-call difference)" in md, md
+    assert "| allgather | 0.30 | 0.05 | +0.25 |" in md, md
