@@ -12,6 +12,13 @@ REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".
                       "compare_report.py")
 
 
+def report(out):
+    """Runs the report on out and returns results.md."""
+    r = subprocess.run([PYTHON, REPORT, str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return (out / "results.md").read_text()
+
+
 def row(lib, rnd, busbw):
     # label,op,np,bytes,iters,med_us,min_us,p90_us,b2b_us,algbw,busbw,check,p99,b2b_p50,b2b_p99
     us = 4096 / busbw / 1e3
@@ -31,9 +38,7 @@ def test_regimes_reported_apart(tmp_path):
         "gocoll,2,2,410,420\nopenmpi,2,2,430,400\n"
         "gocoll,2,3,420,100\nopenmpi,2,3,100,420\n")
     (tmp_path / "meta.txt").write_text("rounds=3\nrounds_done=3\nnproc=2\n")
-    r = subprocess.run([PYTHON, REPORT, str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    md = (tmp_path / "results.md").read_text()
+    md = report(tmp_path)
     assert "2 steps near, 2 far, 2 changed while they ran" in md, md
     near = md.index("## Cores sharing a cache")
     far = md.index("## Cores not sharing a cache")
@@ -60,9 +65,7 @@ def test_floor_uses_cross_core_copy_rate(tmp_path):
         "| bytes | memcpy 1T GB/s | copyNT 1T GB/s |\n|------:|------:|------:|\n| 65536 | 128.00 (130.00) | 40.00 (41.00) |\n")
 
     def floor_row():
-        r = subprocess.run([PYTHON, REPORT, str(tmp_path)], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stdout + r.stderr
-        md = (tmp_path / "results.md").read_text()
+        md = report(tmp_path)
         rows = [l for l in md.splitlines() if "plain / floor" in l and "np=2 64 KiB" in l]
         assert len(rows) == 1, md
         return rows[0]
@@ -84,8 +87,6 @@ def test_per_call_difference(tmp_path):
         "gocoll#1,allgather,1,4096,1000,0.300,0.3,0.3,0.3,1,1,ok,0.4,0.3,0.4\n"
         "openmpi#1,allgather,1,4096,1000,0.050,0.05,0.05,0.05,1,1,ok,0.1,0.05,0.1\n")
     (tmp_path / "meta.txt").write_text("rounds=1\nrounds_done=1\nnproc=2\n")
-    r = subprocess.run([PYTHON, REPORT, str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    md = (tmp_path / "results.md").read_text()
+    md = report(tmp_path)
     assert "allgather np=2 4 KiB 0.72× (1.44× less the per-call difference)" in md, md
     assert "| allgather | 0.30 | 0.05 | +0.25 |" in md, md
