@@ -148,8 +148,8 @@
 // ranks: wherever each published byte has one reader. Not where the ranks
 // outnumber the cores (cmaMin: there the slots were twice as fast), nor,
 // with 2 ranks, from 8 MiB per peer (cmaMax). Below that, a 2-rank
-// AllGather's or AllToAll's rank times its calls both ways and takes the faster
-// (pathChooser): the answer depends on how far apart the two cores
+// AllGather's or AllToAll's rank times its calls both ways and takes the
+// faster (pathChooser): the answer depends on how far apart the two cores
 // are, which on a VM changes while a job runs. These calls then close with
 // the barrier registered buffers need. A 2-rank Broadcast's peer publishes
 // its address too, and the root, idle otherwise, writes the second half
