@@ -12,13 +12,13 @@ import (
 // AllToAllv through the slots: the all-to-all whose blocks differ in size
 // from peer to peer (and whose sizes only the two ranks of a pair know).
 //
-// A slot holds a column per rank. Each piece moves up to w = vPiece bytes
+// A slot holds a column per rank. Each piece moves up to w = vColumn bytes
 // of every block: the owner copies bytes [k·w, (k+1)·w) of its block for
 // peer j into its slot's column j, every rank passes the piece's barrier, then
 // each copies its column out of every peer's slot into its receive block.
-// A column starts with a cache line of sizes, which the first piece fills
-// and the peer reads after that barrier, before it copies anything (the
-// line it fetches first anyway, next to the data):
+// Each column has a cache line of sizes in the segment's sizes area of the
+// buffer set, which the first piece fills and the peer reads after that
+// barrier, before it copies anything:
 //
 //	word 0: the largest block its owner sends to any peer
 //	word 1: the bytes the owner sends to the column's rank
@@ -38,16 +38,14 @@ import (
 // (word 3 says where), its blocks count for no piece, and the call ends
 // with a closing barrier so that it keeps its buffer until they are done.
 
-// vColumn is the bytes of a column: its sizes line and its data.
+// vColumn is the bytes of a column: the most bytes of each block one piece
+// moves.
 func (a *Arena) vColumn() int { return a.slot / a.size &^ (lineBytes - 1) }
 
-// vPiece is the most bytes of each block one piece moves.
-func (a *Arena) vPiece() int { return a.vColumn() - lineBytes }
-
-// FitsAllToAllv says whether the slots leave room for a column per rank
-// with at least a cache line of data after its sizes line (the same on
-// every rank: all use the same slot size).
-func (a *Arena) FitsAllToAllv() bool { return a.size == 1 || a.vPiece() >= lineBytes }
+// FitsAllToAllv says whether the slots leave room for a column of at least
+// a cache line per rank (the same on every rank: all use the same slot
+// size; Create's slots always do).
+func (a *Arena) FitsAllToAllv() bool { return a.size == 1 || a.vColumn() >= lineBytes }
 
 // CountsError is an AllToAllv in which rank From sends Sent bytes to rank
 // To, which expects Expected. Both ranks of the pair report it.
@@ -116,7 +114,7 @@ func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.B
 // allToAllv is AllToAllv's data movement; most is the largest block this
 // rank sends.
 func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, recv []byte, rb []sched.Block, most int) error {
-	own, col, bs := a.rank, a.vColumn(), a.vPiece()
+	own, col := a.rank, a.vColumn()
 	direct := a.publishAddr(send, most, most)
 	pieces, anyDirect := 1, false
 	for k := 0; k < pieces; k++ {
@@ -126,25 +124,25 @@ func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, re
 		}
 		mine := a.me.slots[set]
 		if k == 0 {
-			a.putSizes(mine, col, most, sb, rb)
+			a.putSizes(a.me.sizes[set], most, sb, rb)
 		}
-		lo := k * bs
+		lo := k * col
 		for j := range a.size {
 			if j != own && !direct && lo < sb[j].Len {
 				b := sb[j]
-				a.copyIn(mine[j*col+lineBytes:], send[b.Off+lo:b.Off+min(lo+bs, b.Len)])
+				a.copyIn(mine[j*col:], send[b.Off+lo:b.Off+min(lo+col, b.Len)])
 			}
 		}
 		if err := a.barrier(ctx); err != nil {
 			return err
 		}
 		if k == 0 {
-			if pieces, err = a.checkSizes(set, col, sb, rb, bs); err != nil {
+			if pieces, err = a.checkSizes(set, sb, rb, col); err != nil {
 				return err
 			}
 			anyDirect = a.anyReg()
 		}
-		at := own*col + lineBytes
+		at := own * col
 		for i, s := range a.segs {
 			b := rb[i]
 			if i == own || lo >= b.Len {
@@ -153,12 +151,12 @@ func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, re
 			// Bytes [pos, pos+n) of i's data: of the block, at the
 			// column, or, when i published its buffer, all of it where
 			// its sizes line says the block starts.
-			pos, n := lo, min(bs, b.Len-lo)
+			pos, n := lo, min(col, b.Len-lo)
 			if s.recs[a.phase&1].addr != 0 {
 				if k > 0 {
 					continue // read whole in the first piece
 				}
-				pos, n = int(binary.NativeEndian.Uint64(s.slots[set][own*col+24:])), b.Len
+				pos, n = int(binary.NativeEndian.Uint64(s.sizes[set][own*lineBytes+24:])), b.Len
 			}
 			if err := a.fetch(recv[b.Off+lo:b.Off+lo+n], i, set, at-pos, pos, pos+n, 0); err != nil {
 				return err
@@ -171,13 +169,13 @@ func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, re
 	return nil
 }
 
-// putSizes writes the sizes line of every column of this rank's slot
-// (most: the largest block it sends).
-func (a *Arena) putSizes(slot []byte, col, most int, sb, rb []sched.Block) {
+// putSizes writes the sizes line of every column of this rank's slot into
+// the set's sizes area (most: the largest block it sends).
+func (a *Arena) putSizes(sizes []byte, most int, sb, rb []sched.Block) {
 	ne := binary.NativeEndian
 	for j := range a.size {
 		if j != a.rank {
-			line := slot[j*col:]
+			line := sizes[j*lineBytes:]
 			ne.PutUint64(line, uint64(most))
 			ne.PutUint64(line[8:], uint64(sb[j].Len))
 			ne.PutUint64(line[16:], uint64(rb[j].Len))
@@ -189,7 +187,7 @@ func (a *Arena) putSizes(slot []byte, col, most int, sb, rb []sched.Block) {
 // checkSizes reads this rank's sizes line in every peer's slot of the first
 // piece (set): it returns the number of pieces the call takes, or the first
 // disagreement between this rank's block sizes and a peer's.
-func (a *Arena) checkSizes(set, col int, sb, rb []sched.Block, bs int) (int, error) {
+func (a *Arena) checkSizes(set int, sb, rb []sched.Block, bs int) (int, error) {
 	ne := binary.NativeEndian
 	most := 0 // the largest block that goes through the slots
 	if a.cur.addr == 0 {
@@ -203,7 +201,7 @@ func (a *Arena) checkSizes(set, col int, sb, rb []sched.Block, bs int) (int, err
 		if i == a.rank {
 			continue
 		}
-		line := s.slots[set][a.rank*col:]
+		line := s.sizes[set][a.rank*lineBytes:]
 		if s.recs[a.phase&1].addr == 0 {
 			most = max(most, int(ne.Uint64(line)))
 		}

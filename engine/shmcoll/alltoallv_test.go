@@ -117,7 +117,7 @@ func TestAllToAllv(t *testing.T) {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			w := newWorld(t, n, MinSlotBytes)
 			rng := rand.New(rand.NewSource(int64(n)))
-			bs := w.arenas[0].vPiece()
+			bs := w.arenas[0].vColumn()
 			var layouts []*vLayout
 			for k := range 12 {
 				most := []int{0, 1, 64, bs, 3*bs + 5}[k%5] // up to four pieces
@@ -133,6 +133,29 @@ func TestAllToAllv(t *testing.T) {
 	}
 }
 
+// Blocks of a whole number of columns take that many pieces, a barrier
+// each: the sizes lines live outside the slots (with them at the head of
+// each column, a 2-column block took 3 pieces).
+func TestAllToAllvPieces(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		w := newWorld(t, n, MinSlotBytes)
+		col := w.arenas[0].slot / n &^ (lineBytes - 1) // a column's bytes
+		for _, cols := range []int{1, 2, 3} {
+			var before []uint64
+			for _, a := range w.arenas {
+				before = append(before, a.phase)
+			}
+			l := newVLayout(rand.New(rand.NewSource(int64(cols))), n, func(i, j int) int { return cols * col })
+			runVCalls(t, w, []*vLayout{l}, nil)
+			for r, a := range w.arenas {
+				if got := a.phase - before[r]; got != uint64(cols) {
+					t.Errorf("%d ranks, blocks of %d columns: rank %d passed %d barriers", n, cols, r, got)
+				}
+			}
+		}
+	}
+}
+
 // A rank whose blocks are large enough publishes its send buffer and its
 // peer reads its block out of its process (when the kernel allows it),
 // while the other rank's blocks still go through the slots piece by piece;
@@ -140,7 +163,7 @@ func TestAllToAllv(t *testing.T) {
 func TestAllToAllvDirect(t *testing.T) {
 	w := newWorld(t, 2, MinSlotBytes)
 	big := w.arenas[0].cmaMin + 3000 // rank 0 sends this much: direct
-	small := 2*w.arenas[0].vPiece() + 100
+	small := 2*w.arenas[0].vColumn() + 100
 	var layouts []*vLayout
 	for seq := range 16 {
 		layouts = append(layouts, newVLayout(rand.New(rand.NewSource(int64(seq))), 2, func(i, j int) int {
@@ -232,18 +255,19 @@ func TestAllToAllvCountsDiffer(t *testing.T) {
 	}
 }
 
-// With more ranks than the slot has columns for (64 ranks, 4 KiB slots),
+// With more ranks than the slot has columns for (128 ranks, 4 KiB slots:
+// not an arena Create makes, which sizes its slots for a line per rank),
 // AllToAllv says so before it starts, so the engine picks a schedule.
 func TestAllToAllvFits(t *testing.T) {
 	w := newWorld(t, 2, MinSlotBytes)
 	if !w.arenas[0].FitsAllToAllv() {
 		t.Fatal("2 ranks, 4 KiB slots: no room")
 	}
-	a := &Arena{size: 64, slot: MinSlotBytes}
+	a := &Arena{size: 128, slot: MinSlotBytes}
 	if a.FitsAllToAllv() {
-		t.Fatalf("64 ranks, 4 KiB slots: %d-byte columns", a.vColumn())
+		t.Fatalf("128 ranks, 4 KiB slots: %d-byte columns", a.vColumn())
 	}
-	blocks := make([]sched.Block, 64)
+	blocks := make([]sched.Block, 128)
 	// (An arena never connected refuses calls with ErrInvalid too: the
 	// message tells the two apart.)
 	if err := a.AllToAllv(context.Background(), Call{}, nil, blocks, nil, blocks); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no column") {

@@ -91,9 +91,10 @@
 //   - AllToAll: copy in the blocks for the others, barrier, everyone copies
 //     its block out of every peer's slot.
 //   - AllToAllv: the same with blocks of any size: each slot has a column
-//     per rank, headed by a cache line of the owner's block sizes (the
-//     peers check theirs against it before they copy anything, and agree
-//     on the number of pieces from it; alltoallv.go).
+//     per rank, and each column a cache line of the owner's block sizes in
+//     the segment's sizes area after the slots (the peers check theirs
+//     against it before they copy anything, and agree on the number of
+//     pieces from it; alltoallv.go).
 //
 // # Registered buffers
 //

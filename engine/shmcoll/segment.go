@@ -20,7 +20,7 @@ import (
 // written before the magic is published and read after it was seen.
 const (
 	segMagic   uint64 = 0x414e4552_41434f47 // "GOCARENA"
-	segVersion uint64 = 6                   // 3: registered allocations are memory files named by descriptor; 4: so is the segment; 5: the store gate; 6: a counter per record
+	segVersion uint64 = 7                   // 3: registered allocations are memory files named by descriptor; 4: so is the segment; 5: the store gate; 6: a counter per record; 7: AllToAllv's sizes lines after the slots
 	pageSize          = shmseg.PageSize
 
 	offSlotBytes = shmseg.OffLayout
@@ -80,8 +80,14 @@ func segmentBytes(size, slot int) int {
 	if size == 1 {
 		return dataOff
 	}
-	return dataOff + 2*slot
+	return dataOff + 2*slot + 2*vSizesBytes(size)
 }
+
+// vSizesBytes is the room of one buffer set's AllToAllv sizes lines, a
+// cache line per rank (after the two slots, so that a slot's columns hold
+// data only: with the lines in them, a block of a power-of-two size took
+// one more piece than the columns' width suggests).
+func vSizesBytes(size int) int { return roundUp(size*lineBytes, pageSize) }
 
 // segment is one rank's segment as mapped by this process.
 type segment struct {
@@ -93,6 +99,7 @@ type segment struct {
 	gate    *atomic.Uint64
 	recs    [2]*record
 	slots   [2][]byte
+	sizes   [2][]byte // AllToAllv's sizes lines, by buffer set
 	proc    shmsync.Proc
 	remote  bool // in another process: check its liveness while waiting
 }
@@ -124,6 +131,9 @@ func newSegment(rank int, m []byte, slot int, proc shmsync.Proc) *segment {
 	if len(m) > dataOff {
 		s.slots[0] = m[dataOff : dataOff+slot : dataOff+slot]
 		s.slots[1] = m[dataOff+slot : dataOff+2*slot : dataOff+2*slot]
+		off, vs := dataOff+2*slot, (len(m)-dataOff-2*slot)/2
+		s.sizes[0] = m[off : off+vs : off+vs]
+		s.sizes[1] = m[off+vs : off+2*vs : off+2*vs]
 	}
 	return s
 }
