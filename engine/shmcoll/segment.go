@@ -94,7 +94,7 @@ type segment struct {
 	rank    int
 	m       []byte
 	state   *atomic.Uint64
-	arrive  [2]*atomic.Uint64 // by phase parity (see arrivals)
+	arrive  [2]*atomic.Uint64 // by phase parity (see arrived)
 	waiters *atomic.Uint64
 	gate    *atomic.Uint64
 	recs    [2]*record
