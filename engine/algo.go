@@ -127,10 +127,11 @@ var registry = []algorithm{
 	// as their ranks arrive (engine/tree.go): by name only.
 	{sched.AllToAll, "aggregate-tree", builder(sched.AllToAll, "aggregate-tree"), always, never},
 
-	// Through the arena's slots, each column headed by its owner's block
-	// sizes (one barrier per column-wide piece; the pairwise schedule over
-	// the shared-memory transport took 7-11 µs and 78 allocations for a
-	// 4 KiB call at 2 ranks, against 0.6-0.8 µs for AllToAll).
+	// Through the arena's slots, a column per rank, its owner's block sizes
+	// in a line beside the slots (one barrier per column-wide piece; the
+	// pairwise schedule over the shared-memory transport took 7-11 µs and
+	// 78 allocations for a 4 KiB call at 2 ranks, against 0.6-0.8 µs for
+	// AllToAll).
 	{sched.AllToAllv, "shm", nil, shmV, always},
 	{sched.AllToAllv, "pairwise", builder(sched.AllToAllv, "pairwise"), always, always},
 	// Aggregation with the block sizes in the messages (block mode).

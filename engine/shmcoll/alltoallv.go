@@ -184,9 +184,9 @@ func (a *Arena) putSizes(sizes []byte, most int, sb, rb []sched.Block) {
 	}
 }
 
-// checkSizes reads this rank's sizes line in every peer's slot of the first
-// piece (set): it returns the number of pieces the call takes, or the first
-// disagreement between this rank's block sizes and a peer's.
+// checkSizes reads this rank's sizes line in every peer's sizes area of
+// the first piece's set: it returns the number of pieces the call takes,
+// or the first disagreement between this rank's block sizes and a peer's.
 func (a *Arena) checkSizes(set int, sb, rb []sched.Block, bs int) (int, error) {
 	ne := binary.NativeEndian
 	most := 0 // the largest block that goes through the slots
