@@ -116,25 +116,13 @@ var settings = []setting{{
 	Default: "2",
 	Range:   "an integer ≥ 2",
 	Doc:     "The radix of the Bruck all-to-all: a larger radix takes fewer rounds, each sending more.",
-	num: func(p *parsed, n int) error {
-		if n < 2 {
-			return errRange
-		}
-		p.BruckRadix = n
-		return nil
-	},
+	num:     atLeast(2, func(o *Options) *int { return &o.BruckRadix }),
 }, {
 	Var: "GOCOLL_HD_SEGMENTS", Scope: scopeComm, Field: "Segments", Config: "hdSegments",
 	Unset: "chosen by message size",
 	Range: "an integer ≥ 1",
 	Doc:   "The number of pipeline segments q per round of the halving-doubling allreduce and reduce-scatter.",
-	num: func(p *parsed, n int) error {
-		if n < 1 {
-			return errRange
-		}
-		p.Segments = n
-		return nil
-	},
+	num:   atLeast(1, func(o *Options) *int { return &o.Segments }),
 }, {
 	Var: "GOCOLL_FLIGHT_RECORDS", Scope: scopeComm, Field: "FlightRecords", Config: "flightRecords",
 	Default: strconv.Itoa(DefaultFlightRecords),
@@ -312,6 +300,17 @@ var settings = []setting{{
 	Range: "a path",
 	Doc:   "Building the Python wheel (pip install bridge/python): the libgocoll.so to ship inside it.",
 }}
+
+// atLeast is the int form of a setting that takes any integer from min.
+func atLeast(min int, field func(o *Options) *int) func(*parsed, int) error {
+	return func(p *parsed, n int) error {
+		if n < min {
+			return errRange
+		}
+		*field(&p.Options) = n
+		return nil
+	}
+}
 
 // settingByVar is the table's entry for a variable, or nil.
 func settingByVar(name string) *setting {
