@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/gocoll/gocoll/engine/sched"
@@ -231,7 +232,7 @@ func parseAlgoSpec(s string) (algoSpec, error) {
 		cname, name, found := strings.Cut(part, "=")
 		if !found {
 			if !knownAnywhere(part) {
-				return spec, fmt.Errorf("%w: unknown algorithm %q; known: %s", ErrInvalidArgument, part, algoNames())
+				return spec, fmt.Errorf("%w: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
 			}
 			bare = part
 			continue
@@ -239,7 +240,7 @@ func parseAlgoSpec(s string) (algoSpec, error) {
 		coll, ok := sched.ParseColl(cname)
 		a := lookup(coll, name)
 		if !ok || a == nil {
-			return spec, fmt.Errorf("%w: unknown algorithm %q; known: %s", ErrInvalidArgument, part, algoNames())
+			return spec, fmt.Errorf("%w: unknown algorithm %q; known: %s", ErrInvalidArgument, part, knownAlgos())
 		}
 		per[coll] = a
 	}
@@ -260,6 +261,19 @@ func knownAnywhere(name string) bool {
 		}
 	}
 	return false
+}
+
+func knownAlgos() string {
+	var out []string
+	for _, coll := range sched.Colls() {
+		var names []string
+		for _, a := range algos(coll) {
+			names = append(names, a.name)
+		}
+		out = append(out, coll.String()+"="+strings.Join(names, "|"))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
 }
 
 // override returns the forced algorithm for coll, if any applies to it.

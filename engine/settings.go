@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/topology"
 )
 
@@ -20,10 +19,12 @@ import (
 // it does. OptionsFromSettings walks the table; docs/settings.md is
 // generated from it (TestSettingsDoc); the C library's gocollConfig_t and
 // Python's Config are checked against its Config column (capi's
-// TestConfigFields, bridge/python/tests/test_settings.py). To add a
-// setting: an Options field, an entry here, a gocollConfig_t field (at the
-// end, with a new GOCOLL_CONFIG_VERSION) and the same field in Python's
-// Config; then go generate ./engine.
+// TestConfigFields, test_config_matches_header in
+// bridge/python/tests/test_loading.py). To add a setting: an Options
+// field, an entry here, a gocollConfig_t field in gocoll.h (at the end,
+// with a new GOCOLL_CONFIG_VERSION, and its size in capi/config.go's
+// configLayouts), the same field in Python's Config; then go generate
+// ./engine.
 type setting struct {
 	Var   string // the environment variable
 	Scope string // who reads it: see the scope constants
@@ -100,7 +101,7 @@ var settings = []setting{{
 	Unset: "chosen for each call from its collective, message size, rank count and hosts " +
 		"(the registry in engine/algo.go)",
 	Range: "an algorithm name for every collective that has it (ring), or collective=name pairs " +
-		"separated by commas (allreduce=hd,alltoall=bruck); the names: " + algoNames(),
+		"separated by commas (allreduce=hd,alltoall=bruck); the names: " + knownAlgos(),
 	Doc: "Overrides the algorithm choice. A name that cannot run a call (shm when the ranks span " +
 		"hosts, hier on one host) is ignored for that call. GOCOLL_DEBUG=INFO logs each collective's " +
 		"choice once per communicator, DEBUG every call's.",
@@ -345,19 +346,6 @@ func (s *setting) invalid(what, shown string, err error) error {
 		return fmt.Errorf("%s=%s: %w", what, shown, err)
 	}
 	return fmt.Errorf("%w: %s=%s: %v", ErrInvalidArgument, what, shown, err)
-}
-
-// algoNames lists GOCOLL_ALGO's names per collective, from the registry.
-func algoNames() string {
-	var out []string
-	for _, coll := range sched.Colls() {
-		var names []string
-		for _, a := range algos(coll) {
-			names = append(names, a.name)
-		}
-		out = append(out, coll.String()+": "+strings.Join(names, ", "))
-	}
-	return strings.Join(out, "; ")
 }
 
 // ConfigField is a per-communicator setting as a front end's config
