@@ -3,11 +3,17 @@ package main
 /*
 #include <stdlib.h>
 #include "gocoll.h"
+
+static gocollConfig_t config_initializer(void) {
+  gocollConfig_t c = GOCOLL_CONFIG_INITIALIZER;
+  return c;
+}
 */
 import "C"
 
 import (
-	"strconv"
+	"fmt"
+	"reflect"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine"
@@ -44,34 +50,46 @@ func configSettings(cfg *C.gocollConfig_t) ([]engine.Setting, error) {
 	if want := configLayouts[version]; size != want {
 		return nil, argErr("config: size %d does not match version %d's %d bytes; initialise it with GOCOLL_CONFIG_INITIALIZER", size, version, want)
 	}
-	const field = "gocollConfig_t."
+	return configFields(cfg, size)
+}
+
+// configFields reads the fields of engine.ConfigFields that the caller's
+// layout has (those that end within size bytes): each set one becomes its
+// variable's setting, an int given as an int (engine.IntSetting), so the
+// engine checks it as it would the variable's text. The fields are found
+// by name in gocollConfig_t as cgo reads it from gocoll.h, so the header
+// and the engine's table are the only two places a field is declared
+// (TestConfigFields checks they agree).
+func configFields(cfg *C.gocollConfig_t, size uintptr) ([]engine.Setting, error) {
+	const prefix = "gocollConfig_t."
+	rv := reflect.ValueOf(cfg).Elem()
 	var out []engine.Setting
-	str := func(v, name string, p *C.char) {
-		if p != nil {
-			out = append(out, engine.Setting{Var: v, Value: C.GoString(p), Field: field + name})
+	for _, f := range engine.ConfigFields() {
+		sf, ok := rv.Type().FieldByName(f.Name)
+		if !ok {
+			return nil, fmt.Errorf("config: gocoll.h's gocollConfig_t has no field %s for %s", f.Name, f.Var)
+		}
+		if sf.Offset+sf.Type.Size() > size {
+			continue // a later layout's field
+		}
+		v := rv.FieldByIndex(sf.Index)
+		switch {
+		case f.Int && v.Kind() == reflect.Int32:
+			if n := v.Int(); n != C.GOCOLL_CONFIG_UNDEF_INT {
+				out = append(out, engine.IntSetting(f.Var, int(n), prefix+f.Name))
+			}
+		case !f.Int && v.Kind() == reflect.Pointer:
+			if p := (*C.char)(v.UnsafePointer()); p != nil {
+				out = append(out, engine.Setting{Var: f.Var, Value: C.GoString(p), Field: prefix + f.Name})
+			}
+		default:
+			return nil, fmt.Errorf("config: gocollConfig_t.%s is a %s; the engine's table wants an int %v", f.Name, v.Kind(), f.Int)
 		}
 	}
-	num := func(v, name string, n C.int) {
-		if n != C.GOCOLL_CONFIG_UNDEF_INT {
-			out = append(out, engine.Setting{Var: v, Value: strconv.Itoa(int(n)), Field: field + name})
-		}
-	}
-	if ms := cfg.timeoutMs; ms != C.GOCOLL_CONFIG_UNDEF_INT {
-		if ms <= 0 {
-			return nil, argErr("config: timeoutMs %d: want a positive number of milliseconds, or GOCOLL_CONFIG_UNDEF_INT for GOCOLL_TIMEOUT", int(ms))
-		}
-		out = append(out, engine.Setting{Var: "GOCOLL_TIMEOUT", Value: strconv.Itoa(int(ms)) + "ms", Field: field + "timeoutMs"})
-	}
-	str("GOCOLL_ALGO", "algo", cfg.algo)
-	str("GOCOLL_DEBUG", "debug", cfg.debug)
-	str("GOCOLL_DEBUG_FILE", "debugFile", cfg.debugFile)
-	str("GOCOLL_TRANSPORT", "transport", cfg.transport)
-	str("GOCOLL_SOCKET_IFNAME", "socketIfname", cfg.socketIfname)
-	str("GOCOLL_NET_BANDWIDTH", "netBandwidth", cfg.netBandwidth)
-	str("GOCOLL_DUMP_DIR", "dumpDir", cfg.dumpDir)
-	num("GOCOLL_CMA", "cma", cfg.cma)
-	num("GOCOLL_BRUCK_RADIX", "bruckRadix", cfg.bruckRadix)
-	num("GOCOLL_HD_SEGMENTS", "hdSegments", cfg.hdSegments)
-	num("GOCOLL_FLIGHT_RECORDS", "flightRecords", cfg.flightRecords)
 	return out, nil
 }
+
+// initializedConfig is a gocollConfig_t as GOCOLL_CONFIG_INITIALIZER makes
+// it, for TestConfigFields (a test cannot use cgo itself), which checks
+// that the initializer leaves every field unset.
+func initializedConfig() C.gocollConfig_t { return C.config_initializer() }

@@ -47,7 +47,8 @@
  *   ranks with exec (or a launcher: torchrun, mpirun, srun). dlclose() is
  *   not supported.
  * - Settings come from the environment (GOCOLL_TIMEOUT, GOCOLL_ALGO,
- *   GOCOLL_DEBUG, GOCOLL_SOCKET_IFNAME, GOCOLL_TRANSPORT, ...; see README)
+ *   GOCOLL_DEBUG, GOCOLL_SOCKET_IFNAME, GOCOLL_TRANSPORT, ...; one entry per
+ *   variable in docs/settings.md)
  *   or, per communicator, from a gocollConfig_t (gocollCommInitRankConfig),
  *   whose fields win over the variables. They are read when a communicator
  *   or unique id is created; a malformed value makes that call fail with
@@ -197,7 +198,9 @@ typedef enum {
  * version), as from a newer gocoll.h than the library or from a struct
  * not made with the initializer, is refused with gocollInvalidArgument.
  * The library copies what it needs during the call: the strings may be
- * freed afterwards. */
+ * freed afterwards. Each field is one entry of the settings table in
+ * engine/settings.go (its values: docs/settings.md); a new field goes
+ * there too, and in Python's gocoll._lib.Config (tests check all three). */
 #define GOCOLL_CONFIG_MAGIC 0x60c011cfu
 #define GOCOLL_CONFIG_VERSION 1
 #define GOCOLL_CONFIG_UNDEF_INT (-2147483647 - 1) /* INT_MIN: "not set" for int fields */

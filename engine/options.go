@@ -5,14 +5,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/gocoll/gocoll/topology"
 )
 
 // DefaultTimeout bounds every blocking wait when Options.Timeout is zero.
@@ -49,7 +46,7 @@ type Options struct {
 	// to their threads, as calls from C through cgo do (the C library sets
 	// it). Such a call, run on the caller's thread, then waits by yielding
 	// the core only: runtime.Gosched there hands the thread's goroutine
-	// through another thread, ~5 µs a round.
+	// through another thread, a round trip far longer than a yield.
 	LockedCallers bool
 	// FlightRecords is how many of its last operations a communicator
 	// keeps for its dumps (GOCOLL_FLIGHT_RECORDS; zero: DefaultFlightRecords;
@@ -93,7 +90,8 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// OptionsFromEnv reads the GOCOLL_* variables through getenv (os.Getenv when
+// OptionsFromEnv reads the per-communicator GOCOLL_* variables (the table in
+// settings.go, documented in docs/settings.md) through getenv (os.Getenv when
 // nil). Logging goes to stderr at GOCOLL_DEBUG's level (DEBUG, INFO, WARN,
 // ERROR; WARN when unset); GOCOLL_DEBUG=OFF silences it.
 func OptionsFromEnv(getenv func(string) string) (Options, error) {
@@ -107,6 +105,17 @@ type Setting struct {
 	Var   string // the variable it replaces, e.g. "GOCOLL_TIMEOUT"
 	Value string // in that variable's syntax; "" means unset: the environment's value applies
 	Field string // what error messages call it, e.g. "gocollConfig_t.timeoutMs"
+
+	num   int  // the value as an int (IntSetting)
+	isNum bool // num, not Value, is the value
+}
+
+// IntSetting is a Setting whose value is an int, as gocollConfig_t's int
+// fields give it (ConfigField.Int): checked as the variable's text would
+// be, without a round trip through one. GOCOLL_TIMEOUT's int is in
+// milliseconds.
+func IntSetting(variable string, n int, field string) Setting {
+	return Setting{Var: variable, Field: field, num: n, isNum: true}
 }
 
 // OptionsFromSettings is OptionsFromEnv where each setting's value wins
@@ -114,118 +123,66 @@ type Setting struct {
 // an ErrInvalidArgument naming the setting's Field), so a communicator's
 // own settings can never mean something else than the variables. A
 // setting for a variable this function does not read is an error.
-func OptionsFromSettings(getenv func(string) string, settings ...Setting) (Options, error) {
+func OptionsFromSettings(getenv func(string) string, own ...Setting) (Options, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	o := Options{Getenv: getenv}
-	own := map[string]Setting{}
-	for _, st := range settings {
-		if !slices.Contains(settingVars, st.Var) {
-			return o, fmt.Errorf("%w: %s: %s is no per-communicator setting", ErrInvalidArgument, st.Field, st.Var)
+	p := parsed{Options: Options{Getenv: getenv}, logLevel: slog.LevelWarn}
+	byVar := map[string]Setting{}
+	for _, st := range own {
+		s := settingByVar(st.Var)
+		if s == nil || s.Scope != scopeComm {
+			return p.Options, fmt.Errorf("%w: %s: %s is no per-communicator setting", ErrInvalidArgument, st.Field, st.Var)
 		}
-		if st.Value != "" {
-			own[st.Var] = st
+		if st.isNum && s.num == nil {
+			return p.Options, fmt.Errorf("%w: %s: %s takes no integer", ErrInvalidArgument, st.Field, st.Var)
+		}
+		if st.isNum || st.Value != "" {
+			byVar[st.Var] = st
 		}
 	}
-	// get returns a setting's value and how to name it in an error.
-	get := func(name string) (value, what string) {
-		if st, ok := own[name]; ok {
-			return st.Value, st.Field
+	for i := range settings {
+		s := &settings[i]
+		if s.Scope != scopeComm {
+			continue
 		}
-		return getenv(name), name
-	}
-	if v, what := get("GOCOLL_TIMEOUT"); v != "" {
-		d, err := parseDuration(v)
-		if err != nil || d <= 0 {
-			return o, fmt.Errorf("%w: %s=%q: want a duration such as 30s or a number of seconds", ErrInvalidArgument, what, v)
-		}
-		o.Timeout = d
-	}
-	var what string
-	o.Algo, what = get("GOCOLL_ALGO")
-	if _, err := parseAlgoSpec(o.Algo); err != nil {
-		return o, fmt.Errorf("%s=%q: %w", what, o.Algo, err)
-	}
-	for _, iv := range []struct {
-		name string
-		dst  *int
-		min  int
-	}{{"GOCOLL_BRUCK_RADIX", &o.BruckRadix, 2}, {"GOCOLL_HD_SEGMENTS", &o.Segments, 1}} {
-		if v, what := get(iv.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < iv.min {
-				return o, fmt.Errorf("%w: %s=%q: want an integer ≥ %d", ErrInvalidArgument, what, v, iv.min)
+		st, ok := byVar[s.Var]
+		var err error
+		switch {
+		case ok && st.isNum:
+			if err = s.num(&p, st.num); err != nil {
+				return p.Options, s.invalid(st.Field, strconv.Itoa(st.num), err)
 			}
-			*iv.dst = n
+		case ok:
+			if err = s.set(&p, st.Value); err != nil {
+				return p.Options, s.invalid(st.Field, strconv.Quote(st.Value), err)
+			}
+		default:
+			if v := getenv(s.Var); v != "" {
+				if err = s.set(&p, v); err != nil {
+					return p.Options, s.invalid(s.Var, strconv.Quote(v), err)
+				}
+			}
 		}
 	}
-	if v, what := get("GOCOLL_FLIGHT_RECORDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1<<20 {
-			return o, fmt.Errorf("%w: %s=%q: want an integer from 0 (off) to 1048576", ErrInvalidArgument, what, v)
-		}
-		o.FlightRecords = n
-		if n == 0 {
-			o.FlightRecords = -1
-		}
-	}
-	o.DumpDir, _ = get("GOCOLL_DUMP_DIR")
-	if v, what := get("GOCOLL_NET_BANDWIDTH"); v != "" {
-		bw, err := topology.ParseRate(v)
-		if err != nil {
-			return o, fmt.Errorf("%w: %s=%q: want a rate such as 250mbit, 10gbit or 1.25GB", ErrInvalidArgument, what, v)
-		}
-		o.NetBandwidth = bw
-	}
-	o.SocketIfname, _ = get("GOCOLL_SOCKET_IFNAME")
-	v, what := get("GOCOLL_TRANSPORT")
-	switch t := strings.ToLower(v); t {
-	case "", "auto", "tcp":
-		o.Transport = t
-	default:
-		return o, fmt.Errorf("%w: %s=%q: want auto or tcp", ErrInvalidArgument, what, t)
-	}
-	v, what = get("GOCOLL_CMA")
-	switch strings.ToLower(v) {
-	case "", "1", "on", "true", "yes":
-	case "0", "off", "false", "no":
-		o.NoCMA = true
-	default:
-		return o, fmt.Errorf("%w: %s=%q: want 1 or 0", ErrInvalidArgument, what, v)
-	}
-	// Warnings reach stderr unless silenced: they are what an operator
-	// needs to see (an unauthenticated job across hosts, a metrics port
-	// moved, refused connections), and a quiet default would hide them.
-	lvl := slog.LevelWarn
-	v, what = get("GOCOLL_DEBUG")
-	switch v := strings.ToUpper(v); v {
-	case "":
-	case "OFF", "NONE":
+	o := p.Options
+	if p.logOff {
 		o.Logger = slog.New(slog.DiscardHandler)
 		return o, nil
-	default:
-		if err := lvl.UnmarshalText([]byte(v)); err != nil {
-			return o, fmt.Errorf("%w: %s=%q: want DEBUG, INFO, WARN, ERROR or OFF", ErrInvalidArgument, what, v)
-		}
 	}
-	v, what = get("GOCOLL_DEBUG_FILE")
-	out, err := debugFile(v, what)
-	if err != nil {
-		return o, err
+	out := p.logOut
+	if out == nil {
+		out = os.Stderr
 	}
 	host, _ := os.Hostname()
-	o.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lvl})).With("host", host, "pid", os.Getpid())
+	o.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: p.logLevel})).With("host", host, "pid", os.Getpid())
 	return o, nil
 }
 
 // debugFile opens GOCOLL_DEBUG_FILE for appending, %h replaced by the host
 // name and %p by the process id as in NCCL_DEBUG_FILE (one file per
-// process: gocoll.%h.%p.log); unset, the log goes to stderr.
-func debugFile(pattern, what string) (io.Writer, error) {
-	if pattern == "" {
-		return os.Stderr, nil
-	}
+// process: gocoll.%h.%p.log).
+func debugFile(pattern string) (io.Writer, error) {
 	host, _ := os.Hostname()
 	path := strings.NewReplacer("%h", host, "%p", strconv.Itoa(os.Getpid()), "%%", "%").Replace(pattern)
 	debugFiles.mu.Lock()
@@ -235,19 +192,11 @@ func debugFile(pattern, what string) (io.Writer, error) {
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, what, err)
+		return nil, err
 	}
 	debugFiles.open[path] = f
 	return f, nil
 }
-
-// settingVars are the variables OptionsFromSettings reads: every one may
-// be a communicator's own Setting. (The launcher's variables, read when a
-// communicator joins from the environment, and GOCOLL_METRICS_ADDR, the
-// process's one metrics endpoint, are not per communicator.)
-var settingVars = []string{"GOCOLL_TIMEOUT", "GOCOLL_ALGO", "GOCOLL_BRUCK_RADIX", "GOCOLL_HD_SEGMENTS",
-	"GOCOLL_FLIGHT_RECORDS", "GOCOLL_DUMP_DIR", "GOCOLL_NET_BANDWIDTH", "GOCOLL_SOCKET_IFNAME",
-	"GOCOLL_TRANSPORT", "GOCOLL_CMA", "GOCOLL_DEBUG", "GOCOLL_DEBUG_FILE"}
 
 // debugFiles are the log files of this process, opened once each however
 // many communicators log to them (a per-process resource, like stderr: the

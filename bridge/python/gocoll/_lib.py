@@ -62,10 +62,10 @@ class Config(ctypes.Structure):
                 ("flightRecords", ctypes.c_int)]
 
     def __init__(self):
-        super().__init__(size=ctypes.sizeof(Config), magic=CONFIG_MAGIC, version=CONFIG_VERSION,
-                         timeoutMs=CONFIG_UNDEF_INT, cma=CONFIG_UNDEF_INT,
-                         bruckRadix=CONFIG_UNDEF_INT, hdSegments=CONFIG_UNDEF_INT,
-                         flightRecords=CONFIG_UNDEF_INT)
+        super().__init__(size=ctypes.sizeof(Config), magic=CONFIG_MAGIC, version=CONFIG_VERSION)
+        for name, ctype in self._fields_[3:]:
+            if ctype is ctypes.c_int:
+                setattr(self, name, CONFIG_UNDEF_INT)  # strings start as NULL: unset
 
 
 c_int = ctypes.c_int

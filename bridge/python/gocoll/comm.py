@@ -166,7 +166,7 @@ def init(rank=None, size=None, unique_id=None, *, timeout=None, algo=None, debug
 
     Unset (None), the variable applies, then the default. Collective:
     returns once every rank joined. The other GOCOLL_* settings are read
-    from the environment here.
+    from the environment here (each one: docs/settings.md).
     """
     lib = _lib.load()
     h = _lib.Comm()

@@ -1,6 +1,7 @@
 """Finding and declaring the library. Everything that loads it runs in a
 fresh interpreter; the header checks are pure text."""
 
+import ctypes
 import os
 import re
 import shutil
@@ -103,6 +104,30 @@ def test_enums_match_header():
     for op, code in (("Sum", 0), ("Prod", 1), ("Max", 2), ("Min", 3), ("Avg", 4)):
         assert res[op] == code
     assert "GOCOLL_UNIQUE_ID_BYTES 128" in text and "GOCOLL_SPLIT_NOCOLOR (-1)" in text
+
+
+def test_config_matches_header():
+    """_lib.Config is gocollConfig_t: the header's fields in its order, with
+    its types (the header is checked against the engine's settings table
+    by capi's TestConfigFields), its constants, and Config() leaves every
+    setting unset as GOCOLL_CONFIG_INITIALIZER does."""
+    text = _header()
+    body = re.search(r"typedef struct gocollConfig_v\d+ \{(.*?)\} gocollConfig_t;", text, re.S)
+    assert body, "gocollConfig_t not found in gocoll.h"
+    ctypes_of = {"size_t": ctypes.c_size_t, "unsigned int": ctypes.c_uint, "int": ctypes.c_int,
+                 "const char*": ctypes.c_char_p}
+    fields = [(name, ctypes_of[ctype]) for ctype, name in
+              re.findall(r"^\s*(size_t|unsigned int|int|const char\*)\s*(\w+);", body.group(1), re.M)]
+    assert len(fields) == body.group(1).count(";"), "a field of a type this test does not know"
+    assert list(_lib.Config._fields_) == fields
+    for name, value in (("MAGIC", _lib.CONFIG_MAGIC), ("VERSION", _lib.CONFIG_VERSION)):
+        m = re.search(r"#define GOCOLL_CONFIG_%s (0x[0-9a-f]+|\d+)u?" % name, text)
+        assert m and int(m.group(1), 0) == value, name
+    assert "GOCOLL_CONFIG_UNDEF_INT (-2147483647 - 1)" in text and _lib.CONFIG_UNDEF_INT == -2147483648
+    c = _lib.Config()
+    assert (c.size, c.magic, c.version) == (ctypes.sizeof(_lib.Config), _lib.CONFIG_MAGIC, _lib.CONFIG_VERSION)
+    for name, ctype in _lib.Config._fields_[3:]:
+        assert getattr(c, name) == (_lib.CONFIG_UNDEF_INT if ctype is ctypes.c_int else None), name
 
 
 def test_exception_hierarchy():
