@@ -453,8 +453,8 @@ func (r *runner) send(o *sched.Op, src []byte) error {
 
 // recvReduce receives the op's segments into two alternating scratch
 // buffers and folds each with mine (Dst's bytes, or where they still are:
-// lazyWork) into Dst while the next one is in flight (document 000's
-// pipelining; see sched/hd.go).
+// lazyWork) into Dst while the next one is in flight (the pipelining of
+// docs/design/halving-doubling.md; see sched/hd.go).
 func (r *runner) recvReduce(o *sched.Op, mine []byte, conf []*task) error {
 	dst := r.slice(o.Dst)
 	ns := o.NSegs()
