@@ -1,9 +1,9 @@
 package sched
 
-// Ring collectives (document 004). Ranks form a ring: the position after
+// Ring collectives (docs/design/virtual-devices.md). Ranks form a ring: the position after
 // rank r's is its successor. A reduce-scatter takes N-1 steps in which
 // every rank passes one block to its successor and folds the block it
-// receives into its own copy (document 004's first N-1 iterations, "the
+// receives into its own copy (the source's first N-1 iterations, "the
 // received values are added"); an allgather takes N-1 more steps that pass
 // the finished blocks on unchanged (the second N-1 iterations, "the
 // received values replace"). Each block is reduced in the same order on
