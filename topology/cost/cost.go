@@ -41,7 +41,7 @@ type Model struct {
 
 // Rates are the software and core figures of the model, fitted with the
 // link figures of topology.DefaultParams (see build/calibrate and the
-// README's "Topology and cost model").
+// docs/topology.md).
 type Rates struct {
 	ReduceRate, CopyRate float64
 	Call, Message        float64
