@@ -49,7 +49,7 @@ type Options struct {
 	// to their threads, as calls from C through cgo do (the C library sets
 	// it). Such a call, run on the caller's thread, then waits by yielding
 	// the core only: runtime.Gosched there hands the thread's goroutine
-	// through another thread, which costs more than the wait it shortens.
+	// through another thread, ~5 µs a round.
 	LockedCallers bool
 	// FlightRecords is how many of its last operations a communicator
 	// keeps for its dumps (GOCOLL_FLIGHT_RECORDS; zero: DefaultFlightRecords;
