@@ -634,8 +634,8 @@ gocollResult_t gocollWaitTimeout(gocollRequest_t request, int timeout_ms, int* d
 /* A redistribution plan (an opaque handle, never dereferenced). */
 typedef struct gocollPlan* gocollPlan_t;
 
-/* A 1-D block-cyclic redistribution with an affine loop, document 003's
- * case: FORALL i in 0..n-1: A(dstA·i + dstB) = B(srcA·i + srcB), where B
+/* A 1-D block-cyclic redistribution with an affine loop (the case of
+ * docs/design/redistribution.md): FORALL i in 0..n-1: A(dstA·i + dstB) = B(srcA·i + srcB), where B
  * (the source) is block-cyclic(srcBlock) over srcProcs processors (element
  * g on processor (g / srcBlock) mod srcProcs) and A (the destination)
  * block-cyclic(dstBlock) over dstProcs. A plain redistribution is srcA =
@@ -702,7 +702,7 @@ gocollResult_t gocollRedistribute(gocollPlan_t plan, const void* src, void* dst,
 gocollResult_t gocollPlanDestroy(gocollPlan_t plan);
 
 /* ---------------------------------------------------------------------------
- * Virtual devices (document 004): a job written against M virtual devices
+ * Virtual devices (docs/design/virtual-devices.md): a job written against M virtual devices
  * with a logical topology, placed on the ranks of a communicator, one or
  * several per rank, and moved to other ranks (with their buffers) by a
  * migration while the job runs.

@@ -56,7 +56,7 @@ const (
 
 // All-to-all across hosts, in bytes per peer (measured with build/hosts on
 // 2x4, 4x2, 8x1, 2x8 and 4x4 emulated hosts at 1 Gbit/s; the table in
-// README "Algorithms"): where hosts hold leaderRanks ranks or more, one
+// docs/algorithms.md, "Choice"): where hosts hold leaderRanks ranks or more, one
 // repacking rank per host up to leaderBlock, at 16 ranks and more up to
 // leaderBigBlock; Bruck up to hostsBruckBlock; with one rank per host,
 // every block sent at once from there up to leaderOneBlock.
@@ -113,25 +113,25 @@ var registry = []algorithm{
 	{sched.ReduceScatter, "hd", builder(sched.ReduceScatter, "hd"), always, never},
 
 	{sched.AllToAll, "shm", nil, onlyShm, always},
-	// Document 001's aggregation with one repacking rank per host, which
+	// The aggregation of docs/design/aggregated-alltoall.md with one repacking rank per host, which
 	// also relays: the fewest messages of all (36 on 4 hosts × 4 ranks,
 	// Bruck 64, pairwise 240), every byte sent three times.
 	{sched.AllToAll, "aggregate-leader", builder(sched.AllToAll, "aggregate-leader"), always, leaderAuto},
 	{sched.AllToAll, "bruck", builder(sched.AllToAll, "bruck"), always, bruckAuto},
 	{sched.AllToAll, "pairwise", builder(sched.AllToAll, "pairwise"), always, always},
-	// Document 001's aggregation with the sub-matrices spread over the
+	// The same aggregation with the sub-matrices spread over the
 	// ranks (about 2√N messages per rank, every byte sent twice): measured
 	// never clearly ahead of the leader form or Bruck, so by name only.
 	{sched.AllToAll, "aggregate", builder(sched.AllToAll, "aggregate"), always, never},
-	// The same under document 001's control tree, which pairs sub-groups
+	// The same under its control tree, which pairs sub-groups
 	// as their ranks arrive (engine/tree.go): by name only.
 	{sched.AllToAll, "aggregate-tree", builder(sched.AllToAll, "aggregate-tree"), always, never},
 
 	// Through the arena's slots, a column per rank, its owner's block sizes
 	// in a line beside the slots (one barrier per column-wide piece; the
-	// pairwise schedule over the shared-memory transport took 7-11 µs and
-	// 78 allocations for a 4 KiB call at 2 ranks, against 0.6-0.8 µs for
-	// AllToAll).
+	// pairwise schedule over the shared-memory transport, which ran before,
+	// took an order of magnitude longer than AllToAll for small calls and
+	// allocated per call).
 	{sched.AllToAllv, "shm", nil, shmV, always},
 	{sched.AllToAllv, "pairwise", builder(sched.AllToAllv, "pairwise"), always, always},
 	// Aggregation with the block sizes in the messages (block mode).

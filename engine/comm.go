@@ -407,9 +407,9 @@ func (c *Comm) start(req Request, err error) (*Request, error) {
 //
 // Run inline, a collective allocates nothing: the request stays on the
 // caller's stack and the execution context is the communicator's own
-// (inline, guarded by execMu). Each allocation mattered beyond its ~20 ns:
-// at a few hundred thousand calls a second the garbage collector ran ~90
-// times a second per rank, and each cycle stops the caller's thread, which
+// (inline, guarded by execMu). Each allocation mattered beyond its own
+// cost: at a few hundred thousand calls a second the garbage collector ran
+// many times a second per rank, and each cycle stops the caller's thread, which
 // for a thread locked by a C caller means handing its P to another thread
 // and back.
 func (c *Comm) run(r Request, err error) error {
@@ -526,11 +526,10 @@ func (x *execCtx) header(step int, n int) transport.Header {
 // transports are waited on by the executor's goroutines (its streams, the
 // control tree's receives), which are not locked, and a wait marked locked
 // yields with bare sched_yield, keeping its P from the goroutines that
-// would make progress (through the C ABI, a 2-rank ring allreduce over the
-// shared-memory rings took 145-158 µs at 4 KiB marked, 77-81 µs not; the
-// old goroutine per operation, 79-99 µs). Only the control tree's control
-// messages go out from the caller's own goroutine, where a wait's
-// runtime.Gosched costs a few µs more.
+// would make progress (through the C ABI, marking it nearly doubled a
+// 2-rank 4 KiB ring allreduce over the shared-memory rings). Only the
+// control tree's control messages go out from the caller's own goroutine,
+// where a wait's runtime.Gosched costs a little more.
 func (x *execCtx) context() context.Context {
 	x.ctxOnce.Do(func() {
 		x.ctx, x.cancel = context.WithDeadline(x.c.abortCtx, x.c.epoch.Add(x.deadline))

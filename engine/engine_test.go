@@ -469,7 +469,7 @@ func TestAlgoSpec(t *testing.T) {
 		{shape{coll: sched.AllReduce, bytes: 4 << 10, n: 4, hosts: 2, even: true}, "rd"},
 		{shape{coll: sched.AllToAll, bytes: 64 * 8, n: 8}, "bruck"},
 		{shape{coll: sched.AllToAll, bytes: 1 << 20, n: 8}, "pairwise"},
-		// Across hosts, the measured thresholds (README "Algorithms").
+		// Across hosts, the measured thresholds (docs/algorithms.md, "Choice").
 		{shape{coll: sched.AllToAll, bytes: 16 * 512, n: 16, hosts: 4, even: true}, "aggregate-leader"},
 		{shape{coll: sched.AllToAll, bytes: 16 * (2 << 10), n: 16, hosts: 4, even: true}, "aggregate-leader"},
 		{shape{coll: sched.AllToAll, bytes: 8 * (2 << 10), n: 8, hosts: 2, even: true}, "bruck"},

@@ -19,9 +19,9 @@ import (
 // waiting for the earlier operations whose byte ranges it conflicts with;
 // copies and divisions run on the issuing goroutine once their conflicts
 // are done. A stream rather than a goroutine per operation: a 4-rank ring
-// allreduce of 4 MiB across hosts is 192 operations, whose goroutines took
-// 0.3-1 ms to start (and up to 20 ms on a loaded machine) while the first
-// segment waited, measured on emulated hosts; a stream's goroutine starts
+// allreduce of 4 MiB across hosts is 192 operations, and starting their
+// goroutines delayed the first segment noticeably on emulated hosts (much
+// more on a loaded machine); a stream's goroutine starts
 // with its first operation and sends its first segment as soon as it runs.
 // A RecvReduce receives into scratch without waiting and waits for its
 // conflicts only before its first reduction, so two partners can each send
@@ -98,8 +98,8 @@ func (x *execCtx) runSchedule(s *sched.Schedule, ops []sched.Op, bufs [sched.Num
 // copies, at issue. What the schedule never wrote in the keep range is
 // copied when it ends. A 4-rank ring allreduce writes every byte of Work
 // before reading it, so it copies nothing: the first segment goes out at
-// once instead of after the copy of the whole vector (4 MiB: 0.2-0.5 ms on
-// emulated hosts), and the copy's memory traffic is saved.
+// once instead of after the copy of the whole vector, and the copy's
+// memory traffic is saved.
 type lazyWork struct {
 	src            []byte
 	keepLo, keepHi int
@@ -320,9 +320,8 @@ func (r *runner) enqueue(sp **stream, rd, wr sched.Range, deps []*task, fn func(
 // machine took milliseconds while the peer's first receive waited on it.
 // Once per call, and not for a caller locked to its thread (every call
 // from C): there a yield hands the P to another thread and back, and the
-// stream runs on the idle P anyway (through the C ABI, a 2-rank ring
-// allreduce over the shared-memory rings took 114-125 µs at 4 KiB with the
-// kick, 77-81 µs without).
+// stream runs on the idle P anyway (through the C ABI the kick made a
+// 2-rank 4 KiB ring allreduce over the shared-memory rings slower).
 func (r *runner) kick(deps []*task) {
 	if r.kicked || len(deps) > 0 || r.x.locked {
 		return
@@ -453,8 +452,8 @@ func (r *runner) send(o *sched.Op, src []byte) error {
 
 // recvReduce receives the op's segments into two alternating scratch
 // buffers and folds each with mine (Dst's bytes, or where they still are:
-// lazyWork) into Dst while the next one is in flight (document 000's
-// pipelining; see sched/hd.go).
+// lazyWork) into Dst while the next one is in flight (the pipelining of
+// docs/design/halving-doubling.md; see sched/hd.go).
 func (r *runner) recvReduce(o *sched.Op, mine []byte, conf []*task) error {
 	dst := r.slice(o.Dst)
 	ns := o.NSegs()

@@ -184,7 +184,7 @@ func lastLines(s string, n int) string {
 // (checkedLoop), and strikes one fault at them once every rank is going.
 // Each rank prints how it failed; the test checks the kinds and that the
 // errors name the collective and the rank at fault, and logs how long
-// after the fault each rank failed (README's table; durations are not
+// after the fault each rank failed (docs/troubleshooting.md's table; durations are not
 // asserted).
 func TestHostFaults(t *testing.T) {
 	if testing.Short() {

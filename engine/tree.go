@@ -10,7 +10,7 @@ import (
 	"github.com/gocoll/gocoll/engine/transport"
 )
 
-// The aggregated all-to-all under document 001's control tree
+// The aggregated all-to-all under the control tree of docs/design/aggregated-alltoall.md
 // (aggregate-tree; sched/control.go has the protocol): no rank knows
 // before the call who repacks which sub-matrix, or in which order the
 // decisions come. Each rank runs the tree's protocol on this goroutine —

@@ -37,7 +37,7 @@ func DefaultParams() Params {
 
 // Builtin builds a named topology with DefaultParams:
 //
-//	hybrid-cube-mesh   document 004's 8 units: two groups of 4, two links
+//	hybrid-cube-mesh   the 8 units of docs/design/virtual-devices.md: two groups of 4, two links
 //	                   between every pair inside a group, one link from
 //	                   each unit to its counterpart in the other group
 //	ring:N             N devices in a ring (two parallel links when N = 2)
@@ -155,7 +155,7 @@ func (g *Graph) link(id string, kind LinkKind, a, b int, bw, lat float64) int {
 	return len(g.Links) - 1
 }
 
-// cubeMesh is claims 7–8 of document 004.
+// cubeMesh is the hybrid cube-mesh of docs/design/virtual-devices.md.
 func cubeMesh(p Params) *Graph {
 	g := &Graph{Hosts: []Host{{Name: "cube-mesh"}}}
 	devices(g, 8, 0)

@@ -8,7 +8,7 @@
 // carry an identifier, a kind (shm, net, dev), a bandwidth in bytes per
 // second in each direction (they are full duplex) and a latency in
 // seconds; two nodes may be joined by several parallel links, each with its
-// own identifier (document 004's hybrid cube-mesh has two between every
+// own identifier (the hybrid cube-mesh of docs/design/virtual-devices.md has two between every
 // pair of units of a group).
 //
 // A graph comes from a built-in (Builtin: hybrid-cube-mesh, ring:N,

@@ -75,7 +75,7 @@ func checkRings(t *testing.T, g *Graph, rings []Ring) {
 	}
 }
 
-// The cube-mesh of document 004: every unit has 3·2 + 1 = 7 links, so at
+// The cube-mesh of docs/design/virtual-devices.md: every unit has 3·2 + 1 = 7 links, so at
 // most 3 rings could pass through it, but only the 4 counterpart links
 // cross between the groups and a ring crosses that cut at least twice: at
 // most 2. The search must find 2 and know it is the maximum.

@@ -1,4 +1,4 @@
-// Package vppu virtualises the ranks of a job (document 004): a job is
+// Package vppu virtualises the ranks of a job (docs/design/virtual-devices.md): a job is
 // written against M virtual devices with a logical topology (ring, mesh,
 // torus, tree, full); a placement maps them onto the ranks of a
 // communicator, one or several per rank; routing tables are derived for
@@ -10,8 +10,8 @@
 // order, device 0 first, so a job on 8 virtual devices gives the same bits
 // on 8, 4 or 2 processes, and before and after a migration.
 //
-// Subpackages: resmap (who owns which part of a tensor, document 002) and
-// redist (moving a tensor between layouts, document 003).
+// Subpackages: resmap (who owns which part of a tensor, docs/design/resource-maps.md) and
+// redist (moving a tensor between layouts, docs/design/redistribution.md).
 package vppu
 
 import (

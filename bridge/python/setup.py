@@ -20,7 +20,7 @@ the library through ``GOCOLL_LIBRARY`` or the dynamic linker's path.
 
 Offline (no package index): ``pip install --no-build-isolation`` uses the
 setuptools and wheel already installed (Debian's python3-setuptools and
-python3-wheel); see README.md.
+python3-wheel); see bridge/python/README.md.
 """
 
 import os

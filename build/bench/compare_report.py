@@ -50,8 +50,8 @@ def med(v):
 
 
 # The VM's two vCPUs sit on host cores that share a cache or not, and this
-# changes during a run: a 2-rank 1 MiB allreduce took 42 µs in one case and
-# 154 µs in the other (Open MPI: 104 and 140), so a median over rounds that
+# changes during a run: a 2-rank 1 MiB allreduce took several times longer
+# in the second case (Open MPI's less so), so a median over rounds that
 # mixes the two compares nothing. A step whose cross-core round trip
 # (build/bench/corelat) was below NEAR_NS before and after it ran "near",
 # one at or above it both times "far"; the report is written per regime,

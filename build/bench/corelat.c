@@ -5,10 +5,10 @@
  * stdout).
  *
  * build/compare runs it before and after every step: on the 2-vCPU VM the
- * two vCPUs sit on host cores that share a cache (~70-100 ns) or do not
- * (~400 ns), this changes while a run goes on, and a 2-rank 4 KiB
- * collective, a few such round trips, takes ~0.7 us in the first case and
- * ~2 us in the second, a 1 MiB one up to 3.5x longer.
+ * two vCPUs sit on host cores that share a cache or do not (a round trip
+ * several times longer), this changes while a run goes on, and a 2-rank
+ * collective, a few such round trips when small, takes several times
+ * longer in the second case (docs/performance.md).
  */
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -36,9 +36,10 @@
  *      that the timed phase takes about -t seconds (clamped to [-n, -N]); with
  *      -W s, more rounds of -w iterations follow until the warm-up took s
  *      seconds (max over ranks, so every rank runs the same calls): a process
- *      that has just started, or was idle for over 10 ms, runs its first
- *      calls beside the Go runtime's monitor thread waking every ~80 us for
- *      ~8 ms (2 ranks on the 2 cores: ~1% of 4 KiB calls then take 25-45 us);
+ *      that has just started, or was idle for a while, runs its first
+ *      calls beside the Go runtime's monitor thread in its fast phase,
+ *      whose wakes take a spinning rank's core and make some small calls
+ *      many times slower;
  *      build/compare warms every cell of every library up this way;
  *   3. per-iteration phase: gocollBarrier, then one op timed with
  *      clock_gettime(CLOCK_MONOTONIC) on every rank; iteration time = MAX over

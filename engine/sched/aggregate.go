@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// AggregateAllToAll is document 001's aggregation: the all-to-all as the
+// AggregateAllToAll is the aggregation of docs/design/aggregated-alltoall.md: the all-to-all as the
 // transpose of a distributed N×N block matrix (row s holds rank s's
 // blocks, column d what rank d receives), cut into sub-matrices by a
 // partition of the ranks into source sub-groups (rows, dh ranks each) and

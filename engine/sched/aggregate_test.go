@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Document 001's aggregation with sub-groups that do and do not divide N
+// The aggregation (docs/design/aggregated-alltoall.md) with sub-groups that do and do not divide N
 // (11 ranks in groups of 3), rows and columns of different sizes, and
 // non-contiguous groups (every other rank; hosts as placement gives them):
 // the simulated result is the all-to-all, without a deadlock.

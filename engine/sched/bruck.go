@@ -1,6 +1,6 @@
 package sched
 
-// BruckAllToAll aggregates small blocks (document 001's baseline): after a
+// BruckAllToAll aggregates small blocks (the baseline of docs/design/aggregated-alltoall.md): after a
 // local rotation, block i is bound for rank r+i; in the round for digit
 // position w = radix^p and digit d, every block whose p-th base-radix digit
 // of i is d travels d·w ranks forward in one message. That is

@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// Document 001's control tree (its steps 7.1–7.6): a reduction tree over
+// The control tree of docs/design/aggregated-alltoall.md (the source's steps 7.1–7.6): a reduction tree over
 // the ranks takes each rank's arrival registration, marks a sub-group
 // ready once all its members registered, pairs a ready source sub-group
 // with a ready destination sub-group, gives the pair's sub-matrix to a

@@ -1,6 +1,6 @@
 package sched
 
-// Pipelined halving–doubling (document 000).
+// Pipelined halving–doubling (docs/design/halving-doubling.md).
 //
 // Distribution phase: recursive halving over the p active ranks (p the
 // largest power of two ≤ n). In each of log2(p) rounds a rank pairs with

@@ -2,7 +2,7 @@ package sched
 
 import "slices"
 
-// LeaderAllToAll is document 001's aggregation with every sub-matrix of a
+// LeaderAllToAll is the aggregation of docs/design/aggregated-alltoall.md, with every sub-matrix of a
 // source sub-group given to one repacking rank, the group's first rank
 // (its leader), which also relays what its own destination group
 // receives. The document allows it ("a single aggregator can process

@@ -1,9 +1,9 @@
 package sched
 
-// Ring collectives (document 004). Ranks form a ring: the position after
+// Ring collectives (docs/design/virtual-devices.md). Ranks form a ring: the position after
 // rank r's is its successor. A reduce-scatter takes N-1 steps in which
 // every rank passes one block to its successor and folds the block it
-// receives into its own copy (document 004's first N-1 iterations, "the
+// receives into its own copy (the source's first N-1 iterations, "the
 // received values are added"); an allgather takes N-1 more steps that pass
 // the finished blocks on unchanged (the second N-1 iterations, "the
 // received values replace"). Each block is reduced in the same order on
@@ -54,12 +54,11 @@ func (g ring) n() int { return len(g.order) }
 // Ring messages are cut into segments of about ringSegTarget bytes (at most
 // ringMaxSeg), each its own operation: then step s+1 may forward segment j
 // as soon as segment j of step s is reduced, instead of waiting for the
-// whole block, which keeps a slow link busy across the steps (2.2 ms
-// pauses per step at 250 Mbit/s otherwise). A block too small for two
-// such segments is still cut into up to ringMinSegs of at least
-// ringSegFloor bytes: without that, every step of a 64 KiB-block ring
-// waits for the whole block to cross (4 emulated hosts at 250 Mbit/s, 256
-// KiB allreduce: 16.2 ms in single segments, 13.9 ms in four, Gloo 16.1).
+// whole block, which keeps a slow link busy across the steps instead of
+// idle between them. A block too small for two such segments is still cut
+// into up to ringMinSegs of at least ringSegFloor bytes: without that,
+// every step of a 64 KiB-block ring waits for the whole block to cross
+// (measured across emulated hosts: docs/performance.md).
 // The reductions and their order are the same.
 const (
 	ringSegTarget = 64 << 10

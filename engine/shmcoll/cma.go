@@ -28,16 +28,12 @@ import (
 
 // cmaMin is the least data per peer and piece for which a rank publishes
 // its buffer's address rather than copying into its slot: below, the
-// system call per peer costs more than the copy it saves (2 ranks, a 16
-// KiB allgather: 2.6 against 0.9 µs with the VM's cores close, 3.4 against
-// 2.4 far; above it a 2-rank call's ranks measure which is faster,
-// pathChooser). With more ranks than cores, never: 4 ranks on the 2
-// cores, alltoall, slots against cross-memory copies (2026-11-27, 38 paired
-// runs with the cores far apart, 8 close, alike): 64 KiB per peer 41 vs
-// 90 µs, 256 KiB 137 vs 266, 1 MiB 0.86 vs 1.58 ms, 4 MiB 4.8 vs 8.1, 16
-// MiB 22 vs 31. A rank in the kernel's copy, pinning a peer's pages, holds
-// one of the few cores the peer it reads from needs. (Earlier figures,
-// before the slots' path was reworked, had favoured the copies from 64 KiB.)
+// system call per peer costs more than the copy it saves, whether the
+// cores are close or far (above it a 2-rank call's ranks measure which is
+// faster, pathChooser). With more ranks than cores, never: there the slots
+// were faster at every size measured, about twice from 64 KiB per peer. A
+// rank in the kernel's copy, pinning a peer's pages, holds one of the few
+// cores the peer it reads from needs.
 func cmaMin(ranks int) int {
 	if ranks <= runtime.NumCPU() {
 		return 8 << 10
@@ -48,15 +44,11 @@ func cmaMin(ranks int) int {
 // cmaMax is the data per peer over a call from which a rank copies into its
 // slot again: at these sizes the kernel's pinning of the buffer's pages, 16
 // at a time, costs more than the second copy. Measured with 2 ranks (C
-// ABI, processes, p50), slots against cross-memory copies: with the cores
-// close (corelat ~100 ns), 8 MiB per peer, allgather 1330 vs 1369 µs and
-// 1340 vs 1470, alltoall 1476 vs 1611 and 1536 vs 1594; far (~430 ns),
-// allgather 793 vs 798, alltoall 849 vs 998; 32 MiB per peer (far), 5.8
-// vs 6.8 ms and 5.7 vs 7.2. Broadcast (the root writing half into the
-// peer), since the slots are filled with cached stores (copyIn), close:
-// 8 MiB 323-344 vs 378-384 µs, 16 MiB 689-751 vs 1159-1166, but 4 MiB
-// 196-203 vs 142-144 (one piece: the peer's copy out waits for the
-// whole copy in). Below 8 MiB per peer the answer for allgather and
+// ABI, processes), the slots were as fast or faster from 8 MiB per peer,
+// with the cores close and far, for allgather, alltoall and (since the
+// slots are filled with cached stores, copyIn) broadcast; a 4 MiB
+// broadcast still favours the root writing half into the peer (one piece:
+// the peer's copy out waits for the whole copy in). Below 8 MiB per peer the answer for allgather and
 // alltoall depends on the cores' distance so much that they measure it
 // (pathChooser). With more ranks the runs were too noisy to tell, so
 // there is no upper end.
@@ -266,11 +258,9 @@ func (a *Arena) pathEnd(k int, timed bool, start time.Time, err error) {
 // allgathers and alltoall(v)s run faster with its blocks read out of its
 // process or copied through its slot. Which wins depends on how far apart
 // the two cores are, and a VM's vCPUs move between sibling hyperthreads
-// and separate cores while a job runs (2026-11-27, 101 paired runs with
-// them close: the slots 1.5-3x faster from 16 KiB to 1 MiB, 0.9 against
-// 2.6 µs for a 16 KiB allgather, 13.6 against 22.2 at 512 KiB; with them
-// far, the cross-memory copy ~1.3x faster from 256 KiB, 12.4 against 15.8
-// µs). So it is measured: each choice keeps an estimate of this rank's
+// and separate cores while a job runs (with them close the slots were
+// faster from 16 KiB to 1 MiB, with them far the cross-memory copy from
+// 256 KiB). So it is measured: each choice keeps an estimate of this rank's
 // call time that falls at once to a faster call and rises by an eighth of
 // the difference on a slower one (a call that waited for a late peer says
 // little about the path), the faster is taken (the slots only if more

@@ -13,18 +13,15 @@ import (
 const (
 	// AllReduce and Reduce take the one-barrier path, where every rank (the
 	// root) folds all n slots, while n × bytes <= smallBytes (smallBytes2
-	// at 2 ranks); above, the two-barrier reduce-scatter path. Measured on
-	// the 2-vCPU VM at 64 KiB: 2 ranks (processes) 8.4 µs two-barrier vs
-	// 12.5 µs one-barrier, 4 ranks 18-20 µs vs 34-46 µs; near n × bytes =
-	// 64 KiB they tie at 4 ranks.
+	// at 2 ranks); above, the two-barrier reduce-scatter path, which
+	// measured faster from there (at 4 ranks they tie near n × bytes =
+	// 64 KiB).
 	smallBytes = 64 << 10
-	// At 2 ranks the two-barrier path wins from 16 KiB buffers (2026-11-27,
-	// gocoll_bench p50, one-barrier vs two-barrier): with the cores close
-	// 16 KiB 1.53 vs 1.47 µs, 32 KiB 3.49 vs 2.39, 64 KiB 5.40 vs 4.15;
-	// far 16 KiB 5.43 vs 4.70, 32 KiB 8.67 vs 7.61. Below, the one-barrier
-	// path keeps the latency of one round trip where the cores are close
-	// (4 KiB 0.6 µs); far, the two-barrier path was faster there too (4 KiB
-	// 1.98 vs 1.86, 8 KiB 3.13 vs 2.75), which the choice cannot know.
+	// At 2 ranks the two-barrier path wins from 16 KiB buffers, with the
+	// cores close and far (gocoll_bench, one-barrier against two-barrier).
+	// Below, the one-barrier path keeps the latency of one round trip
+	// where the cores are close; far, the two-barrier path was faster
+	// there too, which the choice cannot know.
 	smallBytes2 = 16 << 10
 	// foldBlock is the block the folds work in, so that partial results
 	// stay in L1/L2 while all n operands stream through.
@@ -257,8 +254,7 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 				// Only for one reader: with more, the one copy into
 				// the slot serves them all, and their copies out of the
 				// shared, cache-warm slot beat as many kernel copies,
-				// each pinning the root's pages (4 ranks, 1 MiB: 190 µs
-				// vs 230-260 µs). AllToAll's blocks have one reader
+				// each pinning the root's pages. AllToAll's blocks have one reader
 				// each at any size.
 			default:
 				a.copyShared(a.me.slots[set], buf[off:off+m])
@@ -349,9 +345,8 @@ func (a *Arena) allGather(ctx context.Context, send, recv []byte) error {
 		case reg != nil:
 			a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
 		case a.size == 2 && a.publishAddr(send, m, b):
-			// (Only for one reader, as in Broadcast: 4 ranks, 64 MiB
-			// took 23-27 ms through the slot against 25-29 ms with
-			// three readers of each block.)
+			// (Only for one reader, as in Broadcast: with three
+			// readers of each block the slot measured faster.)
 		default:
 			a.copyIn(a.me.slots[set], send[off:off+m])
 		}
@@ -759,22 +754,16 @@ func (a *Arena) stage(mine, send []byte, blk, off, m, bs int, reg *regAlloc, reg
 // Copies into user buffers keep the non-temporal stores (nobody reads
 // those soon; cached copies out of the slots measured no faster).
 //
-// Measured on the 2-vCPU VM (ranks as goroutines, 16 MiB, 2 ranks, p50 of
-// 5 and 3 alternated runs): AllReduce 2170-2230 µs in one copy per chunk,
-// 1830-1980 µs in 512 KiB pieces; AllGather 1430-1740 vs 1340-1580,
-// AllToAll 1570-1770 vs 1240-1530, Broadcast 1090-1330 vs 1010-1070.
-// With more ranks than cores a reader may run a time slice later, when the
-// data has left the cache anyway: 4 ranks, 16 MiB (C ABI, p50, paired both
-// orders), AllGather 2750 µs in one copy against 2920-2960 in pieces,
-// AllToAll 4240-4350 vs 4130-4140, AllReduce 5640-5720 vs 5530-6290; the
-// single copy stays there, except for Broadcast's root (copyShared).
+// At 2 ranks and 16 MiB the pieces made every collective faster. With more ranks than cores a reader may run a
+// time slice later, when the data has left the cache anyway: there the
+// two measured alike and the single copy stays, except for Broadcast's
+// root (copyShared).
 func (a *Arena) copyIn(dst, src []byte) { copyPieces(dst, src, a.copyBlock) }
 
 // copyShared is copyIn for a slot that every peer reads (Broadcast's
 // root): with more ranks than cores, one of the readers shares the root's
 // core and finds the lines in its cache, and the others in the shared
-// one. 4 ranks (C ABI, p50, paired both orders): 1 MiB 118 -> 104-106 µs,
-// 16 MiB 1990-2070 -> 1680-1750, 64 MiB 8330-8390 -> 6690-6720.
+// one (measured faster from 1 MiB with 4 ranks on 2 cores).
 func (a *Arena) copyShared(dst, src []byte) {
 	copyPieces(dst, src, min(a.copyBlock, cachedBlock))
 }

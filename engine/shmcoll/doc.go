@@ -35,8 +35,8 @@
 // checks their records of it. That keeps the invariant above at every
 // point where it matters (no rank overwrites a record or a slot a peer may
 // still read), and a mismatch the root could not see is reported by its
-// next call. With 4 ranks on the 2 cores, a 1 MiB broadcast went from ~200
-// to ~177 µs and a 4 KiB one's best case from ~4 to ~1.5 µs.
+// next call. With more ranks than cores this spares a broadcast's root a
+// wait for ranks that are not even scheduled.
 //
 // A record is (Seq, Sig, byte count, descriptor of collective, type, op and
 // root). At every barrier a rank compares each peer's record for that phase
@@ -78,9 +78,8 @@
 //     their owners' slots (reduce-scatter + all-gather through shared
 //     memory). Chunks are cache-line aligned; the fold runs in cache-sized
 //     blocks so a chunk is read from memory once, and each block reaches
-//     recv straight from L1. On the 2-vCPU VM the one-barrier path wins
-//     below n × bytes ≈ 64 KiB, the two-barrier one above (64 KiB: 8.4 vs
-//     12.5 µs for 2 ranks; 1 MiB: 140 vs 186 µs, 4 ranks 330 vs 584 µs).
+//     recv straight from L1. Measured, the one-barrier path wins below
+//     n × bytes ≈ 64 KiB, the two-barrier one above.
 //   - Reduce: the same, with only the root copying out (small: only the
 //     root folds).
 //   - Broadcast: the root copies into its slot, publishes it, and goes on;
@@ -112,10 +111,9 @@
 // before its owner returns; Broadcast from registered memory copies the
 // whole buffer between its first and its closing barrier, in one piece.
 //
-// On the 2-vCPU VM (ranks as goroutines, p50 per call) this takes 2 ranks
-// from ~1.8 ms to ~1.2 ms for a 16 MiB AllGather or AllToAll and from
-// ~90 µs to ~33 µs for a 1 MiB AllToAll; 4 ranks from ~3 ms to ~1.7-1.9 ms
-// for a 16 MiB Broadcast. Splitting unregistered pieces into 16-256 KiB
+// Reading in place saves a copy of every byte (docs/performance.md
+// compares plain and registered buffers). Splitting unregistered pieces
+// into 16-256 KiB
 // fragments (a barrier each, so that copy-in of fragment k+1 overlaps
 // copy-out of fragment k) gained nothing measurable: in back-to-back calls
 // the root's copy-in of the next piece or call already overlaps the
@@ -128,10 +126,7 @@
 // recv, and publishes recv at the second barrier; peers copy that chunk of
 // the result out of it in place, and the call ends with the closing
 // barrier. Reduce's root always folds straight into recv, as no peer reads
-// its chunk. Through the C ABI (processes, p50) a 2-rank AllReduce with
-// both buffers from gocollMemAlloc went from 102 to 77 µs at 1 MiB and
-// from 2.1 to 1.5 ms at 16 MiB (Open MPI: 174 µs and 3.5 ms); 4 ranks
-// 16 MiB from 6.7 to 5.0 ms.
+// its chunk. Either way the own chunk's result is written once, not twice.
 //
 // # Cross-memory reads
 //
@@ -156,17 +151,14 @@
 // its address too, and the root, idle otherwise, writes the second half
 // into it with process_vm_writev while the peer reads the first (the
 // store gate in the peer's segment keeps a failing peer from returning
-// while the root writes). Measured on the 2-vCPU VM (C ABI, processes,
-// p50): 2 ranks, 1 MiB AllGather 42 µs instead of 71, AllToAll 43 µs
-// instead of 91, Broadcast 35 µs instead of 69 (Open MPI: 42-49 µs). Not used:
+// while the root writes). One copy instead of two took a 2-rank 1 MiB
+// AllGather, AllToAll or Broadcast to about half its time. Not used:
 // Broadcast and AllGather with more than one reader per block (each
 // reader's kernel copy pins the owner's pages; the owner's one copy into
-// the shared slot serves all readers better: 4 ranks, 1 MiB Broadcast
-// 190 µs vs 230-260 µs, 64 MiB AllGather 23-27 ms vs 25-29 ms) and the
-// reductions
-// (an AllReduce that copies peers' chunks out of their processes and their
-// results out of their recv buffers measured 130 vs 143 µs at 2 ranks and
-// 1 MiB, but 420-470 vs 340 µs at 4 ranks and 12.2 vs 8.7 ms at 16 MiB).
+// the shared slot served all readers better in every case measured) and
+// the reductions (an AllReduce that copies peers' chunks out of their
+// processes and their results out of their recv buffers was about even at
+// 2 ranks and slower at 4).
 //
 // # Waiting
 //
@@ -180,8 +172,8 @@
 // moves to another CPU (shmsync.Coloc). A yield is
 // sched_yield plus runtime.Gosched, except for callers locked to their
 // thread (Call.Locked: every call entering Go from C), where each Gosched
-// costs ~5 µs: with it, a 4-rank 4 KiB allreduce through the C ABI took
-// 55 µs instead of 7. Nothing on the call path allocates, the slow paths included
+// hands the thread's P to another thread and back, which cost a small
+// call many times its own time. Nothing on the call path allocates, the slow paths included
 // (liveness probes read /proc without allocating).
 //
 // # Failures

@@ -41,7 +41,7 @@ type Model struct {
 
 // Rates are the software and core figures of the model, fitted with the
 // link figures of topology.DefaultParams (see build/calibrate and the
-// README's "Topology and cost model").
+// docs/topology.md).
 type Rates struct {
 	ReduceRate, CopyRate float64
 	Call, Message        float64
@@ -51,9 +51,10 @@ type Rates struct {
 // 30 GB/s (cache-warm blocks), a message costs 16 µs of software and wake-up
 // on top of its links, a call nothing measurable beyond its messages. The
 // fit alone cannot pin the fold rate (the copies and messages around every
-// fold absorb it: a refit on a second run put it at infinity); 39 GB/s is
-// what the kernel's own benchmark measures between its 1 and 16 MiB figures
-// (kernel.BenchmarkReduce, float32 sum: 52 and 30 GB/s).
+// fold absorb it: a refit on a second run put it at infinity); the fold
+// rate is checked against the kernel's own benchmark instead
+// (kernel.BenchmarkReduce, float32 sum; docs/performance.md), between its
+// 1 and 16 MiB figures.
 func DefaultRates() Rates {
 	return Rates{ReduceRate: 39e9, CopyRate: 30e9, Call: 0, Message: 16e-6}
 }

@@ -33,7 +33,7 @@ type Access struct {
 
 func (x Access) at(i int) int { return x.A*i + x.B }
 
-// Affine describes document 003's loop: FORALL i in [0, N): Dst(DstIndex(i)) = Src(SrcIndex(i)).
+// Affine describes the CSS paper's loop (docs/design/redistribution.md): FORALL i in [0, N): Dst(DstIndex(i)) = Src(SrcIndex(i)).
 type Affine struct {
 	Src      Cyclic `json:"src"` // B over Q
 	Dst      Cyclic `json:"dst"` // A over P
@@ -56,7 +56,7 @@ func lcm(a, b int) int { return a / gcd(a, b) * b }
 
 // Period is the loop's period: the owners of Src(SrcIndex(i)) and
 // Dst(DstIndex(i)) repeat every Period iterations (equations 3–5 of
-// document 003: lcm(P·x, a1)/a1 for A, lcm(Q·y, a2)/a2 for B, and their
+// the CSS paper: lcm(P·x, a1)/a1 for A, lcm(Q·y, a2)/a2 for B, and their
 // lcm for the pair).
 func (a Affine) Period() int {
 	pa := lcm(a.Dst.Procs*a.Dst.Block, a.DstIndex.A) / a.DstIndex.A
@@ -135,7 +135,7 @@ func PlanAffine(a Affine) (*Plan, error) {
 	return plan, nil
 }
 
-// algorithm1 is document 003's Algorithm 1: sender 0's messages, in any
+// algorithm1 is the CSS paper's Algorithm 1: sender 0's messages, in any
 // order, form the first row of the schedule; by Theorem 1 sender k·m
 // sends, in the same step, to receiver j + k·n a message of the same
 // length. It applies when k·m reaches every sender (gcd(m, Q) = 1) and the

@@ -6,7 +6,7 @@ import (
 	"github.com/gocoll/gocoll/engine"
 )
 
-// The two ways document 003 compares CSS with, for benchmarks: one
+// The two ways the CSS paper (docs/design/redistribution.md) compares CSS with, for benchmarks: one
 // all-to-allv over every rank, and the "traditional" order in which every
 // sender posts all its messages at once, destination (myid + k) mod n for
 // k = 0, 1, …, and every receiver all its receives likewise.

@@ -1,5 +1,5 @@
 // Package redist moves a distributed array from one layout to another
-// without contention (document 003's CSS): the communication table COM
+// without contention (the CSS of docs/design/redistribution.md): the communication table COM
 // says how many elements each sender owes each receiver; the schedule
 // table cuts the messages into steps in which no processor receives two
 // messages (and none sends two), messages of similar length sharing a

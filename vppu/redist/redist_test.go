@@ -13,7 +13,7 @@ import (
 	"github.com/gocoll/gocoll/vppu/resmap"
 )
 
-// Document 003's tables. Rows are senders Q_i (array B), columns
+// The CSS paper's tables (docs/design/redistribution.md). Rows are senders Q_i (array B), columns
 // receivers P_j (array A).
 func TestDocumentExamples(t *testing.T) {
 	cases := []struct {

@@ -1,4 +1,4 @@
-// Package resmap is document 002's resource map: which device owns which
+// Package resmap is the resource map of docs/design/resource-maps.md: which device owns which
 // part of an N-dimensional index space (a tensor), and where each element
 // lives in its owner's memory.
 //
@@ -382,7 +382,7 @@ func BlockBlock(extent []int, p, q int) (*Map, error) {
 }
 
 // Weighted gives each device a band of dimension dim proportional to its
-// weight (its speed): document 002's load balancing, decided before a step
+// weight (its speed): the source's load balancing, decided before a step
 // instead of by stealing during it.
 func Weighted(extent []int, dim int, weights []float64) (*Map, error) {
 	t, err := along(extent, dim, 1)
@@ -396,7 +396,7 @@ func Weighted(extent []int, dim int, weights []float64) (*Map, error) {
 // device took for its share in the last step: a device's new weight is
 // the elements it processed per second, so a device that was slow gets a
 // smaller band next time and all are expected to finish together.
-// Document 002 lets idle nodes steal queued work; between training steps
+// The source lets idle nodes steal queued work; between training steps
 // the same balance is reached by moving the boundaries instead.
 func Reweight(m *Map, seconds []float64) (*Map, error) {
 	if m.Segs != nil || m.Assign != Blocks || len(seconds) != m.Devices {

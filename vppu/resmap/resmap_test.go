@@ -17,7 +17,7 @@ func mustOf(t *testing.T) func(*Map, error) *Map {
 }
 
 // owned lists, per device (1-based in the document), the elements 0..35
-// of document 002's 6×6 matrix it holds, numbered row by row.
+// of the source's 6×6 matrix it holds, numbered row by row.
 func owned(m *Map) [][]int {
 	out := make([][]int, m.Devices)
 	for e := 0; e < 36; e++ {
@@ -58,7 +58,7 @@ func equal(a, b []int) bool {
 	return true
 }
 
-// Document 002's worked examples: the 6×6 matrix of elements 0..35 under
+// The worked examples of the source (docs/design/resource-maps.md): the 6×6 matrix of elements 0..35 under
 // each decomposition, for Q = 3 and Q = 4 compute nodes.
 func TestDocumentExamples(t *testing.T) {
 	must := mustOf(t)

@@ -18,7 +18,7 @@ numpy arrays or torch CPU tensors::
     out = numpy.empty(n_dst, numpy.float32)
     plan.redistribute(comm, mine, out)
 
-:meth:`Plan.cyclic` is document 003's case: 1-D block-cyclic layouts and
+:meth:`Plan.cyclic` is the case of docs/design/redistribution.md: 1-D block-cyclic layouts and
 an affine loop ``A(a1*i+b1) = B(a2*i+b2)``.
 """
 
@@ -110,7 +110,7 @@ class Plan(_Handle):
 
     @classmethod
     def cyclic(cls, src, dst, n, src_index=(1, 0), dst_index=(1, 0)):
-        """Document 003's loop: ``A(a1*i+b1) = B(a2*i+b2)`` for i < n, B (the
+        """The loop of docs/design/redistribution.md: ``A(a1*i+b1) = B(a2*i+b2)`` for i < n, B (the
         source) block-cyclic over ``src = (procs, block)``, A over ``dst``;
         ``src_index = (a2, b2)``, ``dst_index = (a1, b1)``."""
         lib = _lib.load()

@@ -1,5 +1,5 @@
 /* Redistributes arrays between layouts through gocoll.h's plans and checks
- * every element: document 003's block-cyclic case with an affine loop, and
+ * every element: the block-cyclic case of docs/design/redistribution.md with an affine loop, and
  * a 2-D resource map into another. Run with the launcher environment
  * (collectives env); prints "OK rank R of N".
  *

@@ -32,12 +32,11 @@
 //
 // # Why these defaults
 //
-// Measured on a 2-vCPU VM: a futex wake costs ~14 µs, so when every rank has
-// a core, polling for a few µs and then yielding for a while before sleeping
+// A futex wake costs more than a small collective, so when every rank has
+// a core, polling briefly and then yielding for a while before sleeping
 // pays. When ranks outnumber cores (or other work keeps the cores busy),
-// spinning only delays the rank that has to run: long PAUSE spins cost
-// 100–155 µs per barrier at 4 ranks on 2 cores, and a 30 µs time-based spin
-// made 2-rank barriers on a busy machine 50× slower than yielding; yielding
+// spinning only delays the rank that has to run: long PAUSE spins and
+// time-based spins both made barriers far slower than yielding; yielding
 // early (which hands the core to a rank with work) and then sleeping on the
 // futex kept barriers cheap in both cases. PolicyFor picks the amounts.
 //
@@ -46,21 +45,20 @@
 // launchers) are each their own group when the kernel groups by session
 // (autogrouping), and ranks in different cgroups likewise: oversubscribed,
 // a yielding rank then burns its whole time slice while the rank it waits
-// for is not run (16 such ranks on 2 cores: a 64 B allreduce took 40 ms
-// instead of 0.3 ms). PolicyAmong reads the groups of the ranks' processes
-// (SchedGroup, from /proc) and skips yielding for such ranks: they poll
-// briefly and sleep on the futex, whose wake does hand the core over (0.6
-// ms).
+// for is not run (with 16 such ranks on 2 cores, a small allreduce took
+// a hundred times longer). PolicyAmong reads the groups of the ranks'
+// processes (SchedGroup, from /proc) and skips yielding for such ranks:
+// they poll briefly and sleep on the futex, whose wake does hand the core
+// over.
 //
 // With a core per rank, two ranks that yield to each other can still end
-// up sharing one core while the other idles, and stay so for tens of ms:
+// up sharing one core while the other idles, and stay so:
 // each yield runs the other, so the balancer finds both cache-hot. A waiter
 // locked to its thread (every call from C) that keeps seeing its peer
 // arrive during yields that ran someone else (Policy.Colocation, Coloc)
 // moves its thread to another CPU: it narrows its affinity mask and
-// restores it. At 2 ranks and 4 KiB (1,000 calls after a barrier per run),
-// 2 of 10 runs spent the whole run sharing a core before (every call over
-// 3 µs), none of 20 after.
+// restores it. At 2 ranks and 4 KiB, some runs spent their whole time
+// sharing a core before this, none after.
 //
 // # Liveness
 //

@@ -38,9 +38,9 @@ func SchedGroup(pid int) string {
 // e.g. each launched in its own session, as setsid, ssh or some launchers
 // do, with autogrouping on), a rank that yields keeps its core, since the
 // peer it waits for is another group's task, and burns its time slice
-// (measured on the 2-vCPU VM, 16 ranks each in its own session, a 64 B
-// allreduce: 40 ms with 100 yields before the futex, 1.8 ms with 4, 0.6
-// ms with none). Such ranks poll briefly and then sleep on the futex,
+// (16 ranks each in its own session on 2 cores: the fewer yields before
+// the futex, the faster; none was fastest). Such ranks poll briefly and
+// then sleep on the futex,
 // whose wake hands the core over. Unreadable groups count as shared.
 func PolicyAmong(ranks int, pids []int) Policy {
 	p := PolicyFor(ranks)

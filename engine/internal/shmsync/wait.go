@@ -29,8 +29,8 @@ type Policy struct {
 	// and any other work of the program. Leave it off when the waiter is
 	// a goroutine locked to its thread, as every call that enters Go from
 	// C is: there Gosched parks the thread and passes the goroutine back
-	// through another one, ~5 µs a round on the 2-vCPU VM against well
-	// under 1 µs for sched_yield.
+	// through another one, several times the cost of a sched_yield
+	// (figures: docs/performance.md, "Figures behind the defaults").
 	Goroutines bool
 
 	// Colocation, when Coloc is set too, watches for the waiter sharing a
@@ -49,10 +49,9 @@ type Policy struct {
 // to it, say), and then stay there: each yield hands the core to the
 // other, both run every few µs, so the scheduler's balancer finds both
 // cache-hot and moves neither. Every wait then costs two context switches.
-// Measured on the 2-vCPU VM (perf sched_switch, 2 ranks, 4 KiB
-// allgather): 80 ms of a 0.5 s run with both ranks on one core and the
-// other idle, 11,000 switches between them; 2 of 10 runs spent all their
-// time so, at a p50 of 10 µs a call instead of 0.6. A yield that returns
+// perf sched_switch showed it on the 2-vCPU VM (2 ranks, 4 KiB
+// allgather): runs that spent all their time so, every call an order of
+// magnitude slower. A yield that returns
 // after more than colocYield with the peer arrived is the sign. After
 // colocStreak of them in a row the waiter moves its thread off its CPU
 // (moveOff: the affinity mask narrowed and restored, so the kernel
@@ -108,28 +107,26 @@ func IsLocked(ctx context.Context) bool {
 // PolicyFor returns the policy for ranks processes (or goroutines) that
 // wait on each other on this host.
 //
-// When each has a core (runtime.NumCPU() >= ranks): 2048 polls (a few µs),
+// When each has a core (runtime.NumCPU() >= ranks): 2048 polls,
 // then 16 yields and at least 100 µs of yielding before the futex: a yield
 // returns at once when nothing else wants the core, so this keeps polling
 // politely, and hands the core over when the machine is busy. When ranks
 // share cores: 16 polls, then at least 100 yields and 200 µs (a waiting
 // rank gives its core to a rank that has work; cheaper than a futex sleep
 // and wake), then the futex. Both bounds count: when the others compute, a
-// yield can take a whole time slice, and 200 µs alone sent a 4-rank
-// Gorgonia training run (asynchronous allreduces overlapping compute) to
-// the futex often enough to cost it 5-8 % of its throughput.
+// yield can take a whole time slice, and the time bound alone sent a
+// 4-rank Gorgonia training run (asynchronous allreduces overlapping
+// compute) to the futex often enough to cost it throughput.
 //
 // Goroutines is on; callers on locked threads turn it off.
 //
-// Measured on the 2-vCPU VM (float32 allreduce through the C ABI, ranks in
-// processes, barrier then one call, p50 of the slowest rank): 2 ranks,
-// 4 KiB 1.6-2.0 µs and 64 KiB 7.4 µs with 100 µs of yielding, against
-// 37-39 µs and 55 µs when 16 bare sched_yields (~3 µs) preceded the futex,
-// whose wake costs ~14 µs plus the sleeper's reschedule; 4 ranks, 4 KiB
-// 6.6-8.6 µs and 64 KiB 21-22 µs whether yielding 50, 200 or 1000 µs.
-// No time-based spin: on the busy VM a 30 µs spin before yielding made a
-// 2-rank 4 KiB allreduce take 50-160 µs instead of 1-2 µs (the spinner
-// burnt the slice the descheduled peer needed).
+// Measured with 2 ranks (C ABI, processes), a futex sleep after only a
+// few bare sched_yields made small allreduces many times slower, since a
+// futex wake plus the sleeper's reschedule costs more than the whole call;
+// with 4 ranks on 2 cores the length of the yielding phase made no
+// difference. No time-based spin: on a busy machine a spin before
+// yielding made a small allreduce many times slower (the spinner burnt the
+// slice the descheduled peer needed). Figures: docs/performance.md.
 func PolicyFor(ranks int) Policy {
 	if !oversubscribed(ranks) {
 		return Policy{Polls: 2048, Yields: 16, Yield: 100 * time.Microsecond, Goroutines: true, Colocation: true}

@@ -39,7 +39,8 @@ import (
 )
 
 // Hang bounds every wait of a scenario: an event that has not happened by
-// then never will (failure propagation takes about 50–150 ms). Nothing is
+// then never will (failure propagation takes a few of the transports'
+// watch periods, far below it). Nothing is
 // asserted about how fast an event happens.
 const Hang = 15 * time.Second
 

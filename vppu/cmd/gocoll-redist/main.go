@@ -1,5 +1,5 @@
 // Command gocoll-redist prints the plan that redistributes a 1-D array
-// between block-cyclic layouts (document 003's CSS) without running it:
+// between block-cyclic layouts (the CSS of docs/design/redistribution.md) without running it:
 // the communication table COM and the schedule table CS.
 //
 //	gocoll-redist -src 5:3 -dst 5:4 -n 60                       cyclic(3) on 5 → cyclic(4) on 5

@@ -1,5 +1,5 @@
 // Command gocoll-vppu prints the routing tables of a virtual-device
-// placement (document 004) without running a job: the virtual routing
+// placement (docs/design/virtual-devices.md) without running a job: the virtual routing
 // table of the logical topology, the physical routing table (which ranks
 // and which link of the physical topology carry each virtual edge), and
 // the links in use and left free.
