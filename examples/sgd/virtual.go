@@ -88,6 +88,7 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	learn := model.Learnables()
 	var grads [][]byte // per local device: its gradient, then its shard's loss
 	var comm, compute time.Duration
+	prof := newProfile(cfg.Profile)
 	seen, step := 0, 0
 	clock := 0.0
 	for e := 0; e < cfg.Epochs; e++ {
@@ -109,6 +110,7 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 				}
 			}
 			t := time.Now()
+			prof.Start()
 			local := v.Local()
 			if len(grads) != len(local) {
 				grads = make([][]byte, len(local))
@@ -118,12 +120,15 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 			}
 			// Every device holds the same parameters: load them once.
 			unflatten(model.ParamData(), deviceVec(v, local[0], "params"))
+			prof.Mark(phaseParams)
 			for k, d := range local {
 				model.Load(train, sched.Shard(perm, s, d, m))
+				prof.Mark(phaseLoad)
 				loss, err := model.Backward()
 				if err != nil {
 					return nil, err
 				}
+				prof.Mark(phaseBackward)
 				gd, err := gradData(learn)
 				if err != nil {
 					return nil, err
@@ -134,6 +139,7 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 				for _, x := range gd {
 					clear(x) // Gorgonia adds each pass's gradient to the last
 				}
+				prof.Mark(phaseGradCopy)
 			}
 			t1 := time.Now()
 			compute += t1.Sub(t)
@@ -142,10 +148,13 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 			}
 			t2 := time.Now()
 			comm += t2.Sub(t1)
+			prof.Mark(phaseAllReduce)
 			for k, d := range local {
 				update(deviceVec(v, d, "params"), deviceVec(v, d, "velocity"), f64s(grads[k])[:np], cfg.LR, cfg.Momentum)
 			}
 			compute += time.Since(t2)
+			prof.Mark(phaseUpdate)
+			prof.Step()
 			loss := f64s(grads[0])[np]
 			seen += cfg.Batch
 			step++
@@ -169,6 +178,7 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		fmt.Fprintf(log, "epoch %d/%d  %d virtual devices on %d processes  train loss %.4f  test loss %.4f  test acc %.4f  %6.0f samples/s\n",
 			st.Epoch, cfg.Epochs, m, hosts(v), st.TrainLoss, st.TestLoss, st.TestAcc, st.SamplesPerSec)
 	}
+	prof.Write(log, fmt.Sprintf("%d virtual devices on %d processes", m, hosts(v)))
 	for _, st := range res.Epochs {
 		res.TrainSeconds += st.Seconds
 	}
