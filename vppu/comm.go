@@ -600,9 +600,18 @@ func fold(dst []byte, pieces [][]byte, dt engine.DataType, op engine.RedOp) {
 
 // AllReduce reduces count elements over the M devices into every device's
 // recv (send[k] and recv[k] belong to device Local()[k]; they may be the
-// same slice). The elements are cut into one block per hosting rank; each
-// block's M contributions meet on that rank and are folded in device
-// order; the results go back to every rank.
+// same slice). Every element is folded over the devices in device order,
+// ((x0 op x1) op x2) … op x(M-1), whatever the placement: the engine's
+// virtual allreduce (engine.Comm.VirtualAllReduce) passes each chunk's
+// partial sum along the devices in order, each rank folding in its own
+// devices' contributions, so a rank's vectors are read where they are and
+// its traffic is one vector's, however many devices it hosts.
+//
+// Send buffers that are views of one array, back to back in slot order,
+// are read in place (otherwise they are copied together first). Every
+// device gets the same result: recv slices may all be the same buffer
+// (state replicated once per rank, see RegisterShared), which is then
+// written once.
 func (c *Comm) AllReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp) error {
 	r, err := c.IAllReduce(send, recv, count, dt, op)
 	if err != nil {
@@ -618,53 +627,27 @@ func (c *Comm) IAllReduce(send, recv [][]byte, count int, dt engine.DataType, op
 		if err := checkArgs(count, dt, op, true); err != nil {
 			return err
 		}
-		es := dt.Size()
-		if err := s.checkBufs("send", send, count*es); err != nil {
+		n := count * dt.Size()
+		if err := s.checkBufs("send", send, n); err != nil {
 			return err
 		}
-		if err := s.checkBufs("recv", recv, count*es); err != nil {
+		if err := s.checkBufs("recv", recv, n); err != nil {
 			return err
 		}
-		h := len(s.hosts)
-		block := func(i int) (int, int) { return i * count / h * es, (i + 1) * count / h * es }
-		me := s.subRank(s.me)
-		out := make([][]byte, h)
-		inLens := make([]int, h)
-		lo, hi := block(me)
-		for i := range h {
-			a, b := block(i)
-			for k := range s.local {
-				out[i] = append(out[i], send[k][a:b]...)
-			}
-			inLens[i] = len(s.devs(i)) * (hi - lo)
+		devices := make([]int, s.m)
+		for v, r := range s.place {
+			devices[v] = s.subRank(r)
 		}
-		in, err := exchange(sub, out, inLens)
-		if err != nil {
+		srcs := make([][]byte, len(send))
+		for k := range send {
+			srcs[k] = send[k][:n]
+		}
+		if err := sub.VirtualAllReduce(srcs, recv[0][:n], count, dt, op, devices); err != nil {
 			return err
 		}
-		pieces := make([][]byte, s.m)
-		for i := range h {
-			for j, v := range s.devs(i) {
-				pieces[v] = in[i][j*(hi-lo) : (j+1)*(hi-lo)]
-			}
-		}
-		mine := make([]byte, hi-lo)
-		if hi > lo {
-			fold(mine, pieces, dt, op)
-		}
-		for i := range h {
-			out[i] = mine
-			a, b := block(i)
-			inLens[i] = b - a
-		}
-		in, err = exchange(sub, out, inLens)
-		if err != nil {
-			return err
-		}
-		for i := range h {
-			a, _ := block(i)
-			for k := range s.local {
-				copy(recv[k][a:], in[i])
+		for k := 1; k < len(recv); k++ {
+			if n > 0 && &recv[k][0] != &recv[0][0] {
+				copy(recv[k][:n], recv[0][:n])
 			}
 		}
 		return nil
