@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sync"
 
@@ -41,9 +42,10 @@ type Comm struct {
 	sub    *engine.Comm            // nil when this rank hosts no device
 	subs   map[string]*engine.Comm // every set of hosting ranks split so far
 	bufs   map[int]map[string][]byte
-	last   *Request // calls run one after another, in call order
-	seq    uint64   // calls issued, for error messages
-	broken error    // set by a failed migration
+	shared map[string][]byte // state every local device holds alike, kept once (RegisterShared)
+	last   *Request          // calls run one after another, in call order
+	seq    uint64            // calls issued, for error messages
+	broken error             // set by a failed migration
 	closed bool
 }
 
@@ -63,7 +65,7 @@ func New(parent *engine.Comm, l Logical, place Place) (*Comm, error) {
 	if err := checkPlace(parent, l.M, place); err != nil {
 		return nil, err
 	}
-	c := &Comm{parent: parent, logical: l, bufs: map[int]map[string][]byte{}, subs: map[string]*engine.Comm{}}
+	c := &Comm{parent: parent, logical: l, bufs: map[int]map[string][]byte{}, shared: map[string][]byte{}, subs: map[string]*engine.Comm{}}
 	c.alloc = func(_ int, _ string, n int) ([]byte, error) { return make([]byte, n), nil }
 	if err := c.agree(l.String(), place); err != nil {
 		return nil, fmt.Errorf("vppu: create on rank %d: %w", parent.Rank(), err)
@@ -142,6 +144,9 @@ func (c *Comm) remap(place Place) error {
 			delete(c.bufs, v)
 		}
 	}
+	if len(local) == 0 {
+		clear(c.shared)
+	}
 	return nil
 }
 
@@ -197,6 +202,9 @@ func (c *Comm) Register(dev int, name string, buf []byte) error {
 	if !slices.Contains(c.local, dev) {
 		return fmt.Errorf("vppu: %w: register %q: device %d is not on rank %d", engine.ErrInvalidArgument, name, dev, c.parent.Rank())
 	}
+	if _, ok := c.shared[name]; ok {
+		return fmt.Errorf("vppu: %w: register %q for device %d: the name is registered shared", engine.ErrInvalidArgument, name, dev)
+	}
 	if c.bufs[dev] == nil {
 		c.bufs[dev] = map[string][]byte{}
 	}
@@ -204,22 +212,60 @@ func (c *Comm) Register(dev int, name string, buf []byte) error {
 	return nil
 }
 
+// RegisterShared attaches buf to every local device under name, kept once
+// on this rank: for state every device holds alike by construction
+// (parameters, momentum, a step counter, updated the same way from the
+// same allreduced gradients), so a rank keeps one copy and updates it
+// once per step however many devices it hosts. Buffer and Buffers find it
+// with every local device. Migrate sends one copy to each rank that hosts
+// devices after the move and hosted none before (from the rank of the
+// lowest device it receives); ranks that keep devices keep their copy,
+// ranks left without devices drop it. Registering a name again replaces
+// the buffer; a name is either shared or per device.
+func (c *Comm) RegisterShared(name string, buf []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.local) == 0 {
+		return fmt.Errorf("vppu: register shared %q on rank %d: %w", name, c.parent.Rank(), ErrNoDevice)
+	}
+	for _, v := range c.local {
+		if _, ok := c.bufs[v][name]; ok {
+			return fmt.Errorf("vppu: %w: register shared %q: device %d has a buffer of that name", engine.ErrInvalidArgument, name, v)
+		}
+	}
+	c.shared[name] = buf
+	return nil
+}
+
 // Buffer is the buffer registered as name with local device dev (after a
-// migration, the one the device brought).
+// migration, the one the device brought), or the rank's shared buffer of
+// that name (RegisterShared).
 func (c *Comm) Buffer(dev int, name string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, ok := c.bufs[dev][name]
+	if b, ok := c.bufs[dev][name]; ok {
+		return b, ok
+	}
+	if !slices.Contains(c.local, dev) {
+		return nil, false
+	}
+	b, ok := c.shared[name]
 	return b, ok
 }
 
-// Buffers lists the names registered with local device dev, sorted.
+// Buffers lists the names registered with local device dev, its own and
+// the shared ones, sorted.
 func (c *Comm) Buffers(dev int) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var names []string
 	for n := range c.bufs[dev] {
 		names = append(names, n)
+	}
+	if slices.Contains(c.local, dev) {
+		for n := range c.shared {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	return names
@@ -328,24 +374,37 @@ func (c *Comm) Migrate(to Place) (err error) {
 	return c.remap(to)
 }
 
+// sharedFlag marks a shared buffer in move's buffer lists (in the name
+// length's top bit).
+const sharedFlag = 1 << 31
+
 // move sends the registered buffers of every device changing rank. First
 // every rank learns every device's buffer names and sizes (two all-gathers
 // over the parent), then each buffer travels in one message, in device
-// then name order on both sides.
+// then name order on both sides. The shared buffers travel once to each
+// rank that hosted no device before, with the lowest device it receives.
 func (c *Comm) move(to Place) error {
 	me := c.parent.Rank()
 	c.mu.Lock()
 	from := c.place
 	var desc []byte
+	describe := func(v int, name string, size int, flag uint32) {
+		desc = binary.LittleEndian.AppendUint32(desc, uint32(v))
+		desc = binary.LittleEndian.AppendUint32(desc, uint32(len(name))|flag)
+		desc = append(desc, name...)
+		desc = binary.LittleEndian.AppendUint64(desc, uint64(size))
+	}
 	for _, v := range c.local {
 		if to[v] == me {
 			continue
 		}
 		for _, name := range sortedNames(c.bufs[v]) {
-			desc = binary.LittleEndian.AppendUint32(desc, uint32(v))
-			desc = binary.LittleEndian.AppendUint32(desc, uint32(len(name)))
-			desc = append(desc, name...)
-			desc = binary.LittleEndian.AppendUint64(desc, uint64(len(c.bufs[v][name])))
+			describe(v, name, len(c.bufs[v][name]), 0)
+		}
+		if carriesShared(from, to, v) {
+			for _, name := range sortedNames(c.shared) {
+				describe(v, name, len(c.shared[name]), sharedFlag)
+			}
 		}
 	}
 	alloc := c.alloc
@@ -370,6 +429,7 @@ func (c *Comm) move(to Place) error {
 		name     string
 		size     int
 		from, to int
+		shared   bool
 	}
 	var moves []moving
 	for r := range n {
@@ -378,14 +438,16 @@ func (c *Comm) move(to Place) error {
 			if len(d) < 8 {
 				return fmt.Errorf("rank %d sent a damaged buffer list", r)
 			}
-			v, nl := int(binary.LittleEndian.Uint32(d)), int(binary.LittleEndian.Uint32(d[4:]))
-			if v >= len(to) || from[v] != r || len(d) < 16+nl {
+			v, nl := int(binary.LittleEndian.Uint32(d)), binary.LittleEndian.Uint32(d[4:])
+			shared := nl&sharedFlag != 0
+			nl &^= sharedFlag
+			if v >= len(to) || from[v] != r || len(d) < 16+int(nl) || (shared && !carriesShared(from, to, v)) {
 				return fmt.Errorf("rank %d sent a damaged buffer list", r)
 			}
 			name := string(d[8 : 8+nl])
 			size := int(binary.LittleEndian.Uint64(d[8+nl:]))
 			d = d[16+nl:]
-			moves = append(moves, moving{v, name, size, r, to[v]})
+			moves = append(moves, moving{v, name, size, r, to[v], shared})
 		}
 	}
 	slices.SortFunc(moves, func(a, b moving) int {
@@ -399,11 +461,15 @@ func (c *Comm) move(to Place) error {
 	})
 	var reqs []*engine.Request
 	arrived := map[int]map[string][]byte{}
+	arrivedShared := map[string][]byte{}
 	for _, m := range moves {
 		switch {
 		case m.from == me:
 			c.mu.Lock()
 			buf := c.bufs[m.dev][m.name]
+			if m.shared {
+				buf = c.shared[m.name]
+			}
 			c.mu.Unlock()
 			if m.size == 0 {
 				continue
@@ -418,10 +484,14 @@ func (c *Comm) move(to Place) error {
 			if err != nil || len(buf) != m.size {
 				return fmt.Errorf("device %d buffer %q: allocating %d bytes: %v", m.dev, m.name, m.size, err)
 			}
-			if arrived[m.dev] == nil {
-				arrived[m.dev] = map[string][]byte{}
+			if m.shared {
+				arrivedShared[m.name] = buf
+			} else {
+				if arrived[m.dev] == nil {
+					arrived[m.dev] = map[string][]byte{}
+				}
+				arrived[m.dev][m.name] = buf
 			}
-			arrived[m.dev][m.name] = buf
 			if m.size == 0 {
 				continue
 			}
@@ -445,8 +515,20 @@ func (c *Comm) move(to Place) error {
 	for v, bs := range arrived {
 		c.bufs[v] = bs
 	}
+	maps.Copy(c.shared, arrivedShared)
 	c.mu.Unlock()
 	return nil
+}
+
+// carriesShared says whether device v brings the shared buffers along
+// when the devices move from one placement to another: it is the lowest
+// device of a rank that hosted none before.
+func carriesShared(from, to Place, v int) bool {
+	dst := to[v]
+	if slices.Contains(from, dst) {
+		return false
+	}
+	return slices.Index(to, dst) == v
 }
 
 func sortedNames(m map[string][]byte) []string {

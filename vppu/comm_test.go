@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -507,4 +508,71 @@ func TestAllReduceLongVectors(t *testing.T) {
 			return nil
 		}))
 	}
+}
+
+// TestSharedStateMigrates: state registered once per rank (RegisterShared)
+// is found with every local device, stays put on ranks that keep devices,
+// reaches ranks that host devices for the first time (one copy each) and
+// is dropped by ranks left without devices; names are shared or per
+// device, not both.
+func TestSharedStateMigrates(t *testing.T) {
+	const m = 8
+	l, _ := ParseLogical("ring", m)
+	state := func(r int) []byte { return contribution(11, 100+r, 64) }
+	steps := []Place{
+		{1, 1, 1, 1, 3, 3, 3, 3}, // onto two ranks: no copy needed
+		{0, 0, 1, 1, 2, 2, 3, 3}, // back to four: ranks 0 and 2 get one
+		{0, 1, 2, 3, 0, 1, 2, 3}, // cyclic: every rank kept devices
+	}
+	errs := onRanks(t, 4, func(pc *engine.Comm) error {
+		c, err := New(pc, l, Block(m, 4))
+		if err != nil {
+			return err
+		}
+		defer c.Destroy()
+		// Every rank starts with its own value, to see where copies come
+		// from (a real job registers identical state everywhere).
+		mine := state(pc.Rank())
+		if err := c.RegisterShared("params", mine); err != nil {
+			return err
+		}
+		if err := c.Register(c.Local()[0], "params", nil); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("a per-device buffer named like a shared one: %v", err)
+		}
+		if err := c.Register(c.Local()[0], "own", []byte{1}); err != nil {
+			return err
+		}
+		if err := c.RegisterShared("own", nil); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("a shared buffer named like a device's: %v", err)
+		}
+		for i, to := range steps {
+			if err := c.Migrate(to); err != nil {
+				return err
+			}
+			local := c.Local()
+			if len(local) == 0 {
+				if _, ok := c.Buffer(0, "params"); ok {
+					return fmt.Errorf("step %d: rank %d kept shared state without devices", i, pc.Rank())
+				}
+				continue
+			}
+			want := mine
+			if i == 1 && (pc.Rank() == 0 || pc.Rank() == 2) {
+				// From the rank of the lowest device it received (1, 3).
+				want = state(pc.Rank() + 1)
+			}
+			for _, v := range local {
+				b, ok := c.Buffer(v, "params")
+				if !ok || !bytes.Equal(b, want) {
+					return fmt.Errorf("step %d: device %d on rank %d: shared state %v, want the copy of rank %d's", i, v, pc.Rank(), ok, pc.Rank())
+				}
+				if names := c.Buffers(v); !slices.Contains(names, "params") {
+					return fmt.Errorf("step %d: device %d lists %v", i, v, names)
+				}
+			}
+			mine = want
+		}
+		return nil
+	})
+	noErrors(t, errs)
 }
