@@ -22,9 +22,11 @@ var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain", build
 //
 // It runs sched.VirtualAllReduce: each vector is read once on its own rank
 // and the partial sums travel the chain of devices in order, so a rank's
-// devices cost it one vector's traffic however many they are. send views
-// of one array laid out back to back in device order are used in place;
-// otherwise they are copied together first.
+// devices cost it one vector's traffic however many they are. When every
+// rank is on this host the chain stops at its last rank and the result
+// goes out through the shared-memory broadcast. send views of one array
+// laid out back to back in device order are used in place; otherwise they
+// are copied together first.
 func (c *Comm) VirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) error {
 	return c.run(c.virtualAllReduceReq(send, recv, count, dt, op, devices))
 }
@@ -80,7 +82,15 @@ func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, count int, dt Dat
 		if n == 0 {
 			return nil
 		}
+		// On one host the result goes out through the shared-memory
+		// broadcast: every rank copies it once out of the root's memory,
+		// where a chain of messages would wake the ranks one after
+		// another.
+		shmBcast := c.arena != nil && c.size > 1
 		p := c.params(sched.AllReduce, dt, count, op, -1)
+		if shmBcast {
+			p = c.params(sched.Reduce, dt, count, op, sched.VirtualRoot(devs))
+		}
 		p.Devices = devs
 		pl, err := c.plan(a, p)
 		if err != nil {
@@ -103,6 +113,11 @@ func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, count int, dt Dat
 		bufs[sched.Work], bufs[sched.In] = work, src
 		if err := x.runSchedule(pl.s, pl.ops, bufs, dt, op, nil); err != nil {
 			return err
+		}
+		if shmBcast {
+			if err := x.shm(c.arena.Broadcast(x.light(), x.call(), work, p.Root)); err != nil {
+				return err
+			}
 		}
 		if overlaps {
 			copy(recv, work)

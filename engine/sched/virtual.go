@@ -62,6 +62,10 @@ func LocalDevices(devices []int, rank int) []int {
 // round k+j, so with enough chunks every hop is busy: each rank sends its
 // partial sum once per visit, and on a block placement a rank's vector
 // crosses one link once, whatever its number of devices.
+//
+// With Params.Coll Reduce the schedule stops at the last hop: only the
+// last hop's rank (VirtualRoot) holds the result, for a caller that
+// broadcasts it by other means (the engine's shared-memory broadcast).
 func VirtualAllReduce(p Params) (*Schedule, error) {
 	if err := p.check(); err != nil {
 		return nil, err
@@ -74,6 +78,16 @@ func VirtualAllReduce(p Params) (*Schedule, error) {
 		if r < 0 || r >= p.N {
 			return nil, fmt.Errorf("sched: virtual device %d on rank %d of %d", v, r, p.N)
 		}
+	}
+	if p.Coll != AllReduce && p.Coll != Reduce {
+		return nil, fmt.Errorf("sched: a virtual %s", p.Coll)
+	}
+	bcast := p.N
+	if p.Coll == Reduce {
+		if root := VirtualRoot(p.Devices); p.Root != root {
+			return nil, fmt.Errorf("sched: virtual reduce to rank %d, but the chain ends on rank %d", p.Root, root)
+		}
+		bcast = 1
 	}
 	n, total := p.N, p.Count*p.ElemSize
 	hops := VirtualChain(p.Devices)
@@ -104,7 +118,7 @@ func VirtualAllReduce(p Params) (*Schedule, error) {
 	}
 	j := len(hops)
 	steps := j + n - 1 // tags per chunk: j hops, then n-1 broadcast receives
-	s := New(AllReduce, "virtual-chain", n, p.ElemSize, func(r int, yield func(Op) bool) {
+	s := New(p.Coll, "virtual-chain", n, p.ElemSize, func(r int, yield func(Op) bool) {
 		var ops []Op
 		for c := 0; c < chunks; c++ {
 			lo, hi := Segment(c, total, p.ElemSize, chunks)
@@ -135,12 +149,12 @@ func VirtualAllReduce(p Params) (*Schedule, error) {
 					if p.Avg && m > 1 {
 						ops = append(ops, Op{Kind: Scale, Dst: part, Div: m, Round: round})
 					}
-					if n > 1 {
+					if bcast > 1 {
 						ops = append(ops, Op{Kind: Send, Peer: down[1], Tag: tag(j), Src: part, Round: round})
 					}
 				}
 			}
-			for i := 1; i < n; i++ {
+			for i := 1; i < bcast; i++ {
 				if down[i] != r {
 					continue
 				}
@@ -163,10 +177,14 @@ func VirtualAllReduce(p Params) (*Schedule, error) {
 	})
 	s.WorkLen, s.InLen = total, most*total
 	if chunks > 0 {
-		s.Rounds = chunks + j + n - 2
+		s.Rounds = chunks + j + bcast - 2
 	}
 	return s, nil
 }
+
+// VirtualRoot is the rank the virtual chain ends on: the rank of the last
+// device.
+func VirtualRoot(devices []int) int { return devices[len(devices)-1] }
 
 // inputDevices fills every rank's In with its devices' vectors: device v's
 // element i is the leaf (v, i).
@@ -195,6 +213,9 @@ func (m *sim) verifyDevices(fail func(r int, format string, args ...any) error) 
 			want = m.id(node{2, want, int32(nd)})
 		}
 		for r := 0; r < m.s.N; r++ {
+			if m.p.Coll == Reduce && r != m.p.Root {
+				continue
+			}
 			if got := m.bufs[r][Work][i]; got != want {
 				return fail(r, "element %d is %s, want %s (the fold in device order)", i, m.show(got), m.show(want))
 			}

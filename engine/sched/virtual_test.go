@@ -53,13 +53,15 @@ func TestVirtualAllReduceFoldOrder(t *testing.T) {
 		for _, count := range []int{0, 1, 5, 64} {
 			for _, seg := range []int{8, 24, 0} {
 				for _, avg := range []bool{false, true} {
-					p := Params{Coll: AllReduce, N: pl.n, ElemSize: 8, Count: count, Avg: avg, SegBytes: seg, Devices: pl.devices}
-					s, err := VirtualAllReduce(p)
-					if err != nil {
-						t.Fatalf("%s: %v", pl.name, err)
-					}
-					if _, err := Simulate(s, p); err != nil {
-						t.Fatalf("%s count %d seg %d avg %v: %v", pl.name, count, seg, avg, err)
+					for _, coll := range []Coll{AllReduce, Reduce} {
+						p := Params{Coll: coll, N: pl.n, ElemSize: 8, Count: count, Avg: avg, SegBytes: seg, Devices: pl.devices, Root: VirtualRoot(pl.devices)}
+						s, err := VirtualAllReduce(p)
+						if err != nil {
+							t.Fatalf("%s: %v", pl.name, err)
+						}
+						if _, err := Simulate(s, p); err != nil {
+							t.Fatalf("%s %s count %d seg %d avg %v: %v", pl.name, coll, count, seg, avg, err)
+						}
 					}
 				}
 			}
@@ -212,6 +214,8 @@ func TestVirtualAllReduceBadParams(t *testing.T) {
 		{Coll: AllReduce, N: 2, ElemSize: 8, Count: 4, Devices: []int{0, 2}},
 		{Coll: AllReduce, N: 2, ElemSize: 8, Count: 4, Devices: []int{-1}},
 		{Coll: AllReduce, N: 0, ElemSize: 8, Count: 4, Devices: []int{0}},
+		{Coll: Reduce, N: 2, ElemSize: 8, Count: 4, Devices: []int{0, 1}, Root: 0},
+		{Coll: AllGather, N: 2, ElemSize: 8, Count: 4, Devices: []int{0, 1}},
 	} {
 		if _, err := VirtualAllReduce(p); err == nil {
 			t.Errorf("%+v: no error", p)

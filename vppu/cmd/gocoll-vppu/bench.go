@@ -23,13 +23,9 @@ import (
 // its buffer lists, allocation and re-split). Rank 0 prints a Markdown
 // table of medians.
 func runBench(w io.Writer, m int, sizesMiB string, rounds int) error {
-	var sizes []int
-	for _, f := range strings.Split(sizesMiB, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 0 {
-			return fmt.Errorf("-sizes-mib %q: want MiB per device such as 0,1,8", sizesMiB)
-		}
-		sizes = append(sizes, v<<20)
+	sizes, err := parseSizes(sizesMiB)
+	if err != nil {
+		return err
 	}
 	opts, err := engine.OptionsFromEnv(nil)
 	if err != nil {
@@ -161,4 +157,92 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// runAllReduceBench compares the virtual allreduce with the engine's plain
+// allreduce of the same bytes per process, as one rank of a launched job
+// (build/vppubench with OP=allreduce starts them): m virtual devices
+// placed in blocks over every rank, each with a vector of the size, their
+// gradients views of one array and one result per rank (what a training
+// loop with replicated state passes), against a plain allreduce of one
+// such vector per rank. The two alternate, after a barrier each; rank 0
+// prints a Markdown table of medians.
+func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
+	sizes, err := parseSizes(sizesMiB)
+	if err != nil {
+		return err
+	}
+	opts, err := engine.OptionsFromEnv(nil)
+	if err != nil {
+		return err
+	}
+	c, err := engine.NewCommFromEnv(opts)
+	if err != nil {
+		return err
+	}
+	defer c.Destroy()
+	l, err := vppu.ParseLogical("ring", m)
+	if err != nil {
+		return err
+	}
+	v, err := vppu.New(c, l, vppu.Block(m, c.Size()))
+	if err != nil {
+		return err
+	}
+	defer v.Destroy()
+	local := len(v.Local())
+	if c.Rank() == 0 {
+		fmt.Fprintf(w, "| MiB per process | plain allreduce p50 µs | virtual allreduce (%d devices, %d per process) p50 µs | virtual / plain speed |\n|---:|---:|---:|---:|\n", m, local)
+	}
+	timed := func(f func() error) (float64, error) {
+		if err := c.Barrier(); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		err := f()
+		return time.Since(t0).Seconds(), err
+	}
+	for _, size := range sizes {
+		count := size / 8
+		plain := make([]byte, 8*count)
+		grads := make([]byte, local*8*count)
+		send, recv := make([][]byte, local), make([][]byte, local)
+		result := make([]byte, 8*count)
+		for k := range send {
+			send[k] = grads[k*8*count : (k+1)*8*count]
+			recv[k] = result
+		}
+		var tp, tv []float64
+		for round := 0; round <= rounds; round++ { // round 0 warms up
+			p, err := timed(func() error { return c.AllReduce(plain, plain, count, engine.Float64, engine.Avg) })
+			if err != nil {
+				return err
+			}
+			q, err := timed(func() error { return v.AllReduce(send, recv, count, engine.Float64, engine.Avg) })
+			if err != nil {
+				return err
+			}
+			if round > 0 {
+				tp, tv = append(tp, p), append(tv, q)
+			}
+		}
+		if c.Rank() == 0 {
+			mp, mv := median(tp), median(tv)
+			fmt.Fprintf(w, "| %g | %.0f | %.0f | %.2f× |\n", float64(size)/(1<<20), 1e6*mp, 1e6*mv, mp/mv)
+		}
+	}
+	return nil
+}
+
+// parseSizes reads -sizes-mib: MiB such as 0,1,8 or 0.25.
+func parseSizes(sizesMiB string) ([]int, error) {
+	var sizes []int
+	for _, f := range strings.Split(sizesMiB, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("-sizes-mib %q: want MiB per device such as 0,1,8", sizesMiB)
+		}
+		sizes = append(sizes, int(v*(1<<20))/8*8)
+	}
+	return sizes, nil
 }
