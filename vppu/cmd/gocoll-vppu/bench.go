@@ -164,9 +164,10 @@ func median(xs []float64) float64 {
 // (build/vppubench with OP=allreduce starts them): m virtual devices
 // placed in blocks over every rank, each with a vector of the size, their
 // gradients views of one array and one result per rank (what a training
-// loop with replicated state passes), against a plain allreduce of one
-// such vector per rank. The two alternate, after a barrier each; rank 0
-// prints a Markdown table of medians.
+// loop with replicated state passes), against a plain allreduce of the
+// same bytes per rank (its devices' vectors end to end) and of one vector
+// per rank (the same job without virtual devices). The three alternate,
+// after a barrier each; rank 0 prints a Markdown table of medians.
 func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
 	sizes, err := parseSizes(sizesMiB)
 	if err != nil {
@@ -192,7 +193,7 @@ func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
 	defer v.Destroy()
 	local := len(v.Local())
 	if c.Rank() == 0 {
-		fmt.Fprintf(w, "| MiB per process | plain allreduce p50 µs | virtual allreduce (%d devices, %d per process) p50 µs | virtual / plain speed |\n|---:|---:|---:|---:|\n", m, local)
+		fmt.Fprintf(w, "| MiB per device | virtual allreduce, %d devices (%d per process), p50 µs | plain allreduce of the same bytes per process (%d vectors), p50 µs | speed against it | plain allreduce of one vector, p50 µs | speed against it |\n|---:|---:|---:|---:|---:|---:|\n", m, local, local)
 	}
 	timed := func(f func() error) (float64, error) {
 		if err := c.Barrier(); err != nil {
@@ -204,7 +205,7 @@ func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
 	}
 	for _, size := range sizes {
 		count := size / 8
-		plain := make([]byte, 8*count)
+		plain, same := make([]byte, 8*count), make([]byte, local*8*count)
 		grads := make([]byte, local*8*count)
 		send, recv := make([][]byte, local), make([][]byte, local)
 		result := make([]byte, 8*count)
@@ -212,9 +213,13 @@ func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
 			send[k] = grads[k*8*count : (k+1)*8*count]
 			recv[k] = result
 		}
-		var tp, tv []float64
+		var tp, ts, tv []float64
 		for round := 0; round <= rounds; round++ { // round 0 warms up
 			p, err := timed(func() error { return c.AllReduce(plain, plain, count, engine.Float64, engine.Avg) })
+			if err != nil {
+				return err
+			}
+			sb, err := timed(func() error { return c.AllReduce(same, same, local*count, engine.Float64, engine.Avg) })
 			if err != nil {
 				return err
 			}
@@ -223,12 +228,12 @@ func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
 				return err
 			}
 			if round > 0 {
-				tp, tv = append(tp, p), append(tv, q)
+				tp, ts, tv = append(tp, p), append(ts, sb), append(tv, q)
 			}
 		}
 		if c.Rank() == 0 {
-			mp, mv := median(tp), median(tv)
-			fmt.Fprintf(w, "| %g | %.0f | %.0f | %.2f× |\n", float64(size)/(1<<20), 1e6*mp, 1e6*mv, mp/mv)
+			mp, ms, mv := median(tp), median(ts), median(tv)
+			fmt.Fprintf(w, "| %g | %.0f | %.0f | %.2f× | %.0f | %.2f× |\n", float64(size)/(1<<20), 1e6*mv, 1e6*ms, ms/mv, 1e6*mp, mp/mv)
 		}
 	}
 	return nil
