@@ -23,15 +23,7 @@ import (
 // its buffer lists, allocation and re-split). Rank 0 prints a Markdown
 // table of medians.
 func runBench(w io.Writer, m int, sizesMiB string, rounds int) error {
-	sizes, err := parseSizes(sizesMiB)
-	if err != nil {
-		return err
-	}
-	opts, err := engine.OptionsFromEnv(nil)
-	if err != nil {
-		return err
-	}
-	c, err := engine.NewCommFromEnv(opts)
+	sizes, c, err := join(sizesMiB)
 	if err != nil {
 		return err
 	}
@@ -169,15 +161,7 @@ func median(xs []float64) float64 {
 // per rank (the same job without virtual devices). The three alternate,
 // after a barrier each; rank 0 prints a Markdown table of medians.
 func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
-	sizes, err := parseSizes(sizesMiB)
-	if err != nil {
-		return err
-	}
-	opts, err := engine.OptionsFromEnv(nil)
-	if err != nil {
-		return err
-	}
-	c, err := engine.NewCommFromEnv(opts)
+	sizes, c, err := join(sizesMiB)
 	if err != nil {
 		return err
 	}
@@ -239,15 +223,21 @@ func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
 	return nil
 }
 
-// parseSizes reads -sizes-mib: MiB such as 0,1,8 or 0.25.
-func parseSizes(sizesMiB string) ([]int, error) {
+// join reads -sizes-mib (MiB such as 0,1,8 or 0.25, in whole float64s)
+// and joins the launched job.
+func join(sizesMiB string) ([]int, *engine.Comm, error) {
 	var sizes []int
 	for _, f := range strings.Split(sizesMiB, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 		if err != nil || v < 0 {
-			return nil, fmt.Errorf("-sizes-mib %q: want MiB per device such as 0,1,8", sizesMiB)
+			return nil, nil, fmt.Errorf("-sizes-mib %q: want MiB per device such as 0,1,8", sizesMiB)
 		}
 		sizes = append(sizes, int(v*(1<<20))/8*8)
 	}
-	return sizes, nil
+	opts, err := engine.OptionsFromEnv(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := engine.NewCommFromEnv(opts)
+	return sizes, c, err
 }
