@@ -217,7 +217,7 @@ func runAllReduceBench(w io.Writer, m int, sizesMiB string, rounds int) error {
 		}
 		if c.Rank() == 0 {
 			mp, ms, mv := median(tp), median(ts), median(tv)
-			fmt.Fprintf(w, "| %g | %.0f | %.0f | %.2f× | %.0f | %.2f× |\n", float64(size)/(1<<20), 1e6*mv, 1e6*ms, ms/mv, 1e6*mp, mp/mv)
+			fmt.Fprintf(w, "| %.3g | %.0f | %.0f | %.2f× | %.0f | %.2f× |\n", float64(size)/(1<<20), 1e6*mv, 1e6*ms, ms/mv, 1e6*mp, mp/mv)
 		}
 	}
 	return nil
