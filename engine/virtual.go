@@ -22,9 +22,9 @@ var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain", build
 //
 // It runs sched.VirtualAllReduce: each vector is read once on its own rank
 // and the partial sums travel the chain of devices in order, so a rank's
-// devices cost it one vector's traffic however many they are. When every
-// rank is on this host the chain stops at its last rank and the result
-// goes out through the shared-memory broadcast. send views of one array
+// devices cost it one vector's traffic however many they are. When more
+// than two ranks are all on this host the chain stops at its last rank and
+// the result goes out through the shared-memory broadcast. send views of one array
 // laid out back to back in device order are used in place; otherwise they
 // are copied together first.
 func (c *Comm) VirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) error {
@@ -85,8 +85,10 @@ func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, count int, dt Dat
 		// On one host the result goes out through the shared-memory
 		// broadcast: every rank copies it once out of the root's memory,
 		// where a chain of messages would wake the ranks one after
-		// another.
-		shmBcast := c.arena != nil && c.size > 1
+		// another. With two ranks the chain's broadcast is one hop that
+		// overlaps the reduction of the later chunks, which the
+		// broadcast after the reduction cannot.
+		shmBcast := c.arena != nil && c.size > 2
 		p := c.params(sched.AllReduce, dt, count, op, -1)
 		if shmBcast {
 			p = c.params(sched.Reduce, dt, count, op, sched.VirtualRoot(devs))
