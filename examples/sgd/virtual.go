@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"slices"
@@ -36,10 +37,10 @@ type Migration struct {
 // numbers do not depend on how many processes host the devices, nor on a
 // migration. Every device holds the same parameters and momentum, updated
 // alike (classical momentum, v ← μv + g, w ← w − ηv) from the same
-// average: a process keeps one copy of them ("params", "velocity",
-// registered shared with its devices, so a migration hands them to a
-// process that hosts devices for the first time) and updates it once per
-// step. A rank left without devices by the migration returns (nil, nil).
+// average: a process keeps one copy of them ("params", "velocity" and the
+// step counter "step", registered shared with its devices, so a migration
+// hands them to a process that hosts devices for the first time) and
+// updates it once per step. A rank left without devices by the migration returns (nil, nil).
 func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualConfig, log io.Writer) (*RunResult, error) {
 	m := vc.Devices
 	if err := checkShards(cfg.Batch, m, train.N); err != nil {
@@ -70,6 +71,11 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		return nil, err
 	}
 	if err := v.RegisterShared("velocity", make([]byte, 8*np)); err != nil {
+		return nil, err
+	}
+	// The global steps done: a process that receives devices checks that
+	// the state it got is that of the step it is at.
+	if err := v.RegisterShared("step", make([]byte, 8)); err != nil {
 		return nil, err
 	}
 	eval, err := cfg.evaluator(model, test)
@@ -109,6 +115,9 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 					step, m, mig.From, mig.To, 1e3*mig.Seconds, float64(mig.Bytes)/1e6)
 				if len(v.Local()) == 0 {
 					return nil, nil
+				}
+				if b, _ := v.Buffer(v.Local()[0], "step"); binary.LittleEndian.Uint64(b) != uint64(step) {
+					return nil, fmt.Errorf("rank %d: the migrated state is that of step %d, not %d", c.Rank(), binary.LittleEndian.Uint64(b), step)
 				}
 			}
 			t := time.Now()
@@ -155,6 +164,9 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 			comm += t2.Sub(t1)
 			prof.Mark(phaseAllReduce)
 			update(params, velocity, avg[:np], cfg.LR, cfg.Momentum)
+			if b, _ := v.Buffer(local[0], "step"); len(b) == 8 {
+				binary.LittleEndian.PutUint64(b, uint64(step+1))
+			}
 			compute += time.Since(t2)
 			prof.Mark(phaseUpdate)
 			prof.Step()
