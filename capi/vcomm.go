@@ -263,6 +263,29 @@ func devBuffers(what string, arr unsafe.Pointer, n int, count C.size_t, mult int
 	return out, nil
 }
 
+// joinAdjacent views buffers that lie back to back in C memory as parts of
+// one slice (the first's capacity reaching to the end of the last), so
+// the virtual allreduce reads them in place as it does a Go caller's
+// views of one array, instead of copying them together.
+func joinAdjacent(bufs [][]byte) [][]byte {
+	if len(bufs) < 2 || len(bufs[0]) == 0 {
+		return bufs
+	}
+	n := len(bufs[0])
+	base := unsafe.Pointer(unsafe.SliceData(bufs[0]))
+	for k, b := range bufs {
+		if len(b) != n || unsafe.Pointer(unsafe.SliceData(b)) != unsafe.Add(base, k*n) {
+			return bufs
+		}
+	}
+	whole := unsafe.Slice((*byte)(base), len(bufs)*n)
+	out := make([][]byte, len(bufs))
+	for k := range out {
+		out[k] = whole[k*n : (k+1)*n]
+	}
+	return out
+}
+
 // sendRecv views the arrays of send and receive buffers of n local
 // devices, count·smult and count·rmult elements each.
 func sendRecv(send, recv unsafe.Pointer, n int, count C.size_t, smult, rmult int, dt engine.DataType) (sb, rb [][]byte, err error) {
@@ -310,7 +333,7 @@ func capi_VAllReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int,
 		if err != nil {
 			return nil, err
 		}
-		return v.IAllReduce(sb, rb, int(count), dt, engine.RedOp(op))
+		return v.IAllReduce(joinAdjacent(sb), rb, int(count), dt, engine.RedOp(op))
 	})
 }
 

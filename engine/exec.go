@@ -392,6 +392,11 @@ func (r *runner) issue(o *sched.Op) {
 		r.materialize(o.Dst) // divided in place
 		wait(r.deps(sched.Range{}, o.Dst))
 		kernel.DivideBy(r.slice(o.Dst), r.dt, o.Div)
+	case sched.Accumulate:
+		src, rd := r.source(o.Src)
+		r.materialize(o.Dst) // folded in place
+		wait(r.deps(rd, o.Dst))
+		kernel.Reduce(r.slice(o.Dst), src, r.dt, r.op)
 	case sched.Sync:
 		wait(r.inflight)
 		r.inflight = r.inflight[:0]

@@ -55,11 +55,12 @@ func (c *Comm) params(coll sched.Coll, dt DataType, count int, op RedOp, root in
 // planKey identifies a schedule among a communicator's calls: the rest of
 // Params (ranks, tuning, placement) is fixed for the communicator.
 type planKey struct {
-	a     *algorithm
-	count int
-	es    int
-	root  int
-	avg   bool
+	a       *algorithm
+	count   int
+	es      int
+	root    int
+	avg     bool
+	devices string // the virtual allreduce's placement
 }
 
 type plan struct {
@@ -75,7 +76,10 @@ const maxPlans = 64
 // schedule built from per-rank layouts (alltoallv's pairwise exchange) is
 // built per call; a block-mode one does not depend on them and is kept.
 func (c *Comm) plan(a *algorithm, p sched.Params) (plan, error) {
-	key := planKey{a, p.Count, p.ElemSize, p.Root, p.Avg}
+	key := planKey{a, p.Count, p.ElemSize, p.Root, p.Avg, ""}
+	if p.Devices != nil {
+		key.devices = fmt.Sprint(p.Devices)
+	}
 	perCall := p.SendBlocks != nil || p.RecvBlocks != nil
 	if pl, ok := c.plans[key]; ok && (!perCall || pl.s.Blocks) {
 		return pl, nil

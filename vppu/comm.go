@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sync"
 
@@ -41,9 +42,10 @@ type Comm struct {
 	sub    *engine.Comm            // nil when this rank hosts no device
 	subs   map[string]*engine.Comm // every set of hosting ranks split so far
 	bufs   map[int]map[string][]byte
-	last   *Request // calls run one after another, in call order
-	seq    uint64   // calls issued, for error messages
-	broken error    // set by a failed migration
+	shared map[string][]byte // state every local device holds alike, kept once (RegisterShared)
+	last   *Request          // calls run one after another, in call order
+	seq    uint64            // calls issued, for error messages
+	broken error             // set by a failed migration
 	closed bool
 }
 
@@ -63,7 +65,7 @@ func New(parent *engine.Comm, l Logical, place Place) (*Comm, error) {
 	if err := checkPlace(parent, l.M, place); err != nil {
 		return nil, err
 	}
-	c := &Comm{parent: parent, logical: l, bufs: map[int]map[string][]byte{}, subs: map[string]*engine.Comm{}}
+	c := &Comm{parent: parent, logical: l, bufs: map[int]map[string][]byte{}, shared: map[string][]byte{}, subs: map[string]*engine.Comm{}}
 	c.alloc = func(_ int, _ string, n int) ([]byte, error) { return make([]byte, n), nil }
 	if err := c.agree(l.String(), place); err != nil {
 		return nil, fmt.Errorf("vppu: create on rank %d: %w", parent.Rank(), err)
@@ -142,6 +144,9 @@ func (c *Comm) remap(place Place) error {
 			delete(c.bufs, v)
 		}
 	}
+	if len(local) == 0 {
+		clear(c.shared)
+	}
 	return nil
 }
 
@@ -197,6 +202,9 @@ func (c *Comm) Register(dev int, name string, buf []byte) error {
 	if !slices.Contains(c.local, dev) {
 		return fmt.Errorf("vppu: %w: register %q: device %d is not on rank %d", engine.ErrInvalidArgument, name, dev, c.parent.Rank())
 	}
+	if _, ok := c.shared[name]; ok {
+		return fmt.Errorf("vppu: %w: register %q for device %d: the name is registered shared", engine.ErrInvalidArgument, name, dev)
+	}
 	if c.bufs[dev] == nil {
 		c.bufs[dev] = map[string][]byte{}
 	}
@@ -204,22 +212,60 @@ func (c *Comm) Register(dev int, name string, buf []byte) error {
 	return nil
 }
 
+// RegisterShared attaches buf to every local device under name, kept once
+// on this rank: for state every device holds alike by construction
+// (parameters, momentum, a step counter, updated the same way from the
+// same allreduced gradients), so a rank keeps one copy and updates it
+// once per step however many devices it hosts. Buffer and Buffers find it
+// with every local device. Migrate sends one copy to each rank that hosts
+// devices after the move and hosted none before (from the rank of the
+// lowest device it receives); ranks that keep devices keep their copy,
+// ranks left without devices drop it. Registering a name again replaces
+// the buffer; a name is either shared or per device.
+func (c *Comm) RegisterShared(name string, buf []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.local) == 0 {
+		return fmt.Errorf("vppu: register shared %q on rank %d: %w", name, c.parent.Rank(), ErrNoDevice)
+	}
+	for _, v := range c.local {
+		if _, ok := c.bufs[v][name]; ok {
+			return fmt.Errorf("vppu: %w: register shared %q: device %d has a buffer of that name", engine.ErrInvalidArgument, name, v)
+		}
+	}
+	c.shared[name] = buf
+	return nil
+}
+
 // Buffer is the buffer registered as name with local device dev (after a
-// migration, the one the device brought).
+// migration, the one the device brought), or the rank's shared buffer of
+// that name (RegisterShared).
 func (c *Comm) Buffer(dev int, name string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, ok := c.bufs[dev][name]
+	if b, ok := c.bufs[dev][name]; ok {
+		return b, ok
+	}
+	if !slices.Contains(c.local, dev) {
+		return nil, false
+	}
+	b, ok := c.shared[name]
 	return b, ok
 }
 
-// Buffers lists the names registered with local device dev, sorted.
+// Buffers lists the names registered with local device dev, its own and
+// the shared ones, sorted.
 func (c *Comm) Buffers(dev int) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var names []string
 	for n := range c.bufs[dev] {
 		names = append(names, n)
+	}
+	if slices.Contains(c.local, dev) {
+		for n := range c.shared {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	return names
@@ -328,24 +374,37 @@ func (c *Comm) Migrate(to Place) (err error) {
 	return c.remap(to)
 }
 
+// sharedFlag marks a shared buffer in move's buffer lists (in the name
+// length's top bit).
+const sharedFlag = 1 << 31
+
 // move sends the registered buffers of every device changing rank. First
 // every rank learns every device's buffer names and sizes (two all-gathers
 // over the parent), then each buffer travels in one message, in device
-// then name order on both sides.
+// then name order on both sides. The shared buffers travel once to each
+// rank that hosted no device before, with the lowest device it receives.
 func (c *Comm) move(to Place) error {
 	me := c.parent.Rank()
 	c.mu.Lock()
 	from := c.place
 	var desc []byte
+	describe := func(v int, name string, size int, flag uint32) {
+		desc = binary.LittleEndian.AppendUint32(desc, uint32(v))
+		desc = binary.LittleEndian.AppendUint32(desc, uint32(len(name))|flag)
+		desc = append(desc, name...)
+		desc = binary.LittleEndian.AppendUint64(desc, uint64(size))
+	}
 	for _, v := range c.local {
 		if to[v] == me {
 			continue
 		}
 		for _, name := range sortedNames(c.bufs[v]) {
-			desc = binary.LittleEndian.AppendUint32(desc, uint32(v))
-			desc = binary.LittleEndian.AppendUint32(desc, uint32(len(name)))
-			desc = append(desc, name...)
-			desc = binary.LittleEndian.AppendUint64(desc, uint64(len(c.bufs[v][name])))
+			describe(v, name, len(c.bufs[v][name]), 0)
+		}
+		if carriesShared(from, to, v) {
+			for _, name := range sortedNames(c.shared) {
+				describe(v, name, len(c.shared[name]), sharedFlag)
+			}
 		}
 	}
 	alloc := c.alloc
@@ -370,6 +429,7 @@ func (c *Comm) move(to Place) error {
 		name     string
 		size     int
 		from, to int
+		shared   bool
 	}
 	var moves []moving
 	for r := range n {
@@ -378,14 +438,16 @@ func (c *Comm) move(to Place) error {
 			if len(d) < 8 {
 				return fmt.Errorf("rank %d sent a damaged buffer list", r)
 			}
-			v, nl := int(binary.LittleEndian.Uint32(d)), int(binary.LittleEndian.Uint32(d[4:]))
-			if v >= len(to) || from[v] != r || len(d) < 16+nl {
+			v, nl := int(binary.LittleEndian.Uint32(d)), binary.LittleEndian.Uint32(d[4:])
+			shared := nl&sharedFlag != 0
+			nl &^= sharedFlag
+			if v >= len(to) || from[v] != r || len(d) < 16+int(nl) || (shared && !carriesShared(from, to, v)) {
 				return fmt.Errorf("rank %d sent a damaged buffer list", r)
 			}
 			name := string(d[8 : 8+nl])
 			size := int(binary.LittleEndian.Uint64(d[8+nl:]))
 			d = d[16+nl:]
-			moves = append(moves, moving{v, name, size, r, to[v]})
+			moves = append(moves, moving{v, name, size, r, to[v], shared})
 		}
 	}
 	slices.SortFunc(moves, func(a, b moving) int {
@@ -399,11 +461,15 @@ func (c *Comm) move(to Place) error {
 	})
 	var reqs []*engine.Request
 	arrived := map[int]map[string][]byte{}
+	arrivedShared := map[string][]byte{}
 	for _, m := range moves {
 		switch {
 		case m.from == me:
 			c.mu.Lock()
 			buf := c.bufs[m.dev][m.name]
+			if m.shared {
+				buf = c.shared[m.name]
+			}
 			c.mu.Unlock()
 			if m.size == 0 {
 				continue
@@ -418,10 +484,14 @@ func (c *Comm) move(to Place) error {
 			if err != nil || len(buf) != m.size {
 				return fmt.Errorf("device %d buffer %q: allocating %d bytes: %v", m.dev, m.name, m.size, err)
 			}
-			if arrived[m.dev] == nil {
-				arrived[m.dev] = map[string][]byte{}
+			if m.shared {
+				arrivedShared[m.name] = buf
+			} else {
+				if arrived[m.dev] == nil {
+					arrived[m.dev] = map[string][]byte{}
+				}
+				arrived[m.dev][m.name] = buf
 			}
-			arrived[m.dev][m.name] = buf
 			if m.size == 0 {
 				continue
 			}
@@ -445,8 +515,20 @@ func (c *Comm) move(to Place) error {
 	for v, bs := range arrived {
 		c.bufs[v] = bs
 	}
+	maps.Copy(c.shared, arrivedShared)
 	c.mu.Unlock()
 	return nil
+}
+
+// carriesShared says whether device v brings the shared buffers along
+// when the devices move from one placement to another: it is the lowest
+// device of a rank that hosted none before.
+func carriesShared(from, to Place, v int) bool {
+	dst := to[v]
+	if slices.Contains(from, dst) {
+		return false
+	}
+	return slices.Index(to, dst) == v
 }
 
 func sortedNames(m map[string][]byte) []string {
@@ -600,9 +682,18 @@ func fold(dst []byte, pieces [][]byte, dt engine.DataType, op engine.RedOp) {
 
 // AllReduce reduces count elements over the M devices into every device's
 // recv (send[k] and recv[k] belong to device Local()[k]; they may be the
-// same slice). The elements are cut into one block per hosting rank; each
-// block's M contributions meet on that rank and are folded in device
-// order; the results go back to every rank.
+// same slice). Every element is folded over the devices in device order,
+// ((x0 op x1) op x2) … op x(M-1), whatever the placement: the engine's
+// virtual allreduce (engine.Comm.VirtualAllReduce) passes each chunk's
+// partial sum along the devices in order, each rank folding in its own
+// devices' contributions, so a rank's vectors are read where they are and
+// its traffic is one vector's, however many devices it hosts.
+//
+// Send buffers that are views of one array, back to back in slot order,
+// are read in place (otherwise they are copied together first). Every
+// device gets the same result: recv slices may all be the same buffer
+// (state replicated once per rank, see RegisterShared), which is then
+// written once.
 func (c *Comm) AllReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp) error {
 	r, err := c.IAllReduce(send, recv, count, dt, op)
 	if err != nil {
@@ -618,53 +709,27 @@ func (c *Comm) IAllReduce(send, recv [][]byte, count int, dt engine.DataType, op
 		if err := checkArgs(count, dt, op, true); err != nil {
 			return err
 		}
-		es := dt.Size()
-		if err := s.checkBufs("send", send, count*es); err != nil {
+		n := count * dt.Size()
+		if err := s.checkBufs("send", send, n); err != nil {
 			return err
 		}
-		if err := s.checkBufs("recv", recv, count*es); err != nil {
+		if err := s.checkBufs("recv", recv, n); err != nil {
 			return err
 		}
-		h := len(s.hosts)
-		block := func(i int) (int, int) { return i * count / h * es, (i + 1) * count / h * es }
-		me := s.subRank(s.me)
-		out := make([][]byte, h)
-		inLens := make([]int, h)
-		lo, hi := block(me)
-		for i := range h {
-			a, b := block(i)
-			for k := range s.local {
-				out[i] = append(out[i], send[k][a:b]...)
-			}
-			inLens[i] = len(s.devs(i)) * (hi - lo)
+		devices := make([]int, s.m)
+		for v, r := range s.place {
+			devices[v] = s.subRank(r)
 		}
-		in, err := exchange(sub, out, inLens)
-		if err != nil {
+		srcs := make([][]byte, len(send))
+		for k := range send {
+			srcs[k] = send[k][:n]
+		}
+		if err := sub.VirtualAllReduce(srcs, recv[0][:n], count, dt, op, devices); err != nil {
 			return err
 		}
-		pieces := make([][]byte, s.m)
-		for i := range h {
-			for j, v := range s.devs(i) {
-				pieces[v] = in[i][j*(hi-lo) : (j+1)*(hi-lo)]
-			}
-		}
-		mine := make([]byte, hi-lo)
-		if hi > lo {
-			fold(mine, pieces, dt, op)
-		}
-		for i := range h {
-			out[i] = mine
-			a, b := block(i)
-			inLens[i] = b - a
-		}
-		in, err = exchange(sub, out, inLens)
-		if err != nil {
-			return err
-		}
-		for i := range h {
-			a, _ := block(i)
-			for k := range s.local {
-				copy(recv[k][a:], in[i])
+		for k := 1; k < len(recv); k++ {
+			if n > 0 && &recv[k][0] != &recv[0][0] {
+				copy(recv[k][:n], recv[0][:n])
 			}
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -443,4 +444,135 @@ func TestRedistributeOnVirtualDevices(t *testing.T) {
 			}))
 		}
 	}
+}
+
+// TestAllReduceLongVectors: vectors of many chunks on block, cyclic and
+// explicit placements, with the send buffers as views of one array (read
+// in place), as separate arrays (copied together) and in place, and with
+// every device's recv the same buffer: each result equals the reference
+// fold bit for bit.
+func TestAllReduceLongVectors(t *testing.T) {
+	const m, count = 8, 100_003
+	var xs [][]byte
+	for v := range m {
+		xs = append(xs, contribution(7, v, count))
+	}
+	want := foldRef(xs)
+	l, err := ParseLogical("ring", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		n     int
+		place Place
+	}{
+		{2, Block(m, 2)}, {3, Block(m, 3)}, {2, CyclicPlace(m, 2)}, {3, Place{2, 2, 0, 1, 1, 2, 0, 0}},
+	} {
+		noErrors(t, onRanks(t, tc.n, func(pc *engine.Comm) error {
+			c, err := New(pc, l, tc.place)
+			if err != nil {
+				return err
+			}
+			defer c.Destroy()
+			local := c.Local()
+			n := 4 * count
+			whole := make([]byte, len(local)*n)
+			views, separate := make([][]byte, len(local)), make([][]byte, len(local))
+			for k, v := range local {
+				views[k] = whole[k*n : (k+1)*n]
+				copy(views[k], xs[v])
+				separate[k] = bytes.Clone(xs[v])
+			}
+			shared := make([]byte, n)
+			same := make([][]byte, len(local))
+			for k := range same {
+				same[k] = shared
+			}
+			for _, send := range [][][]byte{views, separate} {
+				clear(shared)
+				if err := c.AllReduce(send, same, count, engine.Float32, engine.Sum); err != nil {
+					return err
+				}
+				if !bytes.Equal(shared, want) {
+					return fmt.Errorf("placement %v: result differs from the reference fold", tc.place)
+				}
+			}
+			if err := c.AllReduce(separate, separate, count, engine.Float32, engine.Sum); err != nil {
+				return err
+			}
+			for k := range separate {
+				if !bytes.Equal(separate[k], want) {
+					return fmt.Errorf("placement %v in place: device %d's result differs from the reference fold", tc.place, local[k])
+				}
+			}
+			return nil
+		}))
+	}
+}
+
+// TestSharedStateMigrates: state registered once per rank (RegisterShared)
+// is found with every local device, stays put on ranks that keep devices,
+// reaches ranks that host devices for the first time (one copy each) and
+// is dropped by ranks left without devices; names are shared or per
+// device, not both.
+func TestSharedStateMigrates(t *testing.T) {
+	const m = 8
+	l, _ := ParseLogical("ring", m)
+	state := func(r int) []byte { return contribution(11, 100+r, 64) }
+	steps := []Place{
+		{1, 1, 1, 1, 3, 3, 3, 3}, // onto two ranks: no copy needed
+		{0, 0, 1, 1, 2, 2, 3, 3}, // back to four: ranks 0 and 2 get one
+		{0, 1, 2, 3, 0, 1, 2, 3}, // cyclic: every rank kept devices
+	}
+	errs := onRanks(t, 4, func(pc *engine.Comm) error {
+		c, err := New(pc, l, Block(m, 4))
+		if err != nil {
+			return err
+		}
+		defer c.Destroy()
+		// Every rank starts with its own value, to see where copies come
+		// from (a real job registers identical state everywhere).
+		mine := state(pc.Rank())
+		if err := c.RegisterShared("params", mine); err != nil {
+			return err
+		}
+		if err := c.Register(c.Local()[0], "params", nil); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("a per-device buffer named like a shared one: %v", err)
+		}
+		if err := c.Register(c.Local()[0], "own", []byte{1}); err != nil {
+			return err
+		}
+		if err := c.RegisterShared("own", nil); !errors.Is(err, engine.ErrInvalidArgument) {
+			return fmt.Errorf("a shared buffer named like a device's: %v", err)
+		}
+		for i, to := range steps {
+			if err := c.Migrate(to); err != nil {
+				return err
+			}
+			local := c.Local()
+			if len(local) == 0 {
+				if _, ok := c.Buffer(0, "params"); ok {
+					return fmt.Errorf("step %d: rank %d kept shared state without devices", i, pc.Rank())
+				}
+				continue
+			}
+			want := mine
+			if i == 1 && (pc.Rank() == 0 || pc.Rank() == 2) {
+				// From the rank of the lowest device it received (1, 3).
+				want = state(pc.Rank() + 1)
+			}
+			for _, v := range local {
+				b, ok := c.Buffer(v, "params")
+				if !ok || !bytes.Equal(b, want) {
+					return fmt.Errorf("step %d: device %d on rank %d: shared state %v, want the copy of rank %d's", i, v, pc.Rank(), ok, pc.Rank())
+				}
+				if names := c.Buffers(v); !slices.Contains(names, "params") {
+					return fmt.Errorf("step %d: device %d lists %v", i, v, names)
+				}
+			}
+			mine = want
+		}
+		return nil
+	})
+	noErrors(t, errs)
 }

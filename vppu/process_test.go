@@ -64,6 +64,14 @@ func child(role string) int {
 			return 4
 		}
 	}
+	// State every device holds alike, kept once per process.
+	state := contribution(9, 0, 1000)
+	if len(c.Local()) > 0 {
+		if err := c.RegisterShared("state", bytes.Clone(state)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 4
+		}
+	}
 	var xs [][]byte
 	for v := range m {
 		xs = append(xs, contribution(5, v, count))
@@ -73,6 +81,11 @@ func child(role string) int {
 		local := c.Local()
 		send := make([][]byte, len(local))
 		recv := make([][]byte, len(local))
+		for _, v := range local {
+			if b, ok := c.Buffer(v, "state"); !ok || !bytes.Equal(b, state) {
+				return fmt.Errorf("%s: device %d has no or other shared state", when, v)
+			}
+		}
 		for k, v := range local {
 			b, ok := c.Buffer(v, "grad")
 			if !ok {
@@ -117,8 +130,9 @@ func child(role string) int {
 	return 0
 }
 
-// Migration across real processes, every result checked before and after:
-// 4 → 2 processes, and {0..3} → {4..7} of 8.
+// Migration across real processes, every result checked before and after
+// against the fold in device order: 4 → 2 processes, {0..3} → {4..7} of 8,
+// cyclic to block, and an explicit placement to block over TCP.
 func TestMigrateProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
@@ -127,13 +141,18 @@ func TestMigrateProcesses(t *testing.T) {
 		name     string
 		n        int
 		from, to string
+		env      []string
 	}{
-		{"4to2", 4, "block:4", "block:2"},
-		{"0-3to4-7", 8, "0,0,1,1,2,2,3,3", "4,4,5,5,6,6,7,7"},
-		{"cyclic-to-block", 3, "cyclic:3", "block:2"},
+		{"4to2", 4, "block:4", "block:2", nil},
+		{"0-3to4-7", 8, "0,0,1,1,2,2,3,3", "4,4,5,5,6,6,7,7", nil},
+		{"cyclic-to-block", 3, "cyclic:3", "block:2", nil},
+		// Over TCP: the virtual allreduce's chain and its broadcast as
+		// messages (no shared-memory broadcast).
+		{"explicit-to-block-tcp", 3, "2,2,0,1,1,2,0,0", "block:3", []string{"GOCOLL_TRANSPORT=tcp"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kids := proctest.Start(t, "migrate", tc.n, []string{"VPPU_FROM=" + tc.from, "VPPU_TO=" + tc.to, "GOCOLL_TIMEOUT=60s"}, nil)
+			env := append([]string{"VPPU_FROM=" + tc.from, "VPPU_TO=" + tc.to, "GOCOLL_TIMEOUT=60s"}, tc.env...)
+			kids := proctest.Start(t, "migrate", tc.n, env, nil)
 			proctest.Wait(t, kids, 2*time.Minute)
 			for r, k := range kids {
 				if k.Err != nil {

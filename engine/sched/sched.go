@@ -103,7 +103,8 @@ const (
 	// receive buffer, reduce-scatter's private copy of the input, and
 	// all-to-all's receive buffer.
 	Work Buf = iota
-	// In is all-to-all's send buffer (read-only).
+	// In is all-to-all's send buffer (read-only); for the virtual
+	// allreduce, the contributions of the rank's devices back to back.
 	In
 	// Tmp is scratch of Schedule.TmpLen bytes, for packing (Bruck).
 	Tmp
@@ -153,6 +154,11 @@ const (
 	Scale
 	// Sync waits for every earlier operation of this rank.
 	Sync
+	// Accumulate folds Src into Dst on this rank: Dst = Dst op Src, the
+	// running value the left operand (equal lengths, no overlap). A fold
+	// in a fixed order (the virtual allreduce) adds one contribution at a
+	// time to the partial sum it received.
+	Accumulate
 )
 
 func (k Kind) String() string {
@@ -169,6 +175,8 @@ func (k Kind) String() string {
 		return "scale"
 	case Sync:
 		return "sync"
+	case Accumulate:
+		return "accumulate"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -180,8 +188,8 @@ type Op struct {
 	Peer        int    // Send, Recv, RecvReduce
 	Tag         uint32 // message tag (the header's step number) of the first segment
 	Segs        int    // Send, RecvReduce: messages the range is cut into (0 means 1)
-	Src         Range  // Send, Copy
-	Dst         Range  // Recv, RecvReduce, Copy, Scale
+	Src         Range  // Send, Copy, Accumulate
+	Dst         Range  // Recv, RecvReduce, Copy, Scale, Accumulate
 	TheirsFirst bool   // RecvReduce: the peer's partial is the left operand
 	Div         int    // Scale: divisor
 	Round       int    // cost model's time slot (see the package comment)
@@ -216,6 +224,8 @@ func (o Op) String() string {
 		return fmt.Sprintf("r%d copy %s[%d:%d] -> %s[%d:%d]", o.Round, o.Src.Buf, o.Src.Off, o.Src.End(), o.Dst.Buf, o.Dst.Off, o.Dst.End())
 	case Scale:
 		return fmt.Sprintf("r%d scale %s[%d:%d] / %d", o.Round, o.Dst.Buf, o.Dst.Off, o.Dst.End(), o.Div)
+	case Accumulate:
+		return fmt.Sprintf("r%d accumulate %s[%d:%d] op= %s[%d:%d]", o.Round, o.Dst.Buf, o.Dst.Off, o.Dst.End(), o.Src.Buf, o.Src.Off, o.Src.End())
 	case Sync:
 		return fmt.Sprintf("r%d sync", o.Round)
 	}
@@ -364,6 +374,10 @@ type Params struct {
 	// parent arrays (-1 at the root; topology.DoubleBinaryTree makes
 	// NCCL's); nil: the builder's own pair.
 	Trees [][]int
+
+	// Devices places the virtual allreduce's devices (VirtualAllReduce):
+	// Devices[v] is the rank of device v. Nil for every other schedule.
+	Devices []int
 }
 
 // Builder makes the schedule of one algorithm.

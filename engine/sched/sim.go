@@ -259,6 +259,14 @@ func (m *sim) issue(r int, st *rankState) bool {
 			for i := range d {
 				d[i] = m.id(node{2, d[i], int32(o.Div)})
 			}
+		case Accumulate:
+			if !allDone(st.deps(o.Src, o.Dst)) {
+				return progress
+			}
+			d, src := m.slice(r, o.Dst), m.slice(r, o.Src)
+			for i := range d {
+				d[i] = m.id(node{1, d[i], src[i]})
+			}
 		case Sync:
 			if !allDone(st.tasks) {
 				return progress
@@ -348,6 +356,10 @@ func (m *sim) pair(q, sq []*simTask) (ti, si int, ok bool) {
 // input fills the buffers with what the collective starts from.
 func (m *sim) input(layouts []Params) error {
 	p, n := m.p, m.s.N
+	if p.Devices != nil {
+		m.inputDevices()
+		return nil
+	}
 	for r := 0; r < n; r++ {
 		w, in := m.bufs[r][Work], m.bufs[r][In]
 		switch p.Coll {
@@ -414,6 +426,9 @@ func (m *sim) verify(layouts []Params) error {
 	p, n, s := m.p, m.s.N, m.s
 	fail := func(r int, format string, args ...any) error {
 		return fmt.Errorf("sched: %s %s on %d ranks: rank %d: %s", s.Coll, s.Algo, n, r, fmt.Sprintf(format, args...))
+	}
+	if p.Devices != nil {
+		return m.verifyDevices(fail)
 	}
 	reduced := func(r, i int, x int32) error {
 		ok, scaled := m.leaves(x, i)
@@ -512,6 +527,10 @@ func (m *sim) show(x int32) string {
 		nd := m.nodes[x]
 		switch nd.kind {
 		case 0:
+			if m.p.Devices != nil {
+				fmt.Fprintf(&b, "d%d[%d]", nd.a, nd.b)
+				break
+			}
 			fmt.Fprintf(&b, "r%d[%d]", nd.a, nd.b)
 		case 1:
 			b.WriteString("(")

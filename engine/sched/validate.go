@@ -40,7 +40,7 @@ func Validate(s *Schedule) error {
 			}
 			if s.Blocks {
 				switch {
-				case o.Kind == RecvReduce || o.Kind == Scale:
+				case o.Kind == RecvReduce || o.Kind == Scale || o.Kind == Accumulate:
 					return where("no %s in block mode", o.Kind)
 				case o.NSegs() > 1:
 					return where("no segments in block mode")
@@ -94,6 +94,16 @@ func Validate(s *Schedule) error {
 				}
 				if o.Div < 1 || o.Dst.Len%s.ElemSize != 0 {
 					return where("divisor %d on %d bytes", o.Div, o.Dst.Len)
+				}
+			case Accumulate:
+				if err := check("source", o.Src); err != nil {
+					return err
+				}
+				if err := check("destination", o.Dst); err != nil {
+					return err
+				}
+				if o.Src.Len != o.Dst.Len || o.Src.Overlaps(o.Dst) || o.Dst.Len%s.ElemSize != 0 {
+					return where("accumulate between unequal, overlapping or partial-element ranges")
 				}
 			case Sync:
 			default:

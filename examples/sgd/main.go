@@ -97,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.report, "report", filepath.Join("examples", "sgd", "out"), "directory for report.md, loss.svg and results.json (empty: none)")
 	fs.StringVar(&o.result, "result", "", "write rank 0's results as JSON to this file (used between -np and its ranks)")
 	fs.IntVar(&o.bucketKB, "bucket-kb", DefaultBucketBytes>>10, "gradient bucket size in KiB")
+	fs.BoolVar(&o.cfg.Profile, "profile", false, "print where rank 0's training steps go, phase by phase (ms per step)")
 	fs.IntVar(&o.virtual.Devices, "virtual", 0, "train on M virtual devices placed in blocks over the ranks (results independent of the rank count)")
 	fs.IntVar(&o.virtual.MigrateAt, "migrate-at", 0, "with -virtual: before this global step, migrate the devices onto -migrate-to processes")
 	fs.IntVar(&o.virtual.MigrateTo, "migrate-to", 0, "with -migrate-at: how many processes (the first ones) keep the devices; the others leave")

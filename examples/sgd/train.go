@@ -22,6 +22,7 @@ type Config struct {
 	BucketBytes int     // gradient bucket size (0: DefaultBucketBytes)
 	EvalBatch   int     // forward batch for evaluation (0: 500)
 	SkipEval    bool    // no test-set evaluation (reference runs of -check)
+	Profile     bool    // print a per-step breakdown of rank 0's time (-profile)
 }
 
 // EpochStats describe one epoch, identical on every rank except the timings
@@ -145,6 +146,7 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 	steps := sched.StepsPerEpoch()
 	learn := model.Learnables()
 	var compute time.Duration
+	prof := newProfile(cfg.Profile)
 	seen := 0
 	clock := 0.0 // training seconds before this epoch
 	for e := 0; e < cfg.Epochs; e++ {
@@ -152,7 +154,9 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 		perm := sched.Epoch(e)
 		lossSum := 0.0
 		t := time.Now()
+		prof.Start()
 		model.Load(train, sched.Shard(perm, 0, rank, ranks))
+		prof.Mark(phaseLoad)
 		for s := 0; s < steps; s++ {
 			loss, err := model.Backward()
 			if err != nil {
@@ -160,9 +164,11 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 			}
 			dp.Aux[0] = loss
 			compute += time.Since(t)
+			prof.Mark(phaseBackward)
 			if err := dp.Start(learn); err != nil {
 				return nil, err
 			}
+			prof.Mark(phasePack)
 			// While the gradients are in flight, load the next shard: the
 			// input tensors are no longer needed by this step.
 			t = time.Now()
@@ -170,9 +176,16 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 				model.Load(train, sched.Shard(perm, s+1, rank, ranks))
 			}
 			compute += time.Since(t)
+			prof.Mark(phaseLoad)
+			before := dp.Stats
 			if err := dp.Finish(); err != nil {
 				return nil, err
 			}
+			prof.Add(phaseAllReduce, dp.Stats.Wait-before.Wait)
+			prof.Add(phaseUnpack, dp.Stats.Unpack-before.Unpack)
+			prof.Add(phaseUpdate, dp.Stats.Update-before.Update)
+			prof.Step()
+			prof.Start()
 			t = time.Now()
 			seen += cfg.Batch
 			lossSum += dp.Aux[0]
@@ -197,6 +210,7 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 			st.Epoch, cfg.Epochs, ranks, st.TrainLoss, st.TestLoss, st.TestAcc, st.SamplesPerSec,
 			st.CommSeconds, st.ComputeSecs, 100*st.CommSeconds/math.Max(secs, 1e-9))
 	}
+	prof.Write(log, fmt.Sprintf("plain data parallelism on %d processes", ranks))
 	res.TrainSeconds = 0
 	for _, st := range res.Epochs {
 		res.TrainSeconds += st.Seconds

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"slices"
@@ -30,15 +31,16 @@ type Migration struct {
 	Bytes   int64   `json:"bytes"` // registered buffers that changed process
 }
 
-// TrainVirtual is Train on cfg.Devices virtual devices. Each device owns a
-// copy of the parameters and of the momentum ("params", "velocity",
-// registered with it, so a migration carries them) and computes the
-// gradient of its shard of every global batch; the virtual allreduce
-// averages the devices' gradients in device order, so the numbers do not
-// depend on how many processes host the devices, nor on a migration. The
-// update (classical momentum, v ← μv + g, w ← w − ηv) runs on every
-// device's copy alike. A rank left without devices by the migration
-// returns (nil, nil).
+// TrainVirtual is Train on cfg.Devices virtual devices. Each device
+// computes the gradient of its shard of every global batch; the virtual
+// allreduce averages the devices' gradients in device order, so the
+// numbers do not depend on how many processes host the devices, nor on a
+// migration. Every device holds the same parameters and momentum, updated
+// alike (classical momentum, v ← μv + g, w ← w − ηv) from the same
+// average: a process keeps one copy of them ("params", "velocity" and the
+// step counter "step", registered shared with its devices, so a migration
+// hands them to a process that hosts devices for the first time) and
+// updates it once per step. A rank left without devices by the migration returns (nil, nil).
 func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualConfig, log io.Writer) (*RunResult, error) {
 	m := vc.Devices
 	if err := checkShards(cfg.Batch, m, train.N); err != nil {
@@ -65,14 +67,16 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	}
 	defer v.Destroy()
 	np := model.NumParams()
-	for _, d := range v.Local() {
-		w := flatten(model.ParamData(), np)
-		if err := v.Register(d, "params", f64Bytes(w)); err != nil {
-			return nil, err
-		}
-		if err := v.Register(d, "velocity", make([]byte, 8*np)); err != nil {
-			return nil, err
-		}
+	if err := v.RegisterShared("params", f64Bytes(flatten(model.ParamData(), np))); err != nil {
+		return nil, err
+	}
+	if err := v.RegisterShared("velocity", make([]byte, 8*np)); err != nil {
+		return nil, err
+	}
+	// The global steps done: a process that receives devices checks that
+	// the state it got is that of the step it is at.
+	if err := v.RegisterShared("step", make([]byte, 8)); err != nil {
+		return nil, err
 	}
 	eval, err := cfg.evaluator(model, test)
 	if err != nil {
@@ -86,8 +90,13 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	sched := Schedule{N: train.N, Batch: cfg.Batch, Seed: cfg.Seed}
 	steps := sched.StepsPerEpoch()
 	learn := model.Learnables()
-	var grads [][]byte // per local device: its gradient, then its shard's loss
+	// Per local device: its gradient, then its shard's loss, as views of
+	// one array (which the virtual allreduce reads in place); avg is the
+	// average, every device's alike, written once.
+	var grads, avgs [][]byte
+	avg := make([]float64, np+1)
 	var comm, compute time.Duration
+	prof := newProfile(cfg.Profile)
 	seen, step := 0, 0
 	clock := 0.0
 	for e := 0; e < cfg.Epochs; e++ {
@@ -107,46 +116,61 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 				if len(v.Local()) == 0 {
 					return nil, nil
 				}
-			}
-			t := time.Now()
-			local := v.Local()
-			if len(grads) != len(local) {
-				grads = make([][]byte, len(local))
-				for k := range grads {
-					grads[k] = make([]byte, 8*(np+1))
+				if b, _ := v.Buffer(v.Local()[0], "step"); binary.LittleEndian.Uint64(b) != uint64(step) {
+					return nil, fmt.Errorf("rank %d: the migrated state is that of step %d, not %d", c.Rank(), binary.LittleEndian.Uint64(b), step)
 				}
 			}
-			// Every device holds the same parameters: load them once.
-			unflatten(model.ParamData(), deviceVec(v, local[0], "params"))
+			t := time.Now()
+			prof.Start()
+			local := v.Local()
+			if len(grads) != len(local) {
+				all := make([]byte, 8*(np+1)*len(local))
+				grads, avgs = make([][]byte, len(local)), make([][]byte, len(local))
+				for k := range grads {
+					grads[k] = all[8*(np+1)*k : 8*(np+1)*(k+1)]
+					avgs[k] = f64Bytes(avg)
+				}
+			}
+			params, velocity := deviceVec(v, local[0], "params"), deviceVec(v, local[0], "velocity")
+			unflatten(model.ParamData(), params)
+			prof.Mark(phaseParams)
 			for k, d := range local {
 				model.Load(train, sched.Shard(perm, s, d, m))
+				prof.Mark(phaseLoad)
 				loss, err := model.Backward()
 				if err != nil {
 					return nil, err
 				}
+				prof.Mark(phaseBackward)
 				gd, err := gradData(learn)
 				if err != nil {
 					return nil, err
 				}
 				g := f64s(grads[k])
-				copy(g, flatten(gd, np))
-				g[np] = loss
+				off := 0
 				for _, x := range gd {
+					off += copy(g[off:], x)
 					clear(x) // Gorgonia adds each pass's gradient to the last
 				}
+				g[np] = loss
+				prof.Mark(phaseGradCopy)
 			}
 			t1 := time.Now()
 			compute += t1.Sub(t)
-			if err := v.AllReduce(grads, grads, np+1, engine.Float64, engine.Avg); err != nil {
+			if err := v.AllReduce(grads, avgs, np+1, engine.Float64, engine.Avg); err != nil {
 				return nil, fmt.Errorf("rank %d step %d: %w", c.Rank(), step, err)
 			}
 			t2 := time.Now()
 			comm += t2.Sub(t1)
-			for k, d := range local {
-				update(deviceVec(v, d, "params"), deviceVec(v, d, "velocity"), f64s(grads[k])[:np], cfg.LR, cfg.Momentum)
+			prof.Mark(phaseAllReduce)
+			update(params, velocity, avg[:np], cfg.LR, cfg.Momentum)
+			if b, _ := v.Buffer(local[0], "step"); len(b) == 8 {
+				binary.LittleEndian.PutUint64(b, uint64(step+1))
 			}
 			compute += time.Since(t2)
-			loss := f64s(grads[0])[np]
+			prof.Mark(phaseUpdate)
+			prof.Step()
+			loss := avg[np]
 			seen += cfg.Batch
 			step++
 			lossSum += loss
@@ -169,6 +193,7 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		fmt.Fprintf(log, "epoch %d/%d  %d virtual devices on %d processes  train loss %.4f  test loss %.4f  test acc %.4f  %6.0f samples/s\n",
 			st.Epoch, cfg.Epochs, m, hosts(v), st.TrainLoss, st.TestLoss, st.TestAcc, st.SamplesPerSec)
 	}
+	prof.Write(log, fmt.Sprintf("%d virtual devices on %d processes", m, hosts(v)))
 	for _, st := range res.Epochs {
 		res.TrainSeconds += st.Seconds
 	}
@@ -190,14 +215,16 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	return res, nil
 }
 
-// migrate moves the devices onto ranks 0..to-1 and says what it cost.
+// migrate moves the devices onto ranks 0..to-1 and says what it cost:
+// the parameters and momentum travel to the processes that host devices
+// for the first time (the others have them already).
 func migrate(v *vppu.Comm, c *engine.Comm, to, np int) (*Migration, error) {
 	before := v.Place()
 	after := vppu.Block(v.Size(), to)
 	moved := 0
-	for d := range before {
-		if before[d] != after[d] {
-			moved++
+	for d, r := range after {
+		if !slices.Contains(before, r) && slices.Index(after, r) == d {
+			moved++ // the first device of a process new to the job
 		}
 	}
 	start := time.Now()
@@ -216,8 +243,8 @@ func distinct(p vppu.Place) int {
 
 func hosts(v *vppu.Comm) int { return distinct(v.Place()) }
 
-// update is classical momentum on one device's copy: v ← μv + g, w ← w − ηv
-// (plain SGD when μ is 0).
+// update is classical momentum on the devices' parameters: v ← μv + g,
+// w ← w − ηv (plain SGD when μ is 0).
 func update(w, vel, g []float64, lr, mu float64) {
 	for i := range w {
 		if mu != 0 {

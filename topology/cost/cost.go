@@ -164,7 +164,7 @@ func (m *Model) Predict(s *sched.Schedule) (Prediction, error) {
 						lastPeer[r], lastPath[r] = o.Peer, p
 					}
 					msgs = append(msgs, msg{p: lastPath[r], bytes: b, from: r})
-				case sched.RecvReduce, sched.Scale:
+				case sched.RecvReduce, sched.Scale, sched.Accumulate:
 					work += float64(b) / m.ReduceRate
 				case sched.Copy:
 					work += float64(b) / m.CopyRate

@@ -52,6 +52,21 @@ static void check_allreduce(gocollVComm_t vc, const char* when) {
         FAIL("%s: device %d element %d = %.9g, want %.9g", when, devs[k], i, r[i], reference(i));
     free(recv[k]);
   }
+  /* The same with the send vectors back to back in one allocation (read in
+   * place) and one result buffer for every device (written once). */
+  float* all = malloc((size_t)n * COUNT * sizeof(float));
+  float* one = malloc(COUNT * sizeof(float));
+  for (int k = 0; k < n; k++) {
+    memcpy(all + (size_t)k * COUNT, send[k], COUNT * sizeof(float));
+    send[k] = all + (size_t)k * COUNT;
+    recv[k] = one;
+  }
+  CHECK_COMM(gocollVAllReduce(send, recv, COUNT, gocollFloat32, gocollSum, vc), comm);
+  for (int i = 0; i < COUNT; i++)
+    if (memcmp(&one[i], &(float){reference(i)}, sizeof(float)) != 0)
+      FAIL("%s, contiguous send: element %d = %.9g, want %.9g", when, i, one[i], reference(i));
+  free(all);
+  free(one);
 }
 
 int main(int argc, char** argv) {

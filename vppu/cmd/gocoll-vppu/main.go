@@ -53,6 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	devices := fs.Int("devices", 8, "with -bench: virtual devices")
 	sizes := fs.String("sizes-mib", "0,1,8,32", "with -bench: MiB registered per device")
 	rounds := fs.Int("rounds", 5, "with -bench: timed rounds")
+	benchOp := fs.String("bench-op", "migrate", "with -bench: what to measure, migrate or allreduce (the virtual allreduce against the plain one)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -60,7 +61,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *bench {
-		if err := runBench(stdout, *devices, *sizes, *rounds); err != nil {
+		f := runBench
+		if *benchOp == "allreduce" {
+			f = runAllReduceBench
+		} else if *benchOp != "migrate" {
+			fmt.Fprintf(stderr, "gocoll-vppu: -bench-op %q: want migrate or allreduce\n", *benchOp)
+			return 2
+		}
+		if err := f(stdout, *devices, *sizes, *rounds); err != nil {
 			fmt.Fprintln(stderr, "gocoll-vppu:", err)
 			return 1
 		}

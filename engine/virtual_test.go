@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// devVector is virtual device v's float64 vector: random values of
+// device-dependent scale, so another summation order changes bits.
+func devVector(v, count int) []byte {
+	rng := rand.New(rand.NewPCG(30, uint64(v)))
+	b := make([]byte, 8*count)
+	for i := range count {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(rng.NormFloat64()*float64(1+v*v)))
+	}
+	return b
+}
+
+// devFold is the fold in device order, written out plainly.
+func devFold(m, count int, avg bool) []byte {
+	acc := make([]float64, count)
+	for v := range m {
+		x := devVector(v, count)
+		for i := range acc {
+			f := math.Float64frombits(binary.LittleEndian.Uint64(x[8*i:]))
+			if v == 0 {
+				acc[i] = f
+			} else {
+				acc[i] += f
+			}
+		}
+	}
+	out := make([]byte, 8*count)
+	for i, a := range acc {
+		if avg {
+			a /= float64(m)
+		}
+		binary.LittleEndian.PutUint64(out[8*i:], math.Float64bits(a))
+	}
+	return out
+}
+
+// TestVirtualAllReduce runs the engine's virtual allreduce on block,
+// cyclic and explicit placements, over the in-memory transport and over
+// shared memory: every rank gets the fold in device order, bit for bit.
+func TestVirtualAllReduce(t *testing.T) {
+	const m, count = 8, 40_001
+	for _, tc := range []struct {
+		name    string
+		n       int
+		devices []int
+	}{
+		{"block on 2", 2, []int{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"block on 4", 4, []int{0, 0, 1, 1, 2, 2, 3, 3}},
+		{"cyclic on 3", 3, []int{0, 1, 2, 0, 1, 2, 0, 1}},
+		{"explicit on 3", 3, []int{2, 2, 0, 1, 1, 2, 0, 0}},
+	} {
+		for _, shm := range []bool{false, true} {
+			var comms []*Comm
+			if shm {
+				comms = newShm(t, tc.n, Options{Timeout: 20 * time.Second})
+			} else {
+				comms = newLocal(t, tc.n, Options{Timeout: 20 * time.Second})
+			}
+			for _, op := range []RedOp{Sum, Avg} {
+				want := devFold(m, count, op == Avg)
+				mustRanks(t, comms, func(c *Comm) error {
+					var send [][]byte
+					for v, r := range tc.devices {
+						if r == c.Rank() {
+							send = append(send, devVector(v, count))
+						}
+					}
+					recv := make([]byte, 8*count)
+					if err := c.VirtualAllReduce(send, recv, count, Float64, op, tc.devices); err != nil {
+						return err
+					}
+					if !bytes.Equal(recv, want) {
+						t.Errorf("%s (shm %v, %v): rank %d's result is not the fold in device order", tc.name, shm, op, c.Rank())
+					}
+					return nil
+				})
+			}
+		}
+	}
+}
+
+func TestVirtualAllReduceBadInput(t *testing.T) {
+	comms := newLocal(t, 2, Options{Timeout: 5 * time.Second})
+	c := comms[0]
+	one := [][]byte{make([]byte, 32)}
+	for name, err := range map[string]error{
+		"no devices":        c.VirtualAllReduce(one, make([]byte, 32), 4, Float64, Sum, nil),
+		"rank out of range": c.VirtualAllReduce(one, make([]byte, 32), 4, Float64, Sum, []int{0, 2}),
+		"too many sends":    c.VirtualAllReduce([][]byte{one[0], one[0]}, make([]byte, 32), 4, Float64, Sum, []int{0, 1}),
+		"short send":        c.VirtualAllReduce(one, make([]byte, 32), 5, Float64, Sum, []int{0, 1}),
+		"short recv":        c.VirtualAllReduce(one, make([]byte, 8), 4, Float64, Sum, []int{0, 1}),
+		"bad op":            c.VirtualAllReduce(one, make([]byte, 32), 4, Float64, Band, []int{0, 1}),
+	} {
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+// Ranks that pass different placements fail, all of them, within the
+// timeout instead of folding different chains.
+func TestVirtualAllReduceDisagreeingPlacements(t *testing.T) {
+	comms := newLocal(t, 2, Options{Timeout: 5 * time.Second})
+	places := [][]int{{0, 1, 1}, {0, 0, 1}}
+	errs := runRanks(comms, func(c *Comm) error {
+		p := places[c.Rank()]
+		var send [][]byte
+		for _, r := range p {
+			if r == c.Rank() {
+				send = append(send, make([]byte, 8*1000))
+			}
+		}
+		return c.VirtualAllReduce(send, make([]byte, 8*1000), 1000, Float64, Sum, p)
+	})
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d: no error", r)
+		}
+	}
+}
