@@ -206,7 +206,7 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 		l.close()
 		return nil, err
 	}
-	c.arena, c.id = l.arena, l.id
+	c.arena, c.id, c.ctl = l.arena, l.id, l.ctl
 	c.place(l.hosts, l.names)
 	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
@@ -229,6 +229,7 @@ type setupInfo struct {
 	Shm  string `json:"shm_domain,omitempty"` // equal on ranks that share /dev/shm (see shmDomain)
 	Addr string `json:"addr"`
 	Pid  int    `json:"pid"`
+	Ctl  string `json:"ctl,omitempty"` // the control listener (Shrink, Grow)
 	// Probe is an empty memory file the ranks of this host try to open:
 	// whether they may map this rank's memory (see connect).
 	Probe *shmsync.FileRef `json:"probe,omitempty"`
@@ -247,10 +248,14 @@ type links struct {
 	hosts [][]int
 	names []string // host names, as the ranks reported them
 	id    uint64   // names the communicator in dumps, equal on every rank
+	ctl   ctlNet   // control links (see ctl.go)
 }
 
 func (l links) close() {
 	l.tr.Close()
+	if l.ctl != nil {
+		l.ctl.close()
+	}
 	if l.arena != nil {
 		l.arena.Close()
 	}
@@ -284,8 +289,21 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	if err != nil {
 		return links{}, err
 	}
+	cln, err := tcp.Listen(host)
+	if err != nil {
+		return links{}, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
+	}
+	defer func() {
+		if err != nil {
+			cln.Close()
+		}
+	}()
+	ctlAddr, err := tcp.AdvertiseAddr(cln, host)
+	if err != nil {
+		return links{}, err
+	}
 	hostname, _ := os.Hostname()
-	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid()}
+	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid(), Ctl: ctlAddr}
 	probeFd := -1
 	closeProbe := func() {
 		if probeFd >= 0 {
@@ -452,7 +470,12 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	opts.hooks.at(setupReleased)
 	log.Info("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
 	hosts, names := hostsOf(infos)
-	return links{tr, arena, hosts, names, binary.BigEndian.Uint64(tag[:])}, nil
+	ctlAddrs := make([]string, size)
+	for q, in := range infos {
+		ctlAddrs[q] = in.Ctl
+	}
+	ctl := newTCPCtl(rank, ctlAddrs, secret, tag, opts.Timeout, cln, log)
+	return links{tr, arena, hosts, names, binary.BigEndian.Uint64(tag[:]), ctl}, nil
 }
 
 // tryOpen opens a peer's probe file and closes it again.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -18,6 +19,9 @@ const SplitNoColor = -1
 // parent ranks of the new communicator in its rank order.
 type splitter interface {
 	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (links, splitter, error)
+	// shrunk builds the links of the communicator of view (ranks of c,
+	// newRank among them) agreed in rec's instance inst (see Shrink).
+	shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, ctx context.Context) (links, splitter, error)
 }
 
 // Split is a collective over c: ranks passing the same colour form a new
@@ -70,7 +74,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		l.close()
 		return nil, err
 	}
-	child.split, child.arena, child.id = sp, l.arena, l.id
+	child.split, child.arena, child.id, child.ctl = sp, l.arena, l.id, l.ctl
 	child.place(l.hosts, l.names)
 	return child, nil
 }
@@ -81,6 +85,7 @@ type localSplitter struct {
 	world *mem.World
 	hub   *localHub
 	id    uint64 // the communicator id of the world's ranks
+	ctl   *localCtlWorld
 }
 
 // localHub is shared by the ranks of one in-process communicator; each
@@ -100,11 +105,11 @@ func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, chi
 	s.hub.mu.Lock()
 	ch, ok := s.hub.children[key]
 	if !ok {
-		ch = &localSplitter{world: mem.NewWorld(len(members)), hub: newLocalHub(), id: randomID()}
+		ch = &localSplitter{world: mem.NewWorld(len(members)), hub: newLocalHub(), id: randomID(), ctl: newLocalCtlWorld(len(members))}
 		s.hub.children[key] = ch
 	}
 	s.hub.mu.Unlock()
-	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members), id: ch.id}, ch, nil
+	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members), id: ch.id, ctl: localCtl{ch.ctl, childRank}}, ch, nil
 }
 
 // restrictHosts is the placement of a child whose ranks are members (parent

@@ -182,6 +182,9 @@ func (n *Node) Waiting() []int {
 	return nil
 }
 
+// Leading says whether this member coordinates a round now.
+func (n *Node) Leading() bool { return n.leading && !n.done }
+
 // Down tells the member that p failed: its connection broke, or it was
 // silent past the timeout. p is fenced from then on.
 func (n *Node) Down(p int) []Out {
