@@ -181,6 +181,7 @@ func (c *Comm) Shrink(exclude []int) (*Comm, error) {
 			child.keep = s.hold()
 			c.mu.Lock()
 			c.leftOut = outside(c.size, view)
+			c.shrinkTook = [2]time.Duration{agreed.Sub(began), time.Since(began)}
 			c.mu.Unlock()
 			c.log.Info("shrunk", "new_rank", newRank, "new_size", len(view), "left_out", c.leftOut, "attempts", attempt,
 				"agreed_ms", float64(agreed.Sub(began).Microseconds())/1e3, "total_ms", float64(time.Since(began).Microseconds())/1e3)

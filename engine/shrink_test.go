@@ -263,3 +263,149 @@ func TestShrinkDeathDuringShrink(t *testing.T) {
 		}
 	}
 }
+
+// growBy1 has comms (one communicator's ranks) admit one process that
+// joins with secret: it returns the grown communicator's ranks (the
+// joiner last) and the joiner's error.
+func growBy1(t *testing.T, comms []*Comm, secret []byte, opts Options) ([]*Comm, error) {
+	t.Helper()
+	info, err := comms[0].JoinInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joiner *Comm
+	var jerr error
+	var wg sync.WaitGroup
+	wg.Go(func() { joiner, jerr = Join(info, secret, opts) })
+	grown := make([]*Comm, len(comms))
+	errs := runRanks(comms, func(c *Comm) error {
+		g, err := c.Grow(1)
+		grown[c.Rank()] = g
+		return err
+	})
+	wg.Wait()
+	if jerr != nil {
+		destroyLive(grown)
+		return nil, jerr
+	}
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: grow: %v", r, err)
+		}
+	}
+	return append(grown, joiner), nil
+}
+
+func secretOf(c *Comm) []byte { return c.split.(*netSplitter).secret }
+
+// TestGrow: after a shrink, a new process joins through JoinInfo with the
+// job's secret and the members admit it; a wrong secret is refused.
+func TestGrow(t *testing.T) {
+	opts := Options{Transport: "tcp", Timeout: 5 * time.Second}
+	comms := newJoined(t, 3, opts)
+	crash(comms[2])
+	kids, errs := shrinkAll(comms[:2], nil)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	defer destroyLive(kids)
+	grown, err := growBy1(t, kids, secretOf(comms[0]), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroyLive(grown)
+	if grown[2].Rank() != 2 || grown[2].Size() != 3 {
+		t.Fatalf("the joiner is rank %d of %d", grown[2].Rank(), grown[2].Size())
+	}
+	checkSum(t, grown)
+
+	// Bad input.
+	info, _ := kids[0].JoinInfo()
+	short := Options{Transport: "tcp", Timeout: 300 * time.Millisecond}
+	if _, err := Join(info, []byte("not the secret"), short); !errors.Is(err, ErrAuth) {
+		t.Fatalf("join with a wrong secret: %v, want ErrAuth", err)
+	}
+	if _, err := Join("gocoll-join:1:zz:127.0.0.1:1", secretOf(comms[0]), short); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("join with bad info: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := kids[0].Grow(0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Grow(0): %v", err)
+	}
+	local := newLocal(t, 2, opts)
+	if _, err := local[0].Grow(1); !errors.Is(err, ErrInvalidUsage) {
+		t.Fatalf("Grow on an in-process communicator: %v", err)
+	}
+}
+
+// TestShrinkGrowCycles kills a rank of 3, shrinks, grows back with a new
+// process and allreduces, many times in this process: goroutines,
+// descriptors and memory files come back to where they were after the
+// warm-up.
+func TestShrinkGrowCycles(t *testing.T) {
+	cycles := 100
+	if testing.Short() {
+		cycles = 30
+	}
+	for _, transport := range []string{"tcp", "auto"} {
+		t.Run(transport, func(t *testing.T) {
+			opts := Options{Transport: transport, Timeout: time.Minute}
+			if transport == "auto" {
+				cycles = min(cycles, multiCycles()) // shared-memory setup is the slow part
+			}
+			cycle := func(i int) {
+				id, err := NewUniqueID(opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				comms := make([]*Comm, 3)
+				for r, err := range runIndexed(3, func(r int) error {
+					var err error
+					comms[r], err = NewComm(id, 3, r, opts)
+					return err
+				}) {
+					if err != nil {
+						t.Fatalf("cycle %d: rank %d: %v", i, r, err)
+					}
+				}
+				defer destroyLive(comms)
+				crash(comms[i%3])
+				live := slices.Clone(comms)
+				live[i%3] = nil
+				kids, errs := shrinkAll(live, nil)
+				defer destroyLive(kids)
+				var members []*Comm
+				for r, err := range errs {
+					if r == i%3 {
+						continue
+					}
+					if err != nil {
+						t.Fatalf("cycle %d: rank %d: %v", i, r, err)
+					}
+					members = append(members, kids[r])
+				}
+				_, secret, _ := id.Parse()
+				grown, err := growBy1(t, members, secret, opts)
+				if err != nil {
+					t.Fatalf("cycle %d: %v", i, err)
+				}
+				defer destroyLive(grown)
+				checkSum(t, grown)
+			}
+			warm := warmCycles(cycles)
+			for i := range warm {
+				cycle(i)
+			}
+			base := settled(t, measure(t))
+			for i := warm; i < cycles; i++ {
+				cycle(i)
+			}
+			end := settled(t, base)
+			t.Logf("after %d cycles: %+v; after %d: %+v", warm, base, cycles, end)
+			if end.goroutines > base.goroutines || end.fds > base.fds || end.memfds != 0 {
+				t.Errorf("grew: goroutines %d → %d, descriptors %d → %d, memory files open or mapped %d", base.goroutines, end.goroutines, base.fds, end.fds, end.memfds)
+			}
+		})
+	}
+}
