@@ -87,7 +87,7 @@ type Comm struct {
 	// How long the last Shrink took to agree, and in all (mu): for the
 	// figures in docs/elastic.md.
 	shrinkTook [2]time.Duration
-	keep    func()     // releases the recovery state of the communicator this one was shrunk from
+	keep       func() // releases the recovery state of the communicator this one was shrunk from
 }
 
 // Request is a non-blocking operation in flight.
