@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -286,6 +287,29 @@ func decodeGrowAll(b []byte) ([][]byte, error) {
 		b = b[n:]
 	}
 	return all, nil
+}
+
+// JoinSecret is the secret a joining process passes to Join: the job's
+// unique id's when id is not nil, else the one NewCommFromEnv uses with
+// GOCOLL_SECRET set (a job whose secret was derived or kept in a file
+// cannot be joined from outside: set GOCOLL_SECRET).
+func JoinSecret(id *UniqueID, getenv func(string) string) ([]byte, error) {
+	if id != nil {
+		_, secret, err := id.Parse()
+		if err != nil {
+			return nil, fmt.Errorf("%w: unique id: %v", ErrInvalidArgument, err)
+		}
+		return secret, nil
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	s := getenv("GOCOLL_SECRET")
+	if s == "" {
+		return nil, invalidArg("join: no unique id and GOCOLL_SECRET is unset: the job's secret is needed to join it")
+	}
+	sum := sha256.Sum256([]byte(s))
+	return sum[:], nil
 }
 
 // Join makes this process a rank of a communicator that admits it (its

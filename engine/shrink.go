@@ -107,7 +107,13 @@ func lostRank(err error) int {
 // during it costs one more round. Each wait is bounded by the
 // communicator's timeout; the whole call by (4 + size) timeouts, then an
 // ErrTimeout. c itself is left as it was: destroy it when done.
-func (c *Comm) Shrink(exclude []int) (*Comm, error) {
+func (c *Comm) Shrink(exclude []int) (*Comm, error) { return c.ShrinkWith(exclude, c.opts) }
+
+// ShrinkWith is Shrink, the new communicator having opts (defaults
+// filled in) instead of c's (the C ABI's config). The agreement itself
+// follows c's timeout.
+func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
+	opts = opts.withDefaults()
 	seen := map[int]bool{}
 	for _, r := range exclude {
 		switch {
@@ -152,7 +158,7 @@ func (c *Comm) Shrink(exclude []int) (*Comm, error) {
 		}
 		newRank := slices.Index(view, c.rank)
 		inst := s.inst
-		l, sp, cerr := c.split.shrunk(c, s, inst, view, newRank, ctx)
+		l, sp, cerr := c.split.shrunk(c, s, inst, view, newRank, opts, ctx)
 		if cerr == nil && c.opts.hooks.crashAt(c.rank, "connected") {
 			l.close()
 			return nil, c.crashForTest()
@@ -171,7 +177,7 @@ func (c *Comm) Shrink(exclude []int) (*Comm, error) {
 		var again []int
 		again, err = s.agree(ctx, append(suspects, outside(c.size, view)...))
 		if err == nil && cerr == nil && slices.Equal(again, view) {
-			child, err := newComm(newRank, len(view), l.tr, c.opts)
+			child, err := newComm(newRank, len(view), l.tr, opts)
 			if err != nil {
 				l.close()
 				return nil, err
@@ -534,11 +540,11 @@ func shrunkTag(tag [8]byte, inst uint64, view []int) [8]byte {
 	return t
 }
 
-func (s *netSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, ctx context.Context) (links, splitter, error) {
+func (s *netSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, opts Options, ctx context.Context) (links, splitter, error) {
 	tag := shrunkTag(s.tag, inst, view)
 	// Members of view, in c's ranks, are mapped to view's in connect's
 	// errors: name the rank of c.
-	l, err := connect(ctx, newRank, len(view), tag, s.secret, s.host, rec.exchange(inst, view), c.opts)
+	l, err := connect(ctx, newRank, len(view), tag, s.secret, s.host, rec.exchange(inst, view), opts)
 	if err != nil {
 		if p := failedRank(err); p >= 0 && p < len(view) && !isCtlPeer(err) {
 			err = &transport.PeerLostError{Peer: view[p], Reason: err.Error()}
@@ -555,7 +561,7 @@ func isCtlPeer(err error) bool {
 	return errors.As(err, &lost) && !strings.Contains(lost.Reason, "rank")
 }
 
-func (s *localSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, ctx context.Context) (links, splitter, error) {
+func (s *localSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, _ Options, ctx context.Context) (links, splitter, error) {
 	key := fmt.Sprintf("shrink/%d/%v", inst, view)
 	s.hub.mu.Lock()
 	ch, ok := s.hub.children[key]

@@ -21,7 +21,7 @@ type splitter interface {
 	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (links, splitter, error)
 	// shrunk builds the links of the communicator of view (ranks of c,
 	// newRank among them) agreed in rec's instance inst (see Shrink).
-	shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, ctx context.Context) (links, splitter, error)
+	shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, opts Options, ctx context.Context) (links, splitter, error)
 }
 
 // Split is a collective over c: ranks passing the same colour form a new
