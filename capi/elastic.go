@@ -65,6 +65,9 @@ func capi_CommShrink(comm C.uintptr_t, exclude *C.int, count C.int, newOK C.int,
 			return fail(name, cs, err)
 		}
 	}
+	if err := cs.c.CheckExclude(list); err != nil {
+		return fail(name, cs, err) // before revoking: a bad list changes nothing
+	}
 	if flags == C.GOCOLL_SHRINK_ABORT {
 		cs.c.Revoke()
 	}

@@ -114,17 +114,8 @@ func (c *Comm) Shrink(exclude []int) (*Comm, error) { return c.ShrinkWith(exclud
 // follows c's timeout.
 func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 	opts = opts.withDefaults()
-	seen := map[int]bool{}
-	for _, r := range exclude {
-		switch {
-		case r < 0 || r >= c.size:
-			return nil, invalidArg("shrink: exclude rank %d out of range [0, %d)", r, c.size)
-		case seen[r]:
-			return nil, invalidArg("shrink: rank %d listed twice in exclude", r)
-		case r == c.rank:
-			return nil, invalidArg("shrink: rank %d excludes itself (an excluded rank does not call Shrink)", r)
-		}
-		seen[r] = true
+	if err := c.CheckExclude(exclude); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	if c.destroyed {
@@ -198,6 +189,24 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		}
 		view = again
 	}
+}
+
+// CheckExclude says what is wrong with exclude as Shrink's list, if
+// anything (bindings check before they revoke).
+func (c *Comm) CheckExclude(exclude []int) error {
+	seen := map[int]bool{}
+	for _, r := range exclude {
+		switch {
+		case r < 0 || r >= c.size:
+			return invalidArg("shrink: exclude rank %d out of range [0, %d)", r, c.size)
+		case seen[r]:
+			return invalidArg("shrink: rank %d listed twice in exclude", r)
+		case r == c.rank:
+			return invalidArg("shrink: rank %d excludes itself (an excluded rank does not call Shrink)", r)
+		}
+		seen[r] = true
+	}
+	return nil
 }
 
 // crashForTest makes this rank look dead to the others (testHooks.shrink).

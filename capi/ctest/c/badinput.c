@@ -293,6 +293,9 @@ int main(void) {
     EXPECT(gocollCommShrink(r, NULL, 2, &s, NULL, 0), gocollInvalidArgument, r);
     EXPECT(gocollCommShrink(r, list, -1, &s, NULL, 0), gocollInvalidArgument, r);
     EXPECT(gocollCommShrink(r, NULL, 0, &s, NULL, 5), gocollInvalidArgument, r);
+    EXPECT(gocollCommShrink(r, list, 1, &s, NULL, GOCOLL_SHRINK_ABORT), gocollInvalidArgument, r);
+    /* A refused list revoked nothing. */
+    EXPECT(gocollAllReduce(buf, out, 4, gocollFloat32, gocollSum, r), gocollSuccess, r);
     if (s != NULL) FAIL("failed shrink wrote *newcomm");
     EXPECT(gocollCommGetFailed(r, NULL, 0, NULL), gocollInvalidArgument, r);
     EXPECT(gocollCommGetFailed(r, NULL, 3, &nf), gocollInvalidArgument, r);
