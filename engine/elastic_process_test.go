@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -139,6 +140,68 @@ func TestElasticStoppedProcess(t *testing.T) {
 					t.Fatalf("rank %d exited %d, want %d\n%s", r, code, want, k.Out.String())
 				}
 			}
+		})
+	}
+}
+
+// TestElasticTwoHosts: 2 emulated hosts × 2 ranks (shared memory inside a
+// host, TCP between them; netns_test.go): a rank SIGKILLed on either host,
+// or SIGSTOPped past the timeout, and the others shrink to 3 and go on; a
+// stopped one gets ErrExcluded when resumed. Logs the times for
+// docs/elastic.md.
+func TestElasticTwoHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	for _, sc := range []struct {
+		name   string
+		victim int
+		stop   bool
+	}{
+		{"SIGKILL remote rank", 3, false},
+		{"SIGKILL rank 0", 0, false},
+		{"SIGSTOP past timeout", 2, true},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			h := newHosts(t, 2)
+			gate := filepath.Join(t.TempDir(), "gate")
+			timeout := "10s"
+			if sc.stop {
+				timeout = "1s"
+			}
+			kids := h.startRanks("elastic", 2, "GOCOLL_TIMEOUT="+timeout, gateVar+"="+gate)
+			for _, k := range kids {
+				waitOutput(t, k, "READY", time.Minute)
+			}
+			struck := time.Now()
+			sig := syscall.SIGKILL
+			if sc.stop {
+				sig = syscall.SIGSTOP
+			}
+			kids[sc.victim].Cmd.Process.Signal(sig)
+			for r, k := range kids {
+				if r != sc.victim {
+					waitOutput(t, k, "SUMS OK", time.Minute)
+				}
+			}
+			if sc.stop {
+				kids[sc.victim].Cmd.Process.Signal(syscall.SIGCONT)
+				waitOutput(t, kids[sc.victim], "EXCLUDED", time.Minute)
+			}
+			os.WriteFile(gate, nil, 0o600)
+			waitRanks(t, kids, time.Minute)
+			for r, k := range kids {
+				out := k.Out.String()
+				if r == sc.victim {
+					continue
+				}
+				m := shrunkLine.FindStringSubmatch(out)
+				if k.Err != nil || m == nil || m[1] != "3" || m[2] != strconv.Itoa(r-btoi(r > sc.victim)) {
+					t.Fatalf("rank %d: %v\n%s", r, k.Err, lastLines(out, 20))
+				}
+				logShrinkTimes(t, r, struck, out)
+			}
+			h.checkShm()
 		})
 	}
 }
