@@ -52,6 +52,8 @@ func resultCode(err error) int {
 		return resExcluded
 	case errors.Is(err, engine.ErrRevoked):
 		return resRevoked
+	case errors.Is(err, engine.ErrNoQuorum):
+		return resRemoteError
 	// Setup failures, before the generic kinds: a rendezvous error may
 	// also wrap a deadline or a closed connection, and every rank must
 	// report the cause the root named.

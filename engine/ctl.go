@@ -157,6 +157,15 @@ func ctlTag(tag [8]byte) [8]byte {
 // bytes per rank).
 const maxCtlFrame = 16 << 20
 
+// The control listener is open while the job runs, so it must shrug off
+// whatever reaches it: at most ctlMaxPending connections are in their
+// handshake at once (more are closed at once: a flood costs nothing), and
+// each has ctlHelloTime to prove it holds the secret.
+const (
+	ctlMaxPending = 32
+	ctlHelloTime  = 5 * time.Second
+)
+
 // tcpCtl is the control mesh over TCP: each rank listens from the
 // communicator's creation (a rank still inside a collective must not look
 // dead to one that started recovering) and dials a peer on the first
@@ -175,6 +184,8 @@ type tcpCtl struct {
 	growTag [8]byte
 	log     *slog.Logger
 
+	pending chan struct{} // a slot per connection in its handshake
+
 	mu     sync.Mutex
 	closed bool
 	out    map[int]*ctlOutbox
@@ -190,7 +201,7 @@ type ctlOutbox struct {
 
 func newTCPCtl(me int, addrs []string, secret []byte, tag [8]byte, timeout time.Duration, ln net.Listener, log *slog.Logger) *tcpCtl {
 	t := &tcpCtl{me: me, log: log, addrs: addrs, secret: secret, tag: ctlTag(tag), timeout: timeout, ln: ln,
-		q: newCtlQueue(), out: map[int]*ctlOutbox{}, conns: map[net.Conn]bool{}}
+		q: newCtlQueue(), out: map[int]*ctlOutbox{}, conns: map[net.Conn]bool{}, pending: make(chan struct{}, ctlMaxPending)}
 	t.growTag = growTag(tag)
 	t.wg.Add(1)
 	go t.accept()
@@ -222,6 +233,12 @@ func (t *tcpCtl) accept() {
 		if err != nil {
 			return
 		}
+		select {
+		case t.pending <- struct{}{}:
+		default:
+			c.Close()
+			continue
+		}
 		if !t.track(c) {
 			return
 		}
@@ -235,26 +252,30 @@ func (t *tcpCtl) accept() {
 
 // serve authenticates an incoming connection and reads its messages.
 func (t *tcpCtl) serve(c net.Conn) {
-	deadline := time.Now().Add(min(t.timeout, tcp.DefaultHandshakeTimeout))
+	deadline := time.Now().Add(min(t.timeout, ctlHelloTime))
 	rc := &replayConn{Conn: c}
-	if isGrowHello(rc, t.growTag) {
-		// A process asking to join: the members' Grow reads it.
-		if _, err := tcp.ServerHandshake(rc, t.secret, t.growTag, t.me, deadline, nil); err != nil {
-			t.log.Info("refused a process asking to join", "from", c.RemoteAddr(), "err", err)
-			t.untrack(c)
-			return
-		}
-		t.q.push(ctlEvent{from: -1, conn: rc})
-		return
+	grow := isGrowHello(rc, t.growTag, deadline)
+	tag := t.tag
+	if grow {
+		tag = t.growTag
 	}
-	peer, err := tcp.ServerHandshake(rc, t.secret, t.tag, t.me, deadline, func(p int) error {
-		if p < 0 || p >= len(t.addrs) || p == t.me {
+	peer, err := tcp.ServerHandshake(rc, t.secret, tag, t.me, deadline, func(p int) error {
+		if !grow && (p < 0 || p >= len(t.addrs) || p == t.me) {
 			return fmt.Errorf("rank %d is not a member", p)
 		}
 		return nil
 	})
+	<-t.pending
 	if err != nil {
+		if grow {
+			t.log.Info("refused a process asking to join", "from", c.RemoteAddr(), "err", err)
+		}
 		t.untrack(c)
+		return
+	}
+	if grow {
+		// A process asking to join: the members' Grow reads it.
+		t.q.push(ctlEvent{from: -1, conn: rc})
 		return
 	}
 	c.SetDeadline(time.Time{})

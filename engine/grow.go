@@ -44,9 +44,9 @@ func growTag(tag [8]byte) [8]byte {
 
 // isGrowHello reads the start of a client hello and tells whether it
 // presents tag; the bytes read are put back for the handshake.
-func isGrowHello(c *replayConn, tag [8]byte) bool {
+func isGrowHello(c *replayConn, tag [8]byte, deadline time.Time) bool {
 	var head [16]byte
-	c.SetReadDeadline(time.Now().Add(tcp.DefaultHandshakeTimeout))
+	c.SetReadDeadline(deadline)
 	n, _ := io.ReadFull(c.Conn, head[:])
 	c.replay(head[:n])
 	return n == 16 && [8]byte(head[8:16]) == tag
@@ -143,7 +143,7 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 			s.mu.Lock()
 			have := len(s.joiners)
 			s.mu.Unlock()
-			return nil, &OpError{Op: "grow", Seq: c.seq, Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: %d of %d joining processes arrived within %v", ErrTimeout, have, n, c.opts.Timeout)}
+			return nil, c.growError(fmt.Errorf("%w: %d of %d joining processes arrived within %v", ErrTimeout, have, n, c.opts.Timeout))
 		}
 		s.mu.Lock()
 		joiners = s.joiners[:n:n]
@@ -176,7 +176,7 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 }
 
 func (c *Comm) growError(err error) error {
-	return &OpError{Op: "grow", Seq: c.seq, Rank: c.rank, Peer: failedRank(err), Err: err}
+	return fmt.Errorf("gocoll: grow on rank %d: %w", c.rank, err)
 }
 
 // growExchange is connect's exchange for Grow, through rank 0: members send
@@ -235,7 +235,7 @@ func (s *recoverer) growExchange(inst uint64, joiners []net.Conn, size int) exch
 			b, ok := s.blobs[k]
 			if !ok {
 				s.mu.Unlock()
-				return nil, &OpError{Op: "grow", Rank: 0, Peer: p, Err: fmt.Errorf("%w: rank %d: %s", ErrPeerLost, p, s.down[p])}
+				return nil, &ctlLostError{peer: p, why: s.down[p]}
 			}
 			all[p] = b
 			delete(s.blobs, k)

@@ -56,6 +56,13 @@ type Options struct {
 	// negative, or GOCOLL_FLIGHT_RECORDS=0: no recorder, no SIGUSR1 handler
 	// and no dump on failure).
 	FlightRecords int
+	// ShrinkQuorum is how many ranks Shrink's agreement needs
+	// (GOCOLL_SHRINK_QUORUM): "live" (the default: every rank not found
+	// failed, so any number of crashes can be survived, but the two sides
+	// of a network partition each go on alone) or "majority" (more than
+	// half the communicator's ranks: never two communicators, but fewer
+	// survivors get ErrNoQuorum). See docs/elastic.md.
+	ShrinkQuorum string
 	// DumpDir is where dumps are written (GOCOLL_DUMP_DIR; empty: the temp
 	// dir, os.TempDir, at the time of the dump).
 	DumpDir string
@@ -186,6 +193,13 @@ func OptionsFromSettings(getenv func(string) string, settings ...Setting) (Optio
 	default:
 		return o, fmt.Errorf("%w: %s=%q: want auto or tcp", ErrInvalidArgument, what, t)
 	}
+	v, what = get("GOCOLL_SHRINK_QUORUM")
+	switch q := strings.ToLower(v); q {
+	case "", "live", "majority":
+		o.ShrinkQuorum = q
+	default:
+		return o, fmt.Errorf("%w: %s=%q: want live or majority", ErrInvalidArgument, what, v)
+	}
 	v, what = get("GOCOLL_CMA")
 	switch strings.ToLower(v) {
 	case "", "1", "on", "true", "yes":
@@ -247,7 +261,7 @@ func debugFile(pattern, what string) (io.Writer, error) {
 // process's one metrics endpoint, are not per communicator.)
 var settingVars = []string{"GOCOLL_TIMEOUT", "GOCOLL_ALGO", "GOCOLL_BRUCK_RADIX", "GOCOLL_HD_SEGMENTS",
 	"GOCOLL_FLIGHT_RECORDS", "GOCOLL_DUMP_DIR", "GOCOLL_NET_BANDWIDTH", "GOCOLL_SOCKET_IFNAME",
-	"GOCOLL_TRANSPORT", "GOCOLL_CMA", "GOCOLL_DEBUG", "GOCOLL_DEBUG_FILE"}
+	"GOCOLL_TRANSPORT", "GOCOLL_CMA", "GOCOLL_DEBUG", "GOCOLL_DEBUG_FILE", "GOCOLL_SHRINK_QUORUM"}
 
 // debugFiles are the log files of this process, opened once each however
 // many communicators log to them (a per-process resource, like stderr: the

@@ -25,6 +25,9 @@ var (
 	// this one (they took it for failed: stopped, or too slow, past the
 	// timeout). It cannot rejoin that communicator's epoch.
 	ErrExcluded = agree.ErrExcluded
+	// ErrNoQuorum: with Options.ShrinkQuorum "majority", no more than half
+	// the ranks could be reached; nothing was decided.
+	ErrNoQuorum = agree.ErrNoQuorum
 )
 
 // Revoke fails every pending and later operation of the communicator, on
@@ -155,7 +158,7 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 			return nil, c.crashForTest()
 		}
 		if cerr != nil {
-			p := failedRank(cerr)
+			p := culprit(cerr, view)
 			if p < 0 || p == c.rank {
 				return nil, c.shrinkError(cerr)
 			}
@@ -218,11 +221,7 @@ func (c *Comm) crashForTest() error {
 }
 
 func (c *Comm) shrinkError(err error) error {
-	var oe *OpError
-	if errors.As(err, &oe) {
-		return err
-	}
-	return &OpError{Op: "shrink", Seq: c.seq, Rank: c.rank, Peer: failedRank(err), Err: err}
+	return fmt.Errorf("gocoll: shrink on rank %d: %w", c.rank, err)
 }
 
 // outside is the ranks of [0, n) not in view.
@@ -436,6 +435,9 @@ func (s *recoverer) agree(ctx context.Context, suspects []int) ([]int, error) {
 		s.mu.Unlock()
 		return nil, err
 	}
+	if s.c.opts.ShrinkQuorum == "majority" {
+		n.SetQuorum(s.c.size/2 + 1)
+	}
 	s.nodes[inst] = n
 	s.sendAll(inst, n.Start())
 	for _, ev := range s.pending[inst] {
@@ -454,7 +456,7 @@ func (s *recoverer) agree(ctx context.Context, suspects []int) ([]int, error) {
 	}
 	view, err := n.Result()
 	if err != nil {
-		return nil, fmt.Errorf("gocoll: rank %d: %w", s.c.rank, err)
+		return nil, err
 	}
 	return view, nil
 }
@@ -516,7 +518,7 @@ func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 			return nil, err
 		}
 		if lost >= 0 {
-			return nil, &transport.PeerLostError{Peer: lost, Reason: why}
+			return nil, &ctlLostError{peer: lost, why: why}
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -555,19 +557,36 @@ func (s *netSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int, n
 	// errors: name the rank of c.
 	l, err := connect(ctx, newRank, len(view), tag, s.secret, s.host, rec.exchange(inst, view), opts)
 	if err != nil {
-		if p := failedRank(err); p >= 0 && p < len(view) && !isCtlPeer(err) {
-			err = &transport.PeerLostError{Peer: view[p], Reason: err.Error()}
-		}
 		return links{}, nil, err
 	}
 	return l, &netSplitter{secret: s.secret, tag: tag, host: s.host}, nil
 }
 
-// isCtlPeer says whether err's lost peer was named by the control mesh
-// (a rank of the parent), not by the new communicator's transport.
-func isCtlPeer(err error) bool {
-	var lost *transport.PeerLostError
-	return errors.As(err, &lost) && !strings.Contains(lost.Reason, "rank")
+// ctlLostError: a member of the view went away (or was taken for failed)
+// while the new communicator was being set up. peer is a rank of the
+// communicator being shrunk.
+type ctlLostError struct {
+	peer int
+	why  string
+}
+
+func (e *ctlLostError) Error() string {
+	return fmt.Sprintf("%v: rank %d: %s", ErrPeerLost, e.peer, e.why)
+}
+func (e *ctlLostError) Unwrap() error { return ErrPeerLost }
+
+// culprit is the rank of the shrinking communicator that err, from
+// setting up view's links, blames; -1 if none. The control mesh names
+// ranks of that communicator, the new transport ranks of view.
+func culprit(err error, view []int) int {
+	var cl *ctlLostError
+	if errors.As(err, &cl) {
+		return cl.peer
+	}
+	if p := failedRank(err); p >= 0 && p < len(view) {
+		return view[p]
+	}
+	return -1
 }
 
 func (s *localSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, _ Options, ctx context.Context) (links, splitter, error) {

@@ -409,3 +409,34 @@ func TestShrinkGrowCycles(t *testing.T) {
 		})
 	}
 }
+
+// TestShrinkMajority: with GOCOLL_SHRINK_QUORUM=majority, 3 of 5 shrink;
+// 2 of 5 (two ranks that cannot reach the others) get ErrNoQuorum.
+func TestShrinkMajority(t *testing.T) {
+	opts := Options{Timeout: 300 * time.Millisecond, ShrinkQuorum: "majority"}
+	comms := newLocal(t, 5, opts)
+	crash(comms[1])
+	crash(comms[4])
+	kids, errs := shrinkAll([]*Comm{comms[0], nil, comms[2], comms[3], nil}, nil)
+	for _, r := range []int{0, 2, 3} {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+	defer destroyLive(kids)
+	checkSum(t, []*Comm{kids[0], kids[2], kids[3]})
+
+	comms = newLocal(t, 5, opts)
+	for _, r := range []int{0, 2, 4} {
+		crash(comms[r])
+	}
+	_, errs = shrinkAll([]*Comm{nil, comms[1], nil, comms[3], nil}, nil)
+	for _, r := range []int{1, 3} {
+		if !errors.Is(errs[r], ErrNoQuorum) {
+			t.Fatalf("rank %d: %v, want ErrNoQuorum", r, errs[r])
+		}
+	}
+	if _, err := OptionsFromSettings(func(string) string { return "" }, Setting{Var: "GOCOLL_SHRINK_QUORUM", Value: "most"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("GOCOLL_SHRINK_QUORUM=most: %v", err)
+	}
+}

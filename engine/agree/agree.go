@@ -39,8 +39,13 @@
 // are crash-stop and a member suspected by one is refused by every member
 // that learns of it (as above). A wrongly suspected member is told it was
 // excluded by any member it reaches; if every member it can reach has
-// already gone, it cannot tell them from failed ones (see
-// docs/elastic.md).
+// already gone, it cannot tell them from failed ones. A network partition
+// is not a crash: each side takes the other for failed and decides its own
+// view. SetQuorum closes that: with a quorum above half the members, a
+// round goes on only when that many members promised and acknowledged, so
+// that any two rounds share a member and Paxos's argument holds whatever
+// the failures; the price is that fewer survivors than the quorum decide
+// nothing (ErrNoQuorum) (see docs/elastic.md).
 package agree
 
 import (
@@ -52,6 +57,9 @@ import (
 // ErrExcluded: this member was left out of the view (it was suspected of
 // having failed): it must not go on with the others.
 var ErrExcluded = errors.New("excluded by the surviving members (suspected of having failed)")
+
+// ErrNoQuorum: fewer members than the quorum (SetQuorum) could be reached.
+var ErrNoQuorum = errors.New("too few members reachable for a quorum")
 
 // Kind names a message.
 type Kind uint8
@@ -100,6 +108,8 @@ type Node struct {
 	acc      []int  // view accepted at accB
 	accB     uint64
 
+	quorum  int // members a round needs, itself included (0: every live one)
+	heard   int // members that answered the current phase, itself included
 	done    bool
 	view    []int // decided
 	err     error
@@ -137,6 +147,12 @@ func New(me int, members []int, suspects []int) (*Node, error) {
 	}
 	return n, nil
 }
+
+// SetQuorum makes each round need q members (this one included) to
+// promise and to acknowledge; call it before Start, with the same q on
+// every member. More than half the members: no two views are ever decided,
+// even across a network partition.
+func (n *Node) SetQuorum(q int) { n.quorum = q }
 
 // Start begins: the coordinator sends its first messages.
 func (n *Node) Start() []Out {
@@ -290,6 +306,7 @@ func (n *Node) Recv(from int, m Msg) []Out {
 			break
 		}
 		delete(n.waiting, from)
+		n.heard++
 		for _, s := range m.Set {
 			if s != n.me && slices.Contains(n.members, s) {
 				n.susp[s] = true
@@ -314,6 +331,7 @@ func (n *Node) Recv(from int, m Msg) []Out {
 			break
 		}
 		delete(n.waiting, from)
+		n.heard++
 		n.advance()
 	}
 	return n.flush()
@@ -382,7 +400,7 @@ func (n *Node) next() {
 	round := n.promised>>32 + 1
 	n.ballot = round<<32 | uint64(n.me)
 	n.promised = n.ballot
-	n.phase = 1
+	n.phase, n.heard = 1, 1
 	n.best, n.bestB = slices.Clone(n.acc), n.accB
 	n.waiting = map[int]bool{}
 	for _, p := range n.members {
@@ -405,6 +423,10 @@ func (n *Node) advance() {
 	if !n.leading || n.done || len(n.waiting) > 0 {
 		return
 	}
+	if n.heard < n.quorum {
+		n.done, n.err, n.leading = true, ErrNoQuorum, false
+		return
+	}
 	if n.phase == 1 {
 		view := n.best
 		if view == nil {
@@ -418,7 +440,7 @@ func (n *Node) advance() {
 			n.exclude()
 			return
 		}
-		n.phase = 2
+		n.phase, n.heard = 2, 1
 		n.acc, n.accB = slices.Clone(view), n.ballot
 		n.fenceOutside(view)
 		for _, p := range view {

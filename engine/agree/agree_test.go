@@ -1,6 +1,7 @@
 package agree
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"slices"
@@ -30,12 +31,15 @@ type sim struct {
 	order   int        // 0: global FIFO; 1: the highest (to, from) link first; 2: random (rng)
 	rng     *rand.Rand // order 2
 	choose  func(node int) bool
+	cut     func(from, to int) bool // a partition: messages across are lost
 	crashes int
 	steps   int
 	trace   []string
 }
 
-func newSim(t *testing.T, n int, choose func(int) bool) *sim {
+func newSim(t *testing.T, n int, choose func(int) bool) *sim { return newSimQ(t, n, 0, choose) }
+
+func newSimQ(t *testing.T, n, quorum int, choose func(int) bool) *sim {
 	s := &sim{n: n, alive: make([]bool, n), paused: make([]bool, n), choose: choose}
 	members := make([]int, n)
 	for i := range members {
@@ -46,6 +50,7 @@ func newSim(t *testing.T, n int, choose func(int) bool) *sim {
 		if err != nil {
 			t.Fatal(err)
 		}
+		nd.SetQuorum(quorum)
 		s.nodes = append(s.nodes, nd)
 		s.alive[i] = true
 	}
@@ -129,7 +134,7 @@ func (s *sim) drain(t *testing.T) {
 		i := s.pick()
 		e := s.queue[i]
 		s.queue = slices.Delete(s.queue, i, i+1)
-		if !s.alive[e.to] {
+		if !s.alive[e.to] || (s.cut != nil && !e.down && s.cut(e.from, e.to)) {
 			continue
 		}
 		if s.paused[e.to] || (s.paused[e.from] && !e.down) {
@@ -237,14 +242,25 @@ func TestEveryKillSchedule(t *testing.T) {
 	if testing.Short() {
 		limit = 2
 	}
-	for order := 0; order < 4; order++ {
+	everySchedule(t, n, limit, 0, 4)
+}
+
+// TestEveryKillScheduleMajority is TestEveryKillSchedule with a majority
+// quorum (3 of 5) and up to 2 crashes, which leave a quorum: every
+// survivor still decides, all the same view.
+func TestEveryKillScheduleMajority(t *testing.T) {
+	everySchedule(t, 5, 2, 3, 2)
+}
+
+func everySchedule(t *testing.T, n, limit, quorum, orders int) {
+	for order := 0; order < orders; order++ {
 		x := &explorer{}
 		runs := 0
 		for {
 			var s *sim
 			crashes := 0
 			choose := x.choose(limit, &crashes)
-			s = newSim(t, n, func(i int) bool {
+			s = newSimQ(t, n, quorum, func(i int) bool {
 				c := choose(i)
 				if c {
 					crashes++
@@ -261,7 +277,7 @@ func TestEveryKillSchedule(t *testing.T) {
 			}
 		}
 		t.Logf("order %d: %d schedules", order, runs)
-		if runs < 1000 && !testing.Short() {
+		if runs < 1000 && !testing.Short() && limit >= 4 {
 			t.Fatalf("only %d schedules: the enumeration is broken", runs)
 		}
 	}
@@ -347,4 +363,70 @@ func TestNewBadInput(t *testing.T) {
 	if v, err := nd.Result(); err != nil || !slices.Equal(v, []int{0}) {
 		t.Fatalf("a lone member decided %v, %v", v, err)
 	}
+}
+
+// partitioned runs n members cut into the groups side(i) says, each side
+// taking the other for failed (its messages lost, its links down), timing
+// out on whoever it waits for until nothing changes; it returns the views
+// decided and the members that ended with ErrNoQuorum.
+func partitioned(t *testing.T, n, quorum int, side func(int) int) (views map[string][]int, noQuorum int) {
+	s := newSimQ(t, n, quorum, func(int) bool { return false })
+	s.cut = func(a, b int) bool { return side(a) != side(b) }
+	for a := 0; a < n; a++ {
+		for b := 0; b < n; b++ {
+			if side(a) != side(b) {
+				s.queue = append(s.queue, event{from: a, to: b, down: true})
+			}
+		}
+	}
+	s.run(t)
+	for k := 0; k < 3*n; k++ {
+		for i, nd := range s.nodes {
+			for _, p := range nd.Waiting() {
+				s.queue = append(s.queue, event{from: p, to: i, down: true})
+			}
+		}
+		s.drain(t)
+	}
+	views = map[string][]int{}
+	for i, nd := range s.nodes {
+		if !nd.Done() {
+			t.Fatalf("member %d never finished\n%s", i, s.dump())
+		}
+		v, err := nd.Result()
+		switch {
+		case errors.Is(err, ErrNoQuorum):
+			noQuorum++
+		case err != nil:
+			t.Fatalf("member %d: %v", i, err)
+		default:
+			views[fmt.Sprint(v)] = v
+		}
+	}
+	return views, noQuorum
+}
+
+// TestPartition: without a quorum each side of a network partition decides
+// its own view (what the majority quorum is for); with a majority quorum
+// only a side holding a majority decides, and a tie decides nothing.
+func TestPartition(t *testing.T) {
+	twoThree := func(i int) int { return btoi(i >= 2) }
+	if views, _ := partitioned(t, 5, 0, twoThree); len(views) != 2 {
+		t.Fatalf("without a quorum: views %v, want one per side", views)
+	}
+	views, noQ := partitioned(t, 5, 3, twoThree)
+	if len(views) != 1 || views["[2 3 4]"] == nil || noQ != 2 {
+		t.Fatalf("majority of 5, sides 2|3: views %v, %d without quorum", views, noQ)
+	}
+	views, noQ = partitioned(t, 4, 3, twoThree)
+	if len(views) != 0 || noQ != 4 {
+		t.Fatalf("majority of 4, sides 2|2: views %v, %d without quorum", views, noQ)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
