@@ -400,7 +400,7 @@ gocollResult_t gocollCommGetFailed(gocollComm_t comm, int* ranks, int max, int* 
 /* Growing: a new process (a replacement for a lost rank) joins a running
  * communicator. Any rank of comm writes the join info (gocollCommJoinInfo:
  * rank 0's control address and comm's id, nothing secret) where the new
- * process finds it (a job file, the launcher's environment: GOCOLL_JOIN);
+ * process finds it (a job file, or a variable the launcher sets);
  * the new process calls gocollCommJoin with it and the job's unique id (or
  * NULL with the job's GOCOLL_SECRET set) and waits; the members, at a point
  * of their choosing (a step boundary: rank 0 learns of waiting processes

@@ -314,7 +314,7 @@ func JoinSecret(id *UniqueID, getenv func(string) string) ([]byte, error) {
 
 // Join makes this process a rank of a communicator that admits it (its
 // members call Grow). info is the communicator's JoinInfo (handed over by
-// a job file or the launcher's environment: GOCOLL_JOIN); secret is the
+// a job file, or a variable the launcher sets); secret is the
 // job's (the unique id's, or GOCOLL_SECRET). It waits up to the timeout to
 // be admitted.
 func Join(info string, secret []byte, opts Options) (*Comm, error) {
