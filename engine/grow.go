@@ -165,14 +165,7 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 	if err != nil {
 		return nil, c.growError(err)
 	}
-	child, err := newComm(c.rank, size, l.tr, c.opts)
-	if err != nil {
-		l.close()
-		return nil, err
-	}
-	child.split, child.arena, child.id, child.ctl = &netSplitter{secret: ns.secret, tag: tag, host: ns.host}, l.arena, l.id, l.ctl
-	child.place(l.hosts, l.names)
-	return child, nil
+	return adopt(c.rank, size, l, &netSplitter{secret: ns.secret, tag: tag, host: ns.host}, c.opts)
 }
 
 func (c *Comm) growError(err error) error {
@@ -368,13 +361,5 @@ func Join(info string, secret []byte, opts Options) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := newComm(rank, size, l.tr, opts)
-	if err != nil {
-		l.close()
-		return nil, err
-	}
-	c.arena, c.id, c.ctl = l.arena, l.id, l.ctl
-	c.place(l.hosts, l.names)
-	c.split = &netSplitter{secret: secret, tag: newTag, host: host}
-	return c, nil
+	return adopt(rank, size, l, &netSplitter{secret: secret, tag: newTag, host: host}, opts)
 }

@@ -201,14 +201,19 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	if err != nil {
 		return nil, err
 	}
-	c, err = newComm(rank, nranks, l.tr, opts)
+	return adopt(rank, nranks, l, &netSplitter{secret: secret, tag: tag, host: host}, opts)
+}
+
+// adopt makes rank's communicator of size ranks over the links l, whose
+// sub-communicators sp builds; on failure it closes l.
+func adopt(rank, size int, l links, sp splitter, opts Options) (*Comm, error) {
+	c, err := newComm(rank, size, l.tr, opts)
 	if err != nil {
 		l.close()
 		return nil, err
 	}
-	c.arena, c.id, c.ctl = l.arena, l.id, l.ctl
+	c.split, c.arena, c.id, c.ctl = sp, l.arena, l.id, l.ctl
 	c.place(l.hosts, l.names)
-	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gocoll/gocoll/engine/agree"
 	"github.com/gocoll/gocoll/engine/transport"
-	"github.com/gocoll/gocoll/engine/transport/mem"
 )
 
 var (
@@ -171,13 +170,10 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		var again []int
 		again, err = s.agree(ctx, append(suspects, outside(c.size, view)...))
 		if err == nil && cerr == nil && slices.Equal(again, view) {
-			child, err := newComm(newRank, len(view), l.tr, opts)
+			child, err := adopt(newRank, len(view), l, sp, opts)
 			if err != nil {
-				l.close()
 				return nil, err
 			}
-			child.split, child.arena, child.id, child.ctl = sp, l.arena, l.id, l.ctl
-			child.place(l.hosts, l.names)
 			child.keep = s.hold()
 			c.mu.Lock()
 			c.leftOut = outside(c.size, view)
@@ -590,14 +586,7 @@ func culprit(err error, view []int) int {
 }
 
 func (s *localSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, _ Options, ctx context.Context) (links, splitter, error) {
-	key := fmt.Sprintf("shrink/%d/%v", inst, view)
-	s.hub.mu.Lock()
-	ch, ok := s.hub.children[key]
-	if !ok {
-		ch = &localSplitter{world: mem.NewWorld(len(view)), hub: newLocalHub(), id: randomID(), ctl: newLocalCtlWorld(len(view))}
-		s.hub.children[key] = ch
-	}
-	s.hub.mu.Unlock()
+	ch := s.hub.child(fmt.Sprintf("shrink/%d/%v", inst, view), len(view))
 	// Every member must have taken its part before any uses it: that is
 	// what the exchange of the net path checks too.
 	if _, err := rec.exchange(inst, view)(ctx, nil); err != nil {

@@ -69,14 +69,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gocoll: split on rank %d: %w", c.rank, err)
 	}
-	child, err := newComm(childRank, len(members), l.tr, c.opts)
-	if err != nil {
-		l.close()
-		return nil, err
-	}
-	child.split, child.arena, child.id, child.ctl = sp, l.arena, l.id, l.ctl
-	child.place(l.hosts, l.names)
-	return child, nil
+	return adopt(childRank, len(members), l, sp, c.opts)
 }
 
 // localSplitter makes in-process children: the first member to arrive
@@ -97,18 +90,24 @@ type localHub struct {
 
 func newLocalHub() *localHub { return &localHub{children: map[string]*localSplitter{}} }
 
+// child is the in-process child world of n ranks named key, made by the
+// first member to ask.
+func (h *localHub) child(key string, n int) *localSplitter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch, ok := h.children[key]
+	if !ok {
+		ch = &localSplitter{world: mem.NewWorld(n), hub: newLocalHub(), id: randomID(), ctl: newLocalCtlWorld(n)}
+		h.children[key] = ch
+	}
+	return ch
+}
+
 func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (links, splitter, error) {
 	if members == nil {
 		return links{}, nil, nil
 	}
-	key := fmt.Sprintf("%d/%d", seq, color)
-	s.hub.mu.Lock()
-	ch, ok := s.hub.children[key]
-	if !ok {
-		ch = &localSplitter{world: mem.NewWorld(len(members)), hub: newLocalHub(), id: randomID(), ctl: newLocalCtlWorld(len(members))}
-		s.hub.children[key] = ch
-	}
-	s.hub.mu.Unlock()
+	ch := s.hub.child(fmt.Sprintf("%d/%d", seq, color), len(members))
 	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members), id: ch.id, ctl: localCtl{ch.ctl, childRank}}, ch, nil
 }
 
