@@ -186,21 +186,20 @@ func OptionsFromSettings(getenv func(string) string, settings ...Setting) (Optio
 		o.NetBandwidth = bw
 	}
 	o.SocketIfname, _ = get("GOCOLL_SOCKET_IFNAME")
-	v, what := get("GOCOLL_TRANSPORT")
-	switch t := strings.ToLower(v); t {
-	case "", "auto", "tcp":
-		o.Transport = t
-	default:
-		return o, fmt.Errorf("%w: %s=%q: want auto or tcp", ErrInvalidArgument, what, t)
+	for _, c := range []struct {
+		name string
+		to   *string
+		a, b string // the values it takes (or empty)
+	}{{"GOCOLL_TRANSPORT", &o.Transport, "auto", "tcp"}, {"GOCOLL_SHRINK_QUORUM", &o.ShrinkQuorum, "live", "majority"}} {
+		v, what := get(c.name)
+		switch w := strings.ToLower(v); w {
+		case "", c.a, c.b:
+			*c.to = w
+		default:
+			return o, fmt.Errorf("%w: %s=%q: want %s or %s", ErrInvalidArgument, what, w, c.a, c.b)
+		}
 	}
-	v, what = get("GOCOLL_SHRINK_QUORUM")
-	switch q := strings.ToLower(v); q {
-	case "", "live", "majority":
-		o.ShrinkQuorum = q
-	default:
-		return o, fmt.Errorf("%w: %s=%q: want live or majority", ErrInvalidArgument, what, v)
-	}
-	v, what = get("GOCOLL_CMA")
+	v, what := get("GOCOLL_CMA")
 	switch strings.ToLower(v) {
 	case "", "1", "on", "true", "yes":
 	case "0", "off", "false", "no":
