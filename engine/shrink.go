@@ -131,6 +131,9 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 	}
 	s.shrinkMu.Lock()
 	defer s.shrinkMu.Unlock()
+	if s.excluded != nil {
+		return nil, c.shrinkError(s.excluded)
+	}
 	began := time.Now()
 	deadline := began.Add(c.opts.Timeout * time.Duration(4+c.size))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -243,6 +246,7 @@ type recoverer struct {
 	timeout  time.Duration
 	shrinkMu sync.Mutex // one Shrink (or Grow) at a time
 	inst     uint64     // the next instance (shrinkMu)
+	excluded error      // ErrExcluded once an agreement left this rank out (shrinkMu)
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -356,6 +360,12 @@ func (s *recoverer) handle(ev ctlEvent) {
 	case ev.msg.Agree != nil:
 		s.heard[ev.from] = time.Now()
 		n := s.nodes[ev.msg.Inst]
+		if n == nil && s.suspect[ev.from] {
+			// A rank left out, asking in an agreement the others will
+			// never run: tell it at once.
+			s.net.send(ev.from, ctlMsg{Inst: ev.msg.Inst, Agree: &agree.Msg{Kind: agree.Excluded}})
+			return
+		}
 		if n == nil {
 			s.pending[ev.msg.Inst] = append(s.pending[ev.msg.Inst], ev)
 			return
@@ -451,6 +461,9 @@ func (s *recoverer) agree(ctx context.Context, suspects []int) ([]int, error) {
 		s.suspect[p] = true
 	}
 	view, err := n.Result()
+	if errors.Is(err, ErrExcluded) {
+		s.excluded = err
+	}
 	if err != nil {
 		return nil, err
 	}
