@@ -234,7 +234,6 @@ type setupInfo struct {
 	Shm  string `json:"shm_domain,omitempty"` // equal on ranks that share /dev/shm (see shmDomain)
 	Addr string `json:"addr"`
 	Pid  int    `json:"pid"`
-	Ctl  string `json:"ctl,omitempty"` // the control listener (Shrink, Grow)
 	// Probe is an empty memory file the ranks of this host try to open:
 	// whether they may map this rank's memory (see connect).
 	Probe *shmsync.FileRef `json:"probe,omitempty"`
@@ -294,21 +293,8 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	if err != nil {
 		return links{}, err
 	}
-	cln, err := tcp.Listen(host)
-	if err != nil {
-		return links{}, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
-	}
-	defer func() {
-		if err != nil {
-			cln.Close()
-		}
-	}()
-	ctlAddr, err := tcp.AdvertiseAddr(cln, host)
-	if err != nil {
-		return links{}, err
-	}
 	hostname, _ := os.Hostname()
-	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid(), Ctl: ctlAddr}
+	me := setupInfo{Host: hostname, Addr: addr, Pid: os.Getpid()}
 	probeFd := -1
 	closeProbe := func() {
 		if probeFd >= 0 {
@@ -461,8 +447,24 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	tr := transport.NewRouted(rank, byPeer)
 	opts.hooks.at(setupConnected)
 	// Once everyone connected nobody opens the segments again: close
-	// their descriptors.
-	if _, err = exchange(ctx, nil); err != nil {
+	// their descriptors. The same round says where each rank's control
+	// listener is (see ctl.go): opened only now, so that nothing but the
+	// setup's own listener waits for a late rank.
+	cln, err := tcp.Listen(host)
+	if err != nil {
+		tr.Close()
+		return links{}, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
+	}
+	ctlAddr, err := tcp.AdvertiseAddr(cln, host)
+	var ctlAddrs [][]byte
+	if err == nil {
+		ctlAddrs, err = exchange(ctx, []byte(ctlAddr))
+	}
+	if err == nil && len(ctlAddrs) != size {
+		err = fmt.Errorf("rendezvous returned %d entries for %d ranks", len(ctlAddrs), size)
+	}
+	if err != nil {
+		cln.Close()
 		tr.Close()
 		return links{}, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
@@ -475,11 +477,11 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	opts.hooks.at(setupReleased)
 	log.Info("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
 	hosts, names := hostsOf(infos)
-	ctlAddrs := make([]string, size)
-	for q, in := range infos {
-		ctlAddrs[q] = in.Ctl
+	addrs = make([]string, size)
+	for q, a := range ctlAddrs {
+		addrs[q] = string(a)
 	}
-	ctl := newTCPCtl(rank, ctlAddrs, secret, tag, opts.Timeout, cln, log)
+	ctl := newTCPCtl(rank, addrs, secret, tag, opts.Timeout, cln, log)
 	return links{tr, arena, hosts, names, binary.BigEndian.Uint64(tag[:]), ctl}, nil
 }
 
