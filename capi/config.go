@@ -22,7 +22,10 @@ import (
 // configLayouts is the size of gocollConfig_t for every layout version this
 // library knows (index: version). A later header that adds fields bumps
 // GOCOLL_CONFIG_VERSION and appends its size; older versions stay readable.
-var configLayouts = [...]uintptr{1: unsafe.Sizeof(C.gocollConfig_t{})}
+var configLayouts = [...]uintptr{
+	1: unsafe.Offsetof(C.gocollConfig_t{}.shrinkQuorum),
+	2: unsafe.Sizeof(C.gocollConfig_t{}),
+}
 
 // configHeader is how many bytes size, magic and version take: nothing
 // else is read before size says the struct is at least that long.

@@ -30,6 +30,8 @@ const (
 	resRemoteError     = 6
 	resInProgress      = 7
 	resTimeout         = 8
+	resRevoked         = 9
+	resExcluded        = 10
 )
 
 // resultCode maps an engine error to the gocollResult_t the C caller sees.
@@ -44,6 +46,14 @@ func resultCode(err error) int {
 		return resSuccess
 	case errors.Is(err, engine.ErrInvalidArgument):
 		return resInvalidArgument
+	// Before the generic kinds: a revoked call also wraps the abort
+	// that carried it, and the caller's next step (shrink) differs.
+	case errors.Is(err, engine.ErrExcluded):
+		return resExcluded
+	case errors.Is(err, engine.ErrRevoked):
+		return resRevoked
+	case errors.Is(err, engine.ErrNoQuorum):
+		return resRemoteError
 	// Setup failures, before the generic kinds: a rendezvous error may
 	// also wrap a deadline or a closed connection, and every rank must
 	// report the cause the root named.

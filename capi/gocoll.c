@@ -45,6 +45,8 @@ const char* gocollGetErrorString(gocollResult_t result) {
     case gocollRemoteError: return "remote error (a peer process died or aborted)";
     case gocollInProgress: return "operation in progress";
     case gocollTimeout: return "timed out waiting for a peer";
+    case gocollRevoked: return "communicator revoked (shrink it to go on)";
+    case gocollExcluded: return "excluded: the other ranks went on without this one";
     default: return "unknown result code";
   }
 }
@@ -101,6 +103,47 @@ gocollResult_t gocollCommSplit(gocollComm_t comm, int color, int key, gocollComm
 
 gocollResult_t gocollCommDestroy(gocollComm_t comm) {
   return (gocollResult_t)capi_CommDestroy(h(comm));
+}
+
+gocollResult_t gocollCommRevoke(gocollComm_t comm, int flags) {
+  return (gocollResult_t)capi_CommRevoke(h(comm), flags);
+}
+
+gocollResult_t gocollCommShrink(gocollComm_t comm, const int* excludeRanks, int excludeCount,
+                                gocollComm_t* newcomm, const gocollConfig_t* config, int flags) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommShrink(h(comm), (int*)excludeRanks, excludeCount, newcomm != NULL,
+                                                      &out, (gocollConfig_t*)config, flags);
+  if (rc == gocollSuccess) *newcomm = (gocollComm_t)out;
+  return rc;
+}
+
+gocollResult_t gocollCommGetFailed(gocollComm_t comm, int* ranks, int max, int* n) {
+  return (gocollResult_t)capi_CommGetFailed(h(comm), ranks, max, n != NULL, n);
+}
+
+gocollResult_t gocollCommJoinInfo(gocollComm_t comm, char* buf, size_t len, size_t* needed) {
+  return (gocollResult_t)capi_CommJoinInfo(h(comm), buf, len, needed);
+}
+
+gocollResult_t gocollCommJoiners(gocollComm_t comm, int* n) {
+  return (gocollResult_t)capi_CommJoiners(h(comm), n != NULL, n);
+}
+
+gocollResult_t gocollCommGrow(gocollComm_t comm, int nJoiners, gocollComm_t* newcomm) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommGrow(h(comm), nJoiners, newcomm != NULL, &out);
+  if (rc == gocollSuccess) *newcomm = (gocollComm_t)out;
+  return rc;
+}
+
+gocollResult_t gocollCommJoin(gocollComm_t* comm, const char* joinInfo, const gocollUniqueId* id,
+                              const gocollConfig_t* config) {
+  uintptr_t out = 0;
+  gocollResult_t rc = (gocollResult_t)capi_CommJoin(comm != NULL, &out, (char*)joinInfo,
+                                                    id ? (char*)id->internal : NULL, (gocollConfig_t*)config);
+  if (rc == gocollSuccess) *comm = (gocollComm_t)out;
+  return rc;
 }
 
 gocollResult_t gocollCommAbort(gocollComm_t comm) {

@@ -122,7 +122,9 @@ typedef enum {
   gocollRemoteError = 6,
   gocollInProgress = 7,
   gocollTimeout = 8,
-  gocollNumResults = 9
+  gocollRevoked = 9,  /* the communicator was revoked (gocollCommRevoke, here or on a peer) */
+  gocollExcluded = 10, /* the other ranks shrank the communicator without this one */
+  gocollNumResults = 11
 } gocollResult_t;
 
 /* Element types. float16 is IEEE 754 binary16, bfloat16 the upper half of a
@@ -202,10 +204,10 @@ typedef enum {
  * engine/settings.go (its values: docs/settings.md); a new field goes
  * there too, and in Python's gocoll._lib.Config (tests check all three). */
 #define GOCOLL_CONFIG_MAGIC 0x60c011cfu
-#define GOCOLL_CONFIG_VERSION 1
+#define GOCOLL_CONFIG_VERSION 2
 #define GOCOLL_CONFIG_UNDEF_INT (-2147483647 - 1) /* INT_MIN: "not set" for int fields */
 
-typedef struct gocollConfig_v1 {
+typedef struct gocollConfig_v2 {
   size_t size;          /* sizeof(gocollConfig_t) */
   unsigned int magic;   /* GOCOLL_CONFIG_MAGIC */
   unsigned int version; /* GOCOLL_CONFIG_VERSION: the layout of the fields below */
@@ -221,6 +223,8 @@ typedef struct gocollConfig_v1 {
   int bruckRadix;       /* GOCOLL_BRUCK_RADIX: >= 2 */
   int hdSegments;       /* GOCOLL_HD_SEGMENTS: >= 1 */
   int flightRecords;    /* GOCOLL_FLIGHT_RECORDS: 0 (off) to 1048576 */
+  /* version 2 */
+  const char* shrinkQuorum; /* GOCOLL_SHRINK_QUORUM: "live" or "majority" (gocollCommShrink) */
 } gocollConfig_t;
 
 #define GOCOLL_CONFIG_INITIALIZER {                                        \
@@ -228,7 +232,8 @@ typedef struct gocollConfig_v1 {
   GOCOLL_CONFIG_UNDEF_INT,                    /* timeoutMs */              \
   NULL, NULL, NULL, NULL, NULL, NULL, NULL,   /* algo ... dumpDir */       \
   GOCOLL_CONFIG_UNDEF_INT, GOCOLL_CONFIG_UNDEF_INT,  /* cma, bruckRadix */ \
-  GOCOLL_CONFIG_UNDEF_INT, GOCOLL_CONFIG_UNDEF_INT   /* hdSegments, flightRecords */ \
+  GOCOLL_CONFIG_UNDEF_INT, GOCOLL_CONFIG_UNDEF_INT,  /* hdSegments, flightRecords */ \
+  NULL                                        /* shrinkQuorum */           \
 }
 
 /* ------------------------------------------------------------------------- */
@@ -349,6 +354,96 @@ gocollResult_t gocollCommDestroy(gocollComm_t comm);
  * Errors: gocollInvalidArgument (comm NULL or unknown), gocollInvalidUsage
  * (already destroyed or aborted). */
 gocollResult_t gocollCommAbort(gocollComm_t comm);
+
+/* ------------------------------------------------------------------------- */
+/* Surviving a lost rank (docs/elastic.md)                                    */
+/* ------------------------------------------------------------------------- */
+
+/* Revokes comm, like ncclCommRevoke / MPIX_Comm_revoke: every operation
+ * pending on comm, on this rank and on its peers (told through the
+ * connections), and every later one fails with gocollRevoked. Not
+ * collective, never blocks, idempotent. Unlike gocollCommAbort the handle
+ * stays valid: comm can still be shrunk (gocollCommShrink), queried
+ * (gocollCommGetFailed) and destroyed.
+ * Errors: gocollInvalidArgument (comm not valid, flags not 0). */
+gocollResult_t gocollCommRevoke(gocollComm_t comm, int flags);
+
+#define GOCOLL_SHRINK_DEFAULT 0
+#define GOCOLL_SHRINK_ABORT 1 /* revoke comm's pending work first */
+
+/* Makes *newcomm of the ranks of comm that go on, renumbered densely in
+ * their order in comm, like ncclCommShrink. Every such rank calls it.
+ * excludeRanks NULL (excludeCount 0): the ranks agree among themselves
+ * which ranks failed (a fault-tolerant agreement: ranks whose connection
+ * broke, or silent past GOCOLL_TIMEOUT, are left out, and ranks dying
+ * during the shrink cost one more round); this is the call after a
+ * gocollRemoteError or gocollTimeout. Otherwise the excludeCount ranks of
+ * comm listed are left out (they do not call it; every caller passes the
+ * same list). Works on a failed or revoked comm; with GOCOLL_SHRINK_ABORT
+ * it revokes comm first, so that operations still pending on it return
+ * (use it after a failure). config NULL: the new communicator has comm's
+ * settings; else its own, as gocollCommInitRankConfig. comm stays valid:
+ * destroy it (its answers to late ranks stop then, or when newcomm is
+ * destroyed, whichever is later). Bounded by (4 + ranks) x GOCOLL_TIMEOUT.
+ * Errors: gocollInvalidArgument (comm not valid, newcomm NULL, a rank out
+ * of range or listed twice, this rank listed, excludeRanks NULL with
+ * excludeCount > 0, bad flags or config), gocollExcluded (the others went
+ * on without this rank: it was taken for failed - stopped or too slow -
+ * and cannot rejoin; exit, or join anew with gocollCommJoin), gocollTimeout,
+ * gocollRemoteError or gocollSystemError (the new connections could not
+ * be made). *newcomm is left untouched on failure. */
+gocollResult_t gocollCommShrink(gocollComm_t comm, const int* excludeRanks, int excludeCount,
+                                gocollComm_t* newcomm, const gocollConfig_t* config, int flags);
+
+/* Stores in *n how many ranks of comm this rank knows failed, and the
+ * first max of them, ascending, in ranks: ranks whose connection broke,
+ * and after a shrink the ranks it left out. Ranks that only aborted or
+ * revoked are not failed. ranks may be NULL with max 0 (count only).
+ * Errors: gocollInvalidArgument (comm not valid, n NULL, max < 0, ranks
+ * NULL with max > 0). */
+gocollResult_t gocollCommGetFailed(gocollComm_t comm, int* ranks, int max, int* n);
+
+/* Growing: a new process (a replacement for a lost rank) joins a running
+ * communicator. Any rank of comm writes the join info (gocollCommJoinInfo:
+ * rank 0's control address and comm's id, nothing secret) where the new
+ * process finds it (a job file, or a variable the launcher sets);
+ * the new process calls gocollCommJoin with it and the job's unique id (or
+ * NULL with the job's GOCOLL_SECRET set) and waits; the members, at a point
+ * of their choosing (a step boundary: rank 0 learns of waiting processes
+ * with gocollCommJoiners and tells the others, e.g. in the step's own
+ * allreduce), all call gocollCommGrow. The members keep their ranks; the
+ * new processes are numbered from the old size up, in the order they
+ * asked. Only communicators over sockets or shared memory between
+ * processes can grow. */
+
+/* Writes comm's join info as NUL-terminated text into buf (len bytes) and
+ * the bytes it needs into *needed, as gocollCommGetTopology.
+ * Errors: as gocollCommGetTopology. */
+gocollResult_t gocollCommJoinInfo(gocollComm_t comm, char* buf, size_t len, size_t* needed);
+
+/* Stores in *n how many processes wait to join comm (on rank 0; 0 on the
+ * other ranks). Never blocks.
+ * Errors: gocollInvalidArgument (comm not valid, n NULL). */
+gocollResult_t gocollCommJoiners(gocollComm_t comm, int* n);
+
+/* Admits nJoiners waiting processes: *newcomm holds comm's ranks (same
+ * numbers) and theirs. Collective over comm, every rank passing the same
+ * nJoiners; rank 0 waits up to GOCOLL_TIMEOUT for them. comm stays valid.
+ * Errors: gocollInvalidArgument (comm not valid, newcomm NULL, nJoiners <
+ * 1), gocollInvalidUsage (comm failed: shrink it first), gocollTimeout
+ * (fewer processes asked in time), gocollRemoteError. */
+gocollResult_t gocollCommGrow(gocollComm_t comm, int nJoiners, gocollComm_t* newcomm);
+
+/* Joins the communicator named by joinInfo (gocollCommJoinInfo) as a new
+ * rank, once its members call gocollCommGrow; waits up to GOCOLL_TIMEOUT
+ * (or config's timeout) to be admitted. id: the job's unique id, whose
+ * secret authenticates this process; NULL: the job's GOCOLL_SECRET.
+ * Errors: gocollInvalidArgument (comm or joinInfo NULL, joinInfo not a
+ * join info, no id and no GOCOLL_SECRET, bad config), gocollInvalidUsage
+ * (the secret is not the job's), gocollTimeout (not admitted in time),
+ * gocollRemoteError (the job is gone). */
+gocollResult_t gocollCommJoin(gocollComm_t* comm, const char* joinInfo, const gocollUniqueId* id,
+                              const gocollConfig_t* config);
 
 /* Stores the number of ranks of comm in *count.
  * Errors: gocollInvalidArgument (comm not valid, count NULL),

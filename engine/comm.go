@@ -79,6 +79,15 @@ type Comm struct {
 	trees     [][]int      // the double binary trees (dbtree)
 	model     *modelChoice // picks algorithms across hosts (nil on one host)
 	split     splitter     // how to build sub-communicators
+
+	ctl     ctlNet     // control links: what Shrink and Grow talk over
+	rec     *recoverer // recovery state, from the first Shrink or Grow (mu)
+	revoked bool       // Revoke was called (mu)
+	leftOut []int      // the ranks a Shrink of this communicator left out (mu)
+	// How long the last Shrink took to agree, and in all (mu): for the
+	// figures in docs/elastic.md.
+	shrinkTook [2]time.Duration
+	keep       func() // releases the recovery state of the communicator this one was shrunk from
 }
 
 // Request is a non-blocking operation in flight.
@@ -183,6 +192,9 @@ func (c *Comm) loop() {
 	for r := range c.queue {
 		if err := c.AsyncError(); err != nil {
 			r.err = &OpError{Op: r.op, Seq: c.seq, Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: communicator failed earlier: %v", ErrInvalidUsage, err)}
+			if errors.Is(err, ErrRevoked) {
+				r.err = &OpError{Op: r.op, Seq: c.seq, Rank: c.rank, Peer: -1, Err: err}
+			}
 			close(r.done)
 			c.finished()
 			continue
@@ -289,6 +301,13 @@ func (c *Comm) opError(x *execCtx, err error) error {
 	if cause := context.Cause(c.abortCtx); cause != nil && errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: %v", ErrAborted, cause)
 	}
+	err = revokedBy(err)
+	c.mu.Lock()
+	revoked := c.revoked
+	c.mu.Unlock()
+	if revoked && !errors.Is(err, ErrRevoked) {
+		err = fmt.Errorf("%w: %w", ErrRevoked, err)
+	}
 	return &OpError{Op: x.op, Seq: x.seq, Rank: c.rank, Peer: peer, Err: err}
 }
 
@@ -374,6 +393,9 @@ const noType = DataType(-1)
 func (c *Comm) usable(op string) error {
 	if c.destroyed {
 		return fmt.Errorf("gocoll: %s on rank %d: %w", op, c.rank, ErrDestroyed)
+	}
+	if c.revoked || errors.Is(c.asyncErr, ErrRevoked) {
+		return fmt.Errorf("gocoll: %s on rank %d: %w (shrink it, or destroy it): %v", op, c.rank, ErrRevoked, c.asyncErr)
 	}
 	if c.asyncErr != nil {
 		return fmt.Errorf("gocoll: %s on rank %d: %w: communicator failed earlier: %v", op, c.rank, ErrInvalidUsage, c.asyncErr)
@@ -482,6 +504,18 @@ func (c *Comm) Destroy() error {
 	err := c.tr.Close()
 	if c.arena != nil {
 		err = errors.Join(err, c.arena.Close())
+	}
+	c.mu.Lock()
+	rec := c.rec
+	c.mu.Unlock()
+	switch {
+	case rec != nil:
+		rec.release() // closes the control links unless a shrunk child still answers through them
+	case c.ctl != nil:
+		c.ctl.close()
+	}
+	if c.keep != nil {
+		c.keep()
 	}
 	return err
 }

@@ -31,12 +31,20 @@ type testHooks struct {
 	// about to connect to them over TCP (its listener is open; the peers
 	// may already be accepting).
 	beforeTCP func()
+	// shrink runs at each step of Shrink ("agreed": the view decided,
+	// "connected": the new links made); true crashes the rank there (its
+	// control links close as a dead process's would).
+	shrink func(rank int, point string) bool
 }
 
 func (h *testHooks) at(p setupPoint) {
 	if h != nil && h.setup != nil {
 		h.setup(p)
 	}
+}
+
+func (h *testHooks) crashAt(rank int, point string) bool {
+	return h != nil && h.shrink != nil && h.shrink(rank, point)
 }
 
 func (h *testHooks) opener() shmsync.Opener {

@@ -53,8 +53,9 @@ func hostileRole(c *Comm) int {
 // hostile client, a replay of a recorded valid connection, a flood and a
 // silent connection; while they wait for it to connect over TCP, so do
 // their listeners (with a replay of a valid rank's handshake), the silent
-// connections held across the end of setup; while collectives run, nothing
-// listens at all; while a Split connects the child communicator, its new
+// connections held across the end of setup; while collectives run,
+// nothing listens but each rank's control listener (Shrink, Grow), which
+// gets the same; while a Split connects the child communicator, its new
 // listeners get the same again. A watcher meanwhile attacks every other
 // port it sees open (rank 3's). The job's results (checked by every rank)
 // stay right, nobody is let in, every connection is closed by the job, and
@@ -117,15 +118,25 @@ func TestHostilePortsProcesses(t *testing.T) {
 	outcomes = append(outcomes, more...)
 	gate("tcp1")
 
-	// Collectives run: nothing listens.
+	// Collectives run: nothing listens but each rank's control listener
+	// (what a shrink or a grow talks over), which lets nobody in.
 	for _, k := range kids {
 		waitOutput(t, k, "READY", time.Minute)
 	}
+	var ctlPorts []netip.AddrPort
+	var ctlTargets []hostiletest.Target
 	for r, k := range kids {
-		if ports, _ := hostiletest.ListeningPorts(k.Cmd.Process.Pid); len(ports) > 0 {
-			t.Errorf("rank %d listens on %v while collectives run", r, ports)
+		ports, _ := hostiletest.ListeningPorts(k.Cmd.Process.Pid)
+		if len(ports) != 1 {
+			t.Errorf("rank %d listens on %v while collectives run, want only its control listener", r, ports)
+		}
+		for _, ap := range ports {
+			ctlPorts = append(ctlPorts, ap)
+			ctlTargets = append(ctlTargets, hostiletest.Target{Addr: hostiletest.Dialable(ap), Rank: (r + 1) % len(kids)})
 		}
 	}
+	heldCtl, more := attack(ctlTargets, 20)
+	outcomes = append(outcomes, more...)
 	for _, o := range hostiletest.All(ctx, append(root, listeners...)...) {
 		if !o.Refused {
 			t.Errorf("while collectives run: %v (err %v)", o, o.Err)
@@ -135,7 +146,7 @@ func TestHostilePortsProcesses(t *testing.T) {
 	// A Split: ranks 0-2 listen again for the child communicator and
 	// wait for rank 3 to connect.
 	gate("stop")
-	split := waitListening(t, pids(kids[:3]), setup, 3)
+	split := waitListening(t, pids(kids[:3]), append(slices.Clone(setup), ctlPorts...), 3)
 	var splitTargets []hostiletest.Target
 	for _, ap := range split {
 		splitTargets = append(splitTargets, hostiletest.Target{Addr: hostiletest.Dialable(ap), Rank: 3})
@@ -145,7 +156,7 @@ func TestHostilePortsProcesses(t *testing.T) {
 	gate("tcp2")
 
 	waitRanks(t, kids, 2*time.Minute)
-	for _, h := range []*hostiletest.Held{heldRoot, heldTCP, heldSplit} {
+	for _, h := range []*hostiletest.Held{heldRoot, heldTCP, heldCtl, heldSplit} {
 		outcomes = append(outcomes, h.Wait()...)
 	}
 	watched := watch()

@@ -353,7 +353,6 @@ func TestCreateDestroyCycles(t *testing.T) {
 			if tc.n > 1 {
 				cycles = multiCycles()
 			}
-			warm := warmCycles(cycles)
 			opts := Options{Transport: tc.transport, Timeout: time.Minute}
 			cycle := func(i int) {
 				id, err := NewUniqueID(opts)
@@ -411,19 +410,7 @@ func TestCreateDestroyCycles(t *testing.T) {
 					t.Fatalf("cycle %d left in /dev/shm: %v", i, left)
 				}
 			}
-			start := time.Now()
-			for i := range warm {
-				cycle(i)
-			}
-			base := settled(t, measure(t))
-			for i := warm; i < cycles; i++ {
-				cycle(i)
-			}
-			end := settled(t, base)
-			t.Logf("%d cycles in %v; after %d: %+v; after %d: %+v", cycles, time.Since(start).Round(time.Millisecond), warm, base, cycles, end)
-			if end.goroutines > base.goroutines || end.fds > base.fds || end.memfds != 0 {
-				t.Errorf("grew: goroutines %d → %d, descriptors %d → %d, memory files open or mapped %d", base.goroutines, end.goroutines, base.fds, end.fds, end.memfds)
-			}
+			base, end := cycled(t, cycles, cycle)
 			// The Go runtime keeps its idle threads: their count is the
 			// most ever needed at once, which may creep up by one or two.
 			if end.threads > base.threads+3 {
@@ -434,6 +421,29 @@ func TestCreateDestroyCycles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cycled runs cycle(0), …, cycle(n-1), the first warmCycles(n) as a
+// warm-up, and fails the test unless goroutines, descriptors and memory
+// files come back to where they were after the warm-up. It returns the
+// usage then and at the end.
+func cycled(t testing.TB, n int, cycle func(i int)) (base, end usage) {
+	t.Helper()
+	warm := warmCycles(n)
+	start := time.Now()
+	for i := range warm {
+		cycle(i)
+	}
+	base = settled(t, measure(t))
+	for i := warm; i < n; i++ {
+		cycle(i)
+	}
+	end = settled(t, base)
+	t.Logf("%d cycles in %v; after %d: %+v; after %d: %+v", n, time.Since(start).Round(time.Millisecond), warm, base, n, end)
+	if end.goroutines > base.goroutines || end.fds > base.fds || end.memfds != 0 {
+		t.Errorf("grew: goroutines %d → %d, descriptors %d → %d, memory files open or mapped %d", base.goroutines, end.goroutines, base.fds, end.fds, end.memfds)
+	}
+	return base, end
 }
 
 // runIndexed runs f(0..n-1) each on its own goroutine and returns the

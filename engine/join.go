@@ -201,14 +201,19 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	if err != nil {
 		return nil, err
 	}
-	c, err = newComm(rank, nranks, l.tr, opts)
+	return adopt(rank, nranks, l, &netSplitter{secret: secret, tag: tag, host: host}, opts)
+}
+
+// adopt makes rank's communicator of size ranks over the links l, whose
+// sub-communicators sp builds; on failure it closes l.
+func adopt(rank, size int, l links, sp splitter, opts Options) (*Comm, error) {
+	c, err := newComm(rank, size, l.tr, opts)
 	if err != nil {
 		l.close()
 		return nil, err
 	}
-	c.arena, c.id = l.arena, l.id
+	c.split, c.arena, c.id, c.ctl = sp, l.arena, l.id, l.ctl
 	c.place(l.hosts, l.names)
-	c.split = &netSplitter{secret: secret, tag: tag, host: host}
 	return c, nil
 }
 
@@ -247,10 +252,14 @@ type links struct {
 	hosts [][]int
 	names []string // host names, as the ranks reported them
 	id    uint64   // names the communicator in dumps, equal on every rank
+	ctl   ctlNet   // control links (see ctl.go)
 }
 
 func (l links) close() {
 	l.tr.Close()
+	if l.ctl != nil {
+		l.ctl.close()
+	}
 	if l.arena != nil {
 		l.arena.Close()
 	}
@@ -438,8 +447,24 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	tr := transport.NewRouted(rank, byPeer)
 	opts.hooks.at(setupConnected)
 	// Once everyone connected nobody opens the segments again: close
-	// their descriptors.
-	if _, err = exchange(ctx, nil); err != nil {
+	// their descriptors. The same round says where each rank's control
+	// listener is (see ctl.go): opened only now, so that nothing but the
+	// setup's own listener waits for a late rank.
+	cln, err := tcp.Listen(host)
+	if err != nil {
+		tr.Close()
+		return links{}, fmt.Errorf("gocoll: rank %d: listen: %w", rank, err)
+	}
+	ctlAddr, err := tcp.AdvertiseAddr(cln, host)
+	var ctlAddrs [][]byte
+	if err == nil {
+		ctlAddrs, err = exchange(ctx, []byte(ctlAddr))
+	}
+	if err == nil && len(ctlAddrs) != size {
+		err = fmt.Errorf("rendezvous returned %d entries for %d ranks", len(ctlAddrs), size)
+	}
+	if err != nil {
+		cln.Close()
 		tr.Close()
 		return links{}, fmt.Errorf("gocoll: rank %d: rendezvous: %w", rank, err)
 	}
@@ -452,7 +477,12 @@ func connect(ctx context.Context, rank, size int, tag [8]byte, secret []byte, ho
 	opts.hooks.at(setupReleased)
 	log.Info("connected", "shm_peers", len(local), "tcp_peers", len(remote), "arena", arena != nil, "addr", addr)
 	hosts, names := hostsOf(infos)
-	return links{tr, arena, hosts, names, binary.BigEndian.Uint64(tag[:])}, nil
+	addrs = make([]string, size)
+	for q, a := range ctlAddrs {
+		addrs[q] = string(a)
+	}
+	ctl := newTCPCtl(rank, addrs, secret, tag, opts.Timeout, cln, log)
+	return links{tr, arena, hosts, names, binary.BigEndian.Uint64(tag[:]), ctl}, nil
 }
 
 // tryOpen opens a peer's probe file and closes it again.

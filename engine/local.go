@@ -26,6 +26,7 @@ func newLocalWorld(w *mem.World, hosts [][]int, opts Options) ([]*Comm, error) {
 	comms := make([]*Comm, n)
 	hub := newLocalHub()
 	id := randomID()
+	ctl := newLocalCtlWorld(n)
 	for r := range comms {
 		c, err := newComm(r, n, w.Endpoint(r), opts)
 		if err != nil {
@@ -35,7 +36,7 @@ func newLocalWorld(w *mem.World, hosts [][]int, opts Options) ([]*Comm, error) {
 			}
 			return nil, fmt.Errorf("local communicator rank %d: %w", r, errors.Unwrap(err))
 		}
-		c.split, c.id = &localSplitter{world: w, hub: hub, id: id}, id
+		c.split, c.id, c.ctl = &localSplitter{world: w, hub: hub, id: id, ctl: ctl}, id, localCtl{ctl, r}
 		c.place(hosts, nil)
 		comms[r] = c
 	}

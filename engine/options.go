@@ -53,6 +53,10 @@ type Options struct {
 	// negative, or GOCOLL_FLIGHT_RECORDS=0: no recorder, no SIGUSR1 handler
 	// and no dump on failure).
 	FlightRecords int
+	// ShrinkQuorum is how many ranks Shrink's agreement needs
+	// (GOCOLL_SHRINK_QUORUM): "live" (every rank not found failed) or
+	// "majority"; empty means live. See docs/settings.md.
+	ShrinkQuorum string
 	// DumpDir is where dumps are written (GOCOLL_DUMP_DIR; empty: the temp
 	// dir, os.TempDir, at the time of the dump).
 	DumpDir string
@@ -77,6 +81,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Transport == "" {
 		o.Transport = "auto"
+	}
+	if o.ShrinkQuorum == "" {
+		o.ShrinkQuorum = "live"
 	}
 	if o.FlightRecords == 0 {
 		o.FlightRecords = DefaultFlightRecords

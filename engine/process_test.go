@@ -127,6 +127,8 @@ func childMain(role string) int {
 		if code := hostileRole(c); code != 0 {
 			return code
 		}
+	case "elastic":
+		return elasticRole(c)
 	case "mismatch":
 		b := make([]byte, 400)
 		err := c.AllReduce(b, b, 10+c.Rank()%2, Float32, Sum)

@@ -182,6 +182,22 @@ var settings = []setting{{
 		return errRange
 	},
 }, {
+	Var: "GOCOLL_SHRINK_QUORUM", Scope: scopeComm, Field: "ShrinkQuorum", Config: "shrinkQuorum",
+	Default: "live",
+	Range:   "live or majority",
+	Doc: "How many ranks Shrink's agreement needs. live: every rank not found failed (any number of " +
+		"crashes survived, but the two sides of a network partition each go on alone). majority: more " +
+		"than half the communicator's ranks (never two communicators; fewer survivors get ErrNoQuorum). " +
+		"See docs/elastic.md.",
+	parse: func(p *parsed, v string) error {
+		switch q := strings.ToLower(v); q {
+		case "live", "majority":
+			p.ShrinkQuorum = q
+			return nil
+		}
+		return errRange
+	},
+}, {
 	Var: "GOCOLL_CMA", Scope: scopeComm, Field: "NoCMA", Config: "cma",
 	Default: "1",
 	Range:   "1 or 0 (also on/off, true/false, yes/no)",

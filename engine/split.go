@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -18,6 +19,9 @@ const SplitNoColor = -1
 // parent ranks of the new communicator in its rank order.
 type splitter interface {
 	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (links, splitter, error)
+	// shrunk builds the links of the communicator of view (ranks of c,
+	// newRank among them) agreed in rec's instance inst (see Shrink).
+	shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, opts Options, ctx context.Context) (links, splitter, error)
 }
 
 // Split is a collective over c: ranks passing the same colour form a new
@@ -65,14 +69,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gocoll: split on rank %d: %w", c.rank, err)
 	}
-	child, err := newComm(childRank, len(members), l.tr, c.opts)
-	if err != nil {
-		l.close()
-		return nil, err
-	}
-	child.split, child.arena, child.id = sp, l.arena, l.id
-	child.place(l.hosts, l.names)
-	return child, nil
+	return adopt(childRank, len(members), l, sp, c.opts)
 }
 
 // localSplitter makes in-process children: the first member to arrive
@@ -81,6 +78,7 @@ type localSplitter struct {
 	world *mem.World
 	hub   *localHub
 	id    uint64 // the communicator id of the world's ranks
+	ctl   *localCtlWorld
 }
 
 // localHub is shared by the ranks of one in-process communicator; each
@@ -92,19 +90,25 @@ type localHub struct {
 
 func newLocalHub() *localHub { return &localHub{children: map[string]*localSplitter{}} }
 
+// child is the in-process child world of n ranks named key, made by the
+// first member to ask.
+func (h *localHub) child(key string, n int) *localSplitter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch, ok := h.children[key]
+	if !ok {
+		ch = &localSplitter{world: mem.NewWorld(n), hub: newLocalHub(), id: randomID(), ctl: newLocalCtlWorld(n)}
+		h.children[key] = ch
+	}
+	return ch
+}
+
 func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, childRank int) (links, splitter, error) {
 	if members == nil {
 		return links{}, nil, nil
 	}
-	key := fmt.Sprintf("%d/%d", seq, color)
-	s.hub.mu.Lock()
-	ch, ok := s.hub.children[key]
-	if !ok {
-		ch = &localSplitter{world: mem.NewWorld(len(members)), hub: newLocalHub(), id: randomID()}
-		s.hub.children[key] = ch
-	}
-	s.hub.mu.Unlock()
-	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members), id: ch.id}, ch, nil
+	ch := s.hub.child(fmt.Sprintf("%d/%d", seq, color), len(members))
+	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members), id: ch.id, ctl: localCtl{ch.ctl, childRank}}, ch, nil
 }
 
 // restrictHosts is the placement of a child whose ranks are members (parent

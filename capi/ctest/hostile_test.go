@@ -24,7 +24,8 @@ import (
 // metrics endpoints (GOCOLL_METRICS_ADDR); while the job runs allreduces
 // (every result checked by every rank), the metrics endpoints, the only
 // ports still open, with every kind, silent connections and floods beyond
-// the endpoint's connection cap. Nobody is let in, every hostile
+// the endpoint's connection cap; and the ranks' control listeners, open
+// too. Nobody is let in, every hostile
 // connection is closed by the job, each rank's descriptors come back to
 // what they were and its memory stays within 32 MiB of it, the root's
 // refusals are logged without flooding, and the endpoints still serve the
@@ -98,25 +99,35 @@ func TestHostilePorts(t *testing.T) {
 	go func() { lateDone <- hostiletest.All(ctx, listeners...) }()
 	start(n - 1)
 
-	// The job runs: only the metrics endpoints listen.
+	// The job runs: only the metrics endpoints listen, and each rank's
+	// control listener (what a shrink or a grow talks over: it must stay
+	// open, and let nobody in without the secret).
 	for _, p := range procs {
 		if _, err := p.WaitLine(ctx, "READY"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	fds, rss := make([]int, n), make([]int, n)
+	var running []hostiletest.Target
 	for r, p := range procs {
 		pid := p.Cmd.Process.Pid
 		ports, _ := hostiletest.ListeningPorts(pid)
-		if want := metrics(r).Addr; len(ports) != 1 || hostiletest.Dialable(ports[0]) != want {
-			t.Errorf("rank %d listens on %v while the job runs, want only its metrics endpoint %s", r, ports, want)
+		var other []hostiletest.Target
+		seen := false
+		for _, ap := range ports {
+			if a := hostiletest.Dialable(ap); a == metrics(r).Addr {
+				seen = true
+			} else {
+				other = append(other, hostiletest.Target{Addr: a, Rank: (r + 1) % n})
+			}
 		}
+		if !seen || len(other) != 1 {
+			t.Errorf("rank %d listens on %v while the job runs, want its metrics endpoint %s and its control listener", r, ports, metrics(r).Addr)
+		}
+		running = append(running, metrics(r))
+		running = append(running, other...)
 		fds[r], _ = hostiletest.Descriptors(pid)
 		rss[r] = residentKiB(pid)
-	}
-	var running []hostiletest.Target
-	for r := range n {
-		running = append(running, metrics(r))
 	}
 	held2 := hostiletest.Hold(ctx, running...)
 	outcomes = append(outcomes, hostiletest.All(ctx, running...)...)

@@ -38,7 +38,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	for _, name := range []string{"collectives", "badinput", "faults", "redist", "vcomm", "types", "config", "hygiene"} {
+	for _, name := range []string{"collectives", "badinput", "faults", "redist", "vcomm", "types", "config", "hygiene", "elastic"} {
 		out := filepath.Join(tmp, name)
 		if err := lib.Compile("gcc", out, []string{filepath.Join("c", name+".c")}, "-std=gnu11"); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -33,9 +33,9 @@ timeout=, algo=, debug=)`` gives one communicator its own.
 from . import errors, vppu
 from ._lib import LibraryNotFound, candidate_paths as library_candidates
 from ._lib import load as load_library
-from .comm import (Comm, DataType, MemBlock, ReduceOp, Work, get_unique_id, init, version)
-from .errors import (Error, InProgress, InternalError, InvalidArgument, InvalidUsage, RemoteError,
-                     SystemCallError, Timeout, UnhandledError, UnsupportedDtype)
+from .comm import (Comm, DataType, MemBlock, ReduceOp, Work, get_unique_id, init, join, version)
+from .errors import (PEER_FAILURES, Error, Excluded, InProgress, InternalError, InvalidArgument, InvalidUsage,
+                     RemoteError, Revoked, SystemCallError, Timeout, UnhandledError, UnsupportedDtype)
 
 SUM = ReduceOp.SUM
 PROD = ReduceOp.PROD
@@ -57,10 +57,11 @@ def library_path():
 
 
 __all__ = [
-    "init", "get_unique_id", "version", "library_path", "load_library", "library_candidates",
+    "init", "join", "get_unique_id", "version", "library_path", "load_library", "library_candidates",
     "Comm", "Work", "MemBlock", "ReduceOp", "DataType", "SUM", "PROD", "MAX", "MIN", "AVG",
     "BAND", "BOR", "BXOR",
     "UNIQUE_ID_BYTES", "Error", "UnhandledError", "SystemCallError", "InternalError",
     "InvalidArgument", "UnsupportedDtype", "InvalidUsage", "RemoteError", "InProgress", "Timeout",
+    "Revoked", "Excluded", "PEER_FAILURES",
     "LibraryNotFound", "errors",
 ]

@@ -44,12 +44,12 @@ class UniqueId(ctypes.Structure):
 
 
 CONFIG_MAGIC = 0x60C011CF  # GOCOLL_CONFIG_MAGIC
-CONFIG_VERSION = 1  # GOCOLL_CONFIG_VERSION
+CONFIG_VERSION = 2  # GOCOLL_CONFIG_VERSION
 CONFIG_UNDEF_INT = -(1 << 31)  # GOCOLL_CONFIG_UNDEF_INT
 
 
 class Config(ctypes.Structure):
-    """gocollConfig_t, layout version 1. ``Config()`` is
+    """gocollConfig_t, layout version 2. ``Config()`` is
     GOCOLL_CONFIG_INITIALIZER: the header filled in, every field unset."""
 
     _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
@@ -59,7 +59,8 @@ class Config(ctypes.Structure):
                 ("socketIfname", ctypes.c_char_p), ("netBandwidth", ctypes.c_char_p),
                 ("dumpDir", ctypes.c_char_p),
                 ("cma", ctypes.c_int), ("bruckRadix", ctypes.c_int), ("hdSegments", ctypes.c_int),
-                ("flightRecords", ctypes.c_int)]
+                ("flightRecords", ctypes.c_int),
+                ("shrinkQuorum", ctypes.c_char_p)]
 
     def __init__(self):
         super().__init__(size=ctypes.sizeof(Config), magic=CONFIG_MAGIC, version=CONFIG_VERSION)
@@ -95,6 +96,14 @@ SIGNATURES = {
     "gocollCommSplit": (Result, [Comm, c_int, c_int, ctypes.POINTER(Comm)]),
     "gocollCommDestroy": (Result, [Comm]),
     "gocollCommAbort": (Result, [Comm]),
+    "gocollCommRevoke": (Result, [Comm, c_int]),
+    "gocollCommShrink": (Result, [Comm, p_int, c_int, ctypes.POINTER(Comm), ctypes.POINTER(Config), c_int]),
+    "gocollCommGetFailed": (Result, [Comm, p_int, c_int, p_int]),
+    "gocollCommJoinInfo": (Result, [Comm, ctypes.c_char_p, c_size_t, p_size_t]),
+    "gocollCommJoiners": (Result, [Comm, p_int]),
+    "gocollCommGrow": (Result, [Comm, c_int, ctypes.POINTER(Comm)]),
+    "gocollCommJoin": (Result, [ctypes.POINTER(Comm), ctypes.c_char_p, ctypes.POINTER(UniqueId),
+                                ctypes.POINTER(Config)]),
     "gocollCommCount": (Result, [Comm, p_int]),
     "gocollCommUserRank": (Result, [Comm, p_int]),
     "gocollCommGetAsyncError": (Result, [Comm, p_int]),

@@ -488,6 +488,27 @@ def _prefix(counts):
     return list(itertools.accumulate([0] + counts[:-1]))
 
 
+_lib_SHRINK_ABORT = 1  # GOCOLL_SHRINK_ABORT
+
+
+def join(info, unique_id=None, *, timeout=None):
+    """Join a running communicator as a new rank (gocollCommJoin): ``info``
+    is its :meth:`Comm.join_info`; the job's secret comes from ``unique_id``
+    (the bytes of :func:`get_unique_id` the job started with) or, when None,
+    from GOCOLL_SECRET. Returns once the members admitted this process
+    (:meth:`Comm.grow`), or raises Timeout."""
+    lib = _lib.load()
+    h = _lib.Comm()
+    if not isinstance(info, (str, bytes)):
+        raise errors.InvalidArgument("gocoll.join: info must be a string, got %r" % (info,))
+    raw = info.encode() if isinstance(info, str) else info
+    uid = None if unique_id is None else ctypes.byref(_unique_id(unique_id))
+    config = _config(timeout, None, None)
+    _check_call(lib.gocollCommJoin(ctypes.byref(h), raw, uid,
+                                   None if config is None else ctypes.byref(config)), "gocollCommJoin")
+    return Comm._adopt(lib, h.value)
+
+
 class Comm:
     """One rank's membership in a group; made by :func:`init` or :meth:`split`.
 
@@ -684,6 +705,79 @@ class Comm:
                     "gocollCommSplit")
         if not out.value:
             return None
+        return Comm._adopt(self._lib, out.value)
+
+    # -- surviving a lost rank (docs/elastic.md) -----------------------------
+
+    def revoke(self):
+        """Revoke: every operation pending on this communicator, here and on
+        the peers, and every later one raises :class:`~gocoll.errors.Revoked`.
+        Never blocks; idempotent. The communicator can still be shrunk."""
+        self._check(self._lib.gocollCommRevoke(self._handle(), 0), "gocollCommRevoke")
+
+    def shrink(self, exclude=None, *, revoke=True, timeout=None):
+        """A new communicator of the ranks that go on, renumbered 0, 1, … in
+        their order here. Every such rank calls it.
+
+        ``exclude=None``: the ranks agree among themselves which ranks
+        failed (a dead process, or one silent past the timeout) — the call
+        after a collective raised one of ``gocoll.errors.PEER_FAILURES``.
+        Otherwise the ranks listed are left out (they do not call it).
+        ``revoke`` (default) first revokes this communicator so that
+        operations still pending on it return. ``timeout`` (seconds): the
+        new communicator's, else this one's settings. A rank the others left
+        out gets :class:`~gocoll.errors.Excluded`. This communicator stays:
+        destroy it when done."""
+        h = self._handle()
+        if exclude is None:
+            arr, n = None, 0
+        else:
+            ranks = [_c_int(r, "shrink: exclude") for r in exclude]
+            n = len(ranks)
+            arr = (ctypes.c_int * max(n, 1))(*ranks)
+        config = _config(timeout, None, None)
+        out = _lib.Comm()
+        self._check(self._lib.gocollCommShrink(h, arr, n, ctypes.byref(out),
+                                                None if config is None else ctypes.byref(config),
+                                                _lib_SHRINK_ABORT if revoke else 0),
+                    "gocollCommShrink")
+        return Comm._adopt(self._lib, out.value)
+
+    def failed(self):
+        """The ranks this rank knows failed, ascending (gocollCommGetFailed):
+        ranks whose connection broke, and after a shrink those it left out."""
+        h = self._handle()
+        n = ctypes.c_int()
+        self._check(self._lib.gocollCommGetFailed(h, None, 0, ctypes.byref(n)), "gocollCommGetFailed")
+        arr = (ctypes.c_int * max(n.value, 1))()
+        self._check(self._lib.gocollCommGetFailed(h, arr, n.value, ctypes.byref(n)), "gocollCommGetFailed")
+        return [arr[i] for i in range(min(n.value, len(arr)))]
+
+    def join_info(self):
+        """How a new process reaches this communicator to join it
+        (:func:`gocoll.join`): a string, nothing secret in it."""
+        need = ctypes.c_size_t()
+        self._check(self._lib.gocollCommJoinInfo(self._handle(), None, 0, ctypes.byref(need)),
+                    "gocollCommJoinInfo")
+        buf = ctypes.create_string_buffer(need.value)
+        self._check(self._lib.gocollCommJoinInfo(self._handle(), buf, need.value, ctypes.byref(need)),
+                    "gocollCommJoinInfo")
+        return buf.value.decode("utf-8")
+
+    def joiners(self):
+        """How many processes wait to join (on rank 0; 0 elsewhere). Check
+        it at a step boundary, tell the other ranks, then :meth:`grow`."""
+        n = ctypes.c_int()
+        self._check(self._lib.gocollCommJoiners(self._handle(), ctypes.byref(n)), "gocollCommJoiners")
+        return n.value
+
+    def grow(self, n):
+        """Collective: a new communicator of these ranks (same numbers) and
+        ``n`` processes waiting in :func:`gocoll.join`, numbered from
+        ``size`` up. Rank 0 waits up to the timeout for them."""
+        out = _lib.Comm()
+        self._check(self._lib.gocollCommGrow(self._handle(), _c_int(n, "grow: n"), ctypes.byref(out)),
+                    "gocollCommGrow")
         return Comm._adopt(self._lib, out.value)
 
     # -- memory -------------------------------------------------------------

@@ -13,7 +13,12 @@ catch for that kind of failure, so ``except ValueError`` or
     ├── InvalidUsage      (RuntimeError)   gocollInvalidUsage (5): destroyed comm, mismatch
     ├── RemoteError       (ConnectionError) gocollRemoteError (6): a peer died or aborted
     ├── InProgress                         gocollInProgress (7)
-    └── Timeout           (TimeoutError)   gocollTimeout (8): GOCOLL_TIMEOUT passed
+    ├── Timeout           (TimeoutError)   gocollTimeout (8): GOCOLL_TIMEOUT passed
+    ├── Revoked           (ConnectionError) gocollRevoked (9): the communicator was revoked
+    └── Excluded          (RuntimeError)   gocollExcluded (10): the others went on without this rank
+
+After a peer died, catch :data:`PEER_FAILURES` and shrink the communicator
+(docs/elastic.md).
 
 ``str(e)`` is the library's detail text (gocollGetLastError); ``e.code`` the
 numeric result, ``e.reason`` the short gocollGetErrorString text.
@@ -28,6 +33,8 @@ INVALID_USAGE = 5
 REMOTE_ERROR = 6
 IN_PROGRESS = 7
 TIMEOUT = 8
+REVOKED = 9
+EXCLUDED = 10
 
 
 class Error(Exception):
@@ -88,6 +95,25 @@ class Timeout(Error, TimeoutError):
     code = TIMEOUT
 
 
+class Revoked(Error, ConnectionError):
+    """The communicator was revoked (:meth:`Comm.revoke`, here or on a peer,
+    or by :meth:`Comm.shrink`): shrink it to go on."""
+    code = REVOKED
+
+
+class Excluded(Error, RuntimeError):
+    """The other ranks shrank the communicator without this one (they took
+    it for failed: stopped, or too slow past the timeout). It cannot rejoin
+    that communicator; exit, or join anew (:func:`gocoll.join`)."""
+    code = EXCLUDED
+
+
+#: What a collective raises when a peer died or the communicator was
+#: revoked: the errors after which :meth:`Comm.shrink` lets the survivors
+#: go on.
+PEER_FAILURES = (RemoteError, Timeout, Revoked)
+
+
 BY_CODE = {
     UNHANDLED_ERROR: UnhandledError,
     SYSTEM_ERROR: SystemCallError,
@@ -97,6 +123,8 @@ BY_CODE = {
     REMOTE_ERROR: RemoteError,
     IN_PROGRESS: InProgress,
     TIMEOUT: Timeout,
+    REVOKED: Revoked,
+    EXCLUDED: Excluded,
 }
 
 

@@ -277,6 +277,54 @@ int main(void) {
   EXPECT(gocollCommAbort(NULL), gocollInvalidArgument, NULL);
   EXPECT(gocollCommDestroy(NULL), gocollInvalidArgument, NULL);
 
+  /* Revoke, shrink, failed ranks, grow: bad input; then a revoked
+   * one-rank communicator shrinks to itself. */
+  {
+    gocollComm_t r = one_rank_comm(), s = NULL, g = NULL;
+    int list[2] = {1, 0}, failed[4], nf = -1;
+    char info[256];
+    EXPECT(gocollCommRevoke(NULL, 0), gocollInvalidArgument, NULL);
+    EXPECT(gocollCommRevoke(r, 7), gocollInvalidArgument, r);
+    EXPECT(gocollCommShrink(r, NULL, 0, NULL, NULL, 0), gocollInvalidArgument, r);
+    EXPECT(gocollCommShrink(r, list, 1, &s, NULL, 0), gocollInvalidArgument, r);
+    expect_text(gocollGetLastError(r), "out of range");
+    EXPECT(gocollCommShrink(r, list + 1, 1, &s, NULL, 0), gocollInvalidArgument, r);
+    expect_text(gocollGetLastError(r), "excludes itself");
+    EXPECT(gocollCommShrink(r, NULL, 2, &s, NULL, 0), gocollInvalidArgument, r);
+    EXPECT(gocollCommShrink(r, list, -1, &s, NULL, 0), gocollInvalidArgument, r);
+    EXPECT(gocollCommShrink(r, NULL, 0, &s, NULL, 5), gocollInvalidArgument, r);
+    EXPECT(gocollCommShrink(r, list, 1, &s, NULL, GOCOLL_SHRINK_ABORT), gocollInvalidArgument, r);
+    /* A refused list revoked nothing. */
+    EXPECT(gocollAllReduce(buf, out, 4, gocollFloat32, gocollSum, r), gocollSuccess, r);
+    if (s != NULL) FAIL("failed shrink wrote *newcomm");
+    EXPECT(gocollCommGetFailed(r, NULL, 0, NULL), gocollInvalidArgument, r);
+    EXPECT(gocollCommGetFailed(r, NULL, 3, &nf), gocollInvalidArgument, r);
+    EXPECT(gocollCommGetFailed(r, failed, -1, &nf), gocollInvalidArgument, r);
+    EXPECT(gocollCommGetFailed(r, NULL, 0, &nf), gocollSuccess, r);
+    if (nf != 0) FAIL("%d failed ranks in a healthy communicator", nf);
+    EXPECT(gocollCommGrow(r, 0, &g), gocollInvalidArgument, r);
+    EXPECT(gocollCommGrow(r, 1, NULL), gocollInvalidArgument, r);
+    EXPECT(gocollCommJoiners(r, NULL), gocollInvalidArgument, r);
+    EXPECT(gocollCommJoiners(r, &nf), gocollSuccess, r);
+    if (nf != 0) FAIL("%d processes waiting to join", nf);
+    EXPECT(gocollCommJoinInfo(r, info, sizeof info, NULL), gocollSuccess, r);
+    expect_text(info, "gocoll-join:");
+    EXPECT(gocollCommJoin(NULL, info, NULL, NULL), gocollInvalidArgument, NULL);
+    EXPECT(gocollCommJoin(&g, NULL, NULL, NULL), gocollInvalidArgument, NULL);
+    EXPECT(gocollCommJoin(&g, "garbage", &zero, NULL), gocollInvalidArgument, NULL);
+    if (g != NULL) FAIL("failed join wrote *comm");
+    EXPECT(gocollCommRevoke(r, 0), gocollSuccess, r);
+    EXPECT(gocollCommRevoke(r, 0), gocollSuccess, r);
+    EXPECT(gocollAllReduce(buf, out, 4, gocollFloat32, gocollSum, r), gocollRevoked, r);
+    expect_text(gocollGetLastError(r), "revoked");
+    EXPECT(gocollCommShrink(r, NULL, 0, &s, NULL, GOCOLL_SHRINK_DEFAULT), gocollSuccess, r);
+    EXPECT(gocollCommCount(s, &n), gocollSuccess, s);
+    if (n != 1) FAIL("shrunk to %d ranks", n);
+    EXPECT(gocollAllReduce(buf, out, 4, gocollFloat32, gocollSum, s), gocollSuccess, s);
+    EXPECT(gocollCommDestroy(s), gocollSuccess, NULL);
+    EXPECT(gocollCommDestroy(r), gocollSuccess, NULL);
+  }
+
   /* gocollGetLastError never returns NULL. */
   if (gocollGetLastError(bogus) == NULL || gocollGetLastError(NULL) == NULL) FAIL("NULL last error");
 

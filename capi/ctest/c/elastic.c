@@ -1,0 +1,141 @@
+/* Surviving a lost rank through the C ABI, run by elastic_test.go:
+ *
+ *   elastic shrink  4 ranks (torchrun-style variables) allreduce with every
+ *                   result checked and print "READY"; the test SIGKILLs
+ *                   rank GOCOLL_TEST_VICTIM. The others must get
+ *                   gocollRemoteError or gocollTimeout, then
+ *                   gocollCommShrink(comm, NULL, 0, &newcomm, NULL,
+ *                   GOCOLL_SHRINK_ABORT) gives 3 ranks, gocollCommGetFailed
+ *                   names the victim, and checked allreduces go on. New
+ *                   rank 0 writes the join info to GOCOLL_TEST_JOINFILE;
+ *                   each step carries rank 0's gocollCommJoiners count, and
+ *                   once a process waits all call gocollCommGrow: 4 ranks
+ *                   again, 20 checked allreduces, "SUMS OK".
+ *   elastic join    the replacement: waits for the join file, then
+ *                   gocollCommJoin (secret from GOCOLL_SECRET) and the same
+ *                   20 checked allreduces.
+ */
+#include <unistd.h>
+
+#include "common.h"
+
+enum { N = 4096 };
+static float buf[N + 1];
+
+/* One checked allreduce of step `call` on c; extra travels in the last
+ * element (summed). Returns the call's result code. */
+static gocollResult_t checked(gocollComm_t c, long call, float extra, float* total) {
+  int n = 0, rank = 0, i;
+  gocollResult_t rc;
+  CHECK_COMM(gocollCommCount(c, &n), c);
+  CHECK_COMM(gocollCommUserRank(c, &rank), c);
+  for (i = 0; i < N; i++) buf[i] = (float)((rank + 1) * ((call + i) % 7 + 1));
+  buf[N] = extra;
+  rc = gocollAllReduce(buf, buf, N + 1, gocollFloat32, gocollSum, c);
+  if (rc != gocollSuccess) return rc;
+  for (i = 0; i < N; i++) {
+    float want = (float)(n * (n + 1) / 2 * ((call + i) % 7 + 1));
+    if (buf[i] != want) FAIL("call %ld: element %d is %g, want %g", call, i, buf[i], want);
+  }
+  if (total) *total = buf[N];
+  return gocollSuccess;
+}
+
+static void last_steps(gocollComm_t c) {
+  long call;
+  for (call = 0; call < 20; call++) CHECK_COMM(checked(c, call, 0, NULL), c);
+  printf("SUMS OK\n");
+  fflush(stdout);
+}
+
+static int run_shrink(void) {
+  gocollComm_t comm = NULL, small = NULL, grown = NULL;
+  gocollResult_t rc = gocollSuccess;
+  const char* joinfile = getenv("GOCOLL_TEST_JOINFILE");
+  int victim = atoi(getenv("GOCOLL_TEST_VICTIM")), n = 0, rank = 0, failed[8], nfailed = 0;
+  long call;
+  double t0;
+  CHECK(gocollCommInitFromEnv(&comm));
+  CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
+  for (call = 0; rc == gocollSuccess; call++) {
+    rc = checked(comm, call, 0, NULL);
+    if (call == 10) {
+      printf("READY\n");
+      fflush(stdout);
+    }
+  }
+  printf("FAILED code=%d err=%s\n", (int)rc, gocollGetLastError(comm));
+  if (rc != gocollRemoteError && rc != gocollTimeout) FAIL("allreduce failed with %d", (int)rc);
+  t0 = now_seconds();
+  CHECK_COMM(gocollCommShrink(comm, NULL, 0, &small, NULL, GOCOLL_SHRINK_ABORT), comm);
+  CHECK_COMM(gocollCommCount(small, &n), small);
+  CHECK_COMM(gocollCommUserRank(small, &rank), small);
+  CHECK_COMM(gocollCommGetFailed(comm, failed, 8, &nfailed), comm);
+  printf("SHRUNK size=%d rank=%d ms=%.1f failed=%d:%d\n", n, rank, (now_seconds() - t0) * 1e3, nfailed,
+         nfailed > 0 ? failed[0] : -1);
+  fflush(stdout);
+  if (n != 3 || rank != g_rank - (g_rank > victim)) FAIL("shrunk to rank %d of %d", rank, n);
+  if (nfailed != 1 || failed[0] != victim) FAIL("gocollCommGetFailed: %d ranks, first %d", nfailed, failed[0]);
+  /* The old communicator is revoked: its calls say so. */
+  if ((rc = gocollAllReduce(buf, buf, 1, gocollFloat32, gocollSum, comm)) != gocollRevoked)
+    FAIL("allreduce on the revoked communicator: %d", (int)rc);
+  if (rank == 0) {
+    char info[512], tmp[600];
+    FILE* f;
+    CHECK_COMM(gocollCommJoinInfo(small, info, sizeof info, NULL), small);
+    snprintf(tmp, sizeof tmp, "%s.tmp", joinfile);
+    f = fopen(tmp, "w");
+    if (!f || fputs(info, f) < 0 || fclose(f) != 0 || rename(tmp, joinfile) != 0) FAIL("writing %s", joinfile);
+  }
+  /* Steps go on; each carries how many processes wait to join. */
+  t0 = now_seconds();
+  for (call = 0;; call++) {
+    int waiting = 0;
+    float total = 0;
+    if (now_seconds() - t0 > 60) FAIL("no process joined");
+    if (rank == 0) CHECK_COMM(gocollCommJoiners(small, &waiting), small);
+    CHECK_COMM(checked(small, call, (float)waiting, &total), small);
+    if (total > 0) {
+      CHECK_COMM(gocollCommGrow(small, (int)total, &grown), small);
+      break;
+    }
+  }
+  CHECK_COMM(gocollCommCount(grown, &n), grown);
+  printf("GROWN size=%d\n", n);
+  if (n != 4) FAIL("grew to %d ranks", n);
+  last_steps(grown);
+  CHECK(gocollCommDestroy(grown));
+  CHECK(gocollCommDestroy(small));
+  CHECK(gocollCommDestroy(comm));
+  return 0;
+}
+
+static int run_join(void) {
+  const char* joinfile = getenv("GOCOLL_TEST_JOINFILE");
+  char info[512] = {0};
+  gocollComm_t c = NULL;
+  int n = 0;
+  FILE* f = NULL;
+  double t0 = now_seconds();
+  while (!(f = fopen(joinfile, "r"))) {
+    if (now_seconds() - t0 > 60) FAIL("no join file");
+    sleep_ms(10);
+  }
+  if (!fgets(info, sizeof info, f)) FAIL("empty join file");
+  fclose(f);
+  CHECK(gocollCommJoin(&c, info, NULL, NULL));
+  CHECK_COMM(gocollCommUserRank(c, &g_rank), c);
+  CHECK_COMM(gocollCommCount(c, &n), c);
+  printf("JOINED rank=%d size=%d\n", g_rank, n);
+  last_steps(c);
+  CHECK(gocollCommDestroy(c));
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc > 1 && strcmp(argv[1], "shrink") == 0) return run_shrink();
+  if (argc > 1 && strcmp(argv[1], "join") == 0) return run_join();
+  fprintf(stderr, "usage: elastic shrink|join\n");
+  return 2;
+}

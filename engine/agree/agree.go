@@ -1,0 +1,493 @@
+// Package agree decides which members of a communicator go on after some
+// of them failed: a crash-stop fault-tolerant agreement on a view (a set of
+// members), used by Comm.Shrink.
+//
+// It is Paxos in which a proposal needs the acknowledgment of every member
+// of its view not known to have failed, instead of a majority's: the
+// survivors of any number of failures can decide, and the price is that a
+// member only wrongly suspected (a stopped process, a slow link) is fenced
+// out rather than waited for. A round goes:
+//
+//  1. The coordinator, the lowest member it does not suspect, sends
+//     Prepare(ballot, its suspects) to every member it does not suspect.
+//     Each member that has promised no higher ballot adopts those
+//     suspicions (it refuses their messages from then on: fencing) and
+//     answers Promise(its own suspects, the view it last accepted and
+//     with which ballot, or the view it decided).
+//  2. The coordinator proposes the view accepted with the highest ballot,
+//     or, if none was, every member that neither it nor any member
+//     suspects: Propose(ballot, view). Each member of the view acknowledges
+//     (Ack) unless it promised a higher ballot (Nack).
+//  3. Once every member of the view has acknowledged or is known to have
+//     failed, the view is decided: Commit(view) to the view's members.
+//
+// A member whose coordinator fails (or stays silent past the caller's
+// timeout) suspects it and waits for the next lowest; if that is itself,
+// it leads a round with a higher ballot. A decided member keeps answering
+// (with Commit), so a coordinator that reached only some members before it
+// failed leaves the decision to be found by the next. A member refused by
+// another (it is suspected there: Excluded), or left out of a proposed or
+// decided view, ends with ErrExcluded and decides nothing.
+//
+// The package is a deterministic state machine: no goroutines, clocks or
+// I/O. The caller delivers messages (Recv) and failures (Down: a peer's
+// connection broke, or it stayed silent past a timeout on a peer Waiting
+// names) and sends what each call returns, in order, over FIFO links. That
+// is what lets the tests run it under every kill schedule.
+//
+// Safety: two members that decide, decide the same view, provided failures
+// are crash-stop and a member suspected by one is refused by every member
+// that learns of it (as above). A wrongly suspected member is told it was
+// excluded by any member it reaches; if every member it can reach has
+// already gone, it cannot tell them from failed ones. A network partition
+// is not a crash: each side takes the other for failed and decides its own
+// view. SetQuorum closes that: with a quorum above half the members, a
+// round goes on only when that many members promised and acknowledged, so
+// that any two rounds share a member and Paxos's argument holds whatever
+// the failures; the price is that fewer survivors than the quorum decide
+// nothing (ErrNoQuorum) (see docs/elastic.md).
+package agree
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ErrExcluded: this member was left out of the view (it was suspected of
+// having failed): it must not go on with the others.
+var ErrExcluded = errors.New("excluded by the surviving members (suspected of having failed)")
+
+// ErrNoQuorum: fewer members than the quorum (SetQuorum) could be reached.
+var ErrNoQuorum = errors.New("too few members reachable for a quorum")
+
+// Kind names a message.
+type Kind uint8
+
+const (
+	Prepare  Kind = 1 + iota // coordinator → member: Ballot, Set = its suspects
+	Promise                  // member → coordinator: Ballot, Set = its suspects, Acc/AccBallot, Decided
+	Propose                  // coordinator → member: Ballot, Set = the view
+	Ack                      // member → coordinator: Ballot
+	Commit                   // Set = the decided view
+	Nack                     // member → coordinator: Ballot = the higher ballot it promised
+	Excluded                 // the receiver is suspected by the sender: it is out
+	Query                    // member → the coordinator it waits for: answered only once decided
+)
+
+func (k Kind) String() string {
+	if k >= Prepare && k <= Query {
+		return [...]string{"prepare", "promise", "propose", "ack", "commit", "nack", "excluded", "query"}[k-Prepare]
+	}
+	return fmt.Sprintf("kind(%d)", k)
+}
+
+// Msg is one message of the protocol.
+type Msg struct {
+	Kind      Kind
+	Ballot    uint64
+	Set       []int // suspects (Prepare, Promise) or a view (Propose, Commit)
+	Acc       []int // Promise: the view last accepted (nil: none) or decided
+	AccBallot uint64
+	Decided   bool // Promise: Acc is decided
+}
+
+// Out is a message to send.
+type Out struct {
+	To  int
+	Msg Msg
+}
+
+// Node is one member's state in one agreement.
+type Node struct {
+	me      int
+	members []int // sorted
+	susp    map[int]bool
+
+	promised uint64 // highest ballot promised or accepted
+	acc      []int  // view accepted at accB
+	accB     uint64
+
+	quorum  int // members a round needs, itself included (0: every live one)
+	heard   int // members that answered the current phase, itself included
+	done    bool
+	view    []int // decided
+	err     error
+	leader  int // the member whose messages this one waits for (-1: none)
+	leading bool
+
+	// The round this member leads.
+	ballot  uint64
+	phase   int          // 1: gathering promises, 2: gathering acks
+	waiting map[int]bool // members whose answer the phase still needs
+	best    []int        // highest accepted view gathered
+	bestB   uint64
+
+	out []Out
+}
+
+// New is member me's state in an agreement among members (me among them),
+// starting with the members it already knows failed.
+func New(me int, members []int, suspects []int) (*Node, error) {
+	ms := slices.Clone(members)
+	slices.Sort(ms)
+	if len(ms) == 0 || !slices.Contains(ms, me) {
+		return nil, fmt.Errorf("agree: member %d not among %v", me, members)
+	}
+	for i := 1; i < len(ms); i++ {
+		if ms[i] == ms[i-1] {
+			return nil, fmt.Errorf("agree: member %d listed twice", ms[i])
+		}
+	}
+	n := &Node{me: me, members: ms, susp: map[int]bool{}, leader: -1}
+	for _, s := range suspects {
+		if s != me && slices.Contains(ms, s) {
+			n.susp[s] = true
+		}
+	}
+	return n, nil
+}
+
+// SetQuorum makes each round need q members (this one included) to
+// promise and to acknowledge; call it before Start, with the same q on
+// every member. More than half the members: no two views are ever decided,
+// even across a network partition.
+func (n *Node) SetQuorum(q int) { n.quorum = q }
+
+// Start begins: the coordinator sends its first messages.
+func (n *Node) Start() []Out {
+	n.next()
+	return n.flush()
+}
+
+// Done says whether this member finished: with the decided view, or with
+// ErrExcluded.
+func (n *Node) Done() bool { return n.done }
+
+// Result is the decided view (sorted), or ErrExcluded.
+func (n *Node) Result() ([]int, error) { return slices.Clone(n.view), n.err }
+
+// Suspects are the members this one counts as failed, sorted.
+func (n *Node) Suspects() []int {
+	var s []int
+	for p := range n.susp {
+		s = append(s, p)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// Waiting lists the members whose silence should end in Down after the
+// caller's timeout: those a coordinator awaits an answer from, or a
+// member's coordinator. None once done.
+func (n *Node) Waiting() []int {
+	if n.done {
+		return nil
+	}
+	if n.leading {
+		var w []int
+		for p := range n.waiting {
+			w = append(w, p)
+		}
+		slices.Sort(w)
+		return w
+	}
+	if n.leader >= 0 {
+		return []int{n.leader}
+	}
+	return nil
+}
+
+// Leading says whether this member coordinates a round now.
+func (n *Node) Leading() bool { return n.leading && !n.done }
+
+// Down tells the member that p failed: its connection broke, or it was
+// silent past the timeout. p is fenced from then on.
+func (n *Node) Down(p int) []Out {
+	if p == n.me || !slices.Contains(n.members, p) || n.susp[p] {
+		return nil
+	}
+	n.susp[p] = true
+	if n.done {
+		// Members that did not hear the decision wait for the next
+		// coordinator: if that is this member, it tells them.
+		if n.err == nil && n.coordinator() == n.me {
+			for _, q := range n.view {
+				if q != n.me && !n.susp[q] {
+					n.send(q, Msg{Kind: Commit, Set: slices.Clone(n.view)})
+				}
+			}
+		}
+		return n.flush()
+	}
+	if n.leading {
+		if n.waiting[p] {
+			delete(n.waiting, p)
+			n.advance()
+		}
+		return n.flush()
+	}
+	if p == n.leader {
+		n.leader = -1
+	}
+	n.next()
+	return n.flush()
+}
+
+// Recv handles a message from member from.
+func (n *Node) Recv(from int, m Msg) []Out {
+	if from == n.me || !slices.Contains(n.members, from) {
+		return nil
+	}
+	if n.done {
+		n.answerDone(from, m)
+		return n.flush()
+	}
+	if n.susp[from] {
+		// Fenced: a member that failed for this one must not take part,
+		// and is told so when it asks. A decision is a fact, though, and
+		// cannot differ from the one this member would reach.
+		switch m.Kind {
+		case Prepare, Propose:
+			n.send(from, Msg{Kind: Excluded})
+		case Commit:
+			n.decide(m.Set)
+		}
+		return n.flush()
+	}
+	switch m.Kind {
+	case Prepare:
+		if m.Ballot < n.promised {
+			n.send(from, Msg{Kind: Nack, Ballot: n.promised})
+			break
+		}
+		if slices.Contains(m.Set, n.me) {
+			n.exclude()
+			break
+		}
+		n.follow(from, m.Ballot)
+		for _, s := range m.Set {
+			if s != n.me && slices.Contains(n.members, s) {
+				n.susp[s] = true
+			}
+		}
+		n.send(from, Msg{Kind: Promise, Ballot: m.Ballot, Set: n.Suspects(), Acc: slices.Clone(n.acc), AccBallot: n.accB})
+	case Propose:
+		if m.Ballot < n.promised {
+			n.send(from, Msg{Kind: Nack, Ballot: n.promised})
+			break
+		}
+		if !slices.Contains(m.Set, n.me) {
+			n.exclude()
+			break
+		}
+		n.follow(from, m.Ballot)
+		n.acc, n.accB = slices.Clone(m.Set), m.Ballot
+		n.fenceOutside(m.Set)
+		n.send(from, Msg{Kind: Ack, Ballot: m.Ballot})
+	case Commit:
+		n.decide(m.Set)
+	case Excluded:
+		n.exclude()
+	case Nack:
+		if n.leading && m.Ballot > n.ballot {
+			// A member follows a coordinator with a higher ballot (it
+			// suspected this one): wait for that one's messages.
+			n.leading = false
+			n.promised = max(n.promised, m.Ballot)
+			n.leader = int(m.Ballot & 0xffffffff)
+			if n.susp[n.leader] {
+				n.leader = -1
+				n.next()
+			}
+		}
+	case Promise:
+		if !n.leading || n.phase != 1 || m.Ballot != n.ballot || !n.waiting[from] {
+			break
+		}
+		delete(n.waiting, from)
+		n.heard++
+		for _, s := range m.Set {
+			if s != n.me && slices.Contains(n.members, s) {
+				n.susp[s] = true
+			}
+		}
+		if m.Decided {
+			n.decide(m.Acc)
+			break
+		}
+		if m.Acc != nil && m.AccBallot > n.bestB {
+			n.best, n.bestB = slices.Clone(m.Acc), m.AccBallot
+		}
+		// Suspicions gathered from this answer may make others unneeded.
+		for p := range n.waiting {
+			if n.susp[p] {
+				delete(n.waiting, p)
+			}
+		}
+		n.advance()
+	case Ack:
+		if !n.leading || n.phase != 2 || m.Ballot != n.ballot || !n.waiting[from] {
+			break
+		}
+		delete(n.waiting, from)
+		n.heard++
+		n.advance()
+	}
+	return n.flush()
+}
+
+// answerDone answers a member after this one finished: with the decision,
+// or by saying it is out.
+func (n *Node) answerDone(from int, m Msg) {
+	switch m.Kind {
+	case Commit, Excluded, Nack:
+		return
+	}
+	switch {
+	case n.err != nil:
+		// Excluded itself: it may say nothing about the view.
+	case n.susp[from] || !slices.Contains(n.view, from):
+		n.send(from, Msg{Kind: Excluded})
+	default:
+		n.send(from, Msg{Kind: Commit, Set: slices.Clone(n.view)})
+	}
+}
+
+// follow makes this member a follower of from's ballot b.
+func (n *Node) follow(from int, b uint64) {
+	n.promised = b
+	n.leader = from
+	n.leading = false
+}
+
+func (n *Node) fenceOutside(view []int) {
+	for _, p := range n.members {
+		if p != n.me && !slices.Contains(view, p) {
+			n.susp[p] = true
+		}
+	}
+}
+
+// coordinator is the lowest member this one does not suspect.
+func (n *Node) coordinator() int {
+	for _, p := range n.members {
+		if !n.susp[p] {
+			return p
+		}
+	}
+	return n.me
+}
+
+// next leads a round if this member is now the coordinator, else waits for
+// the coordinator.
+func (n *Node) next() {
+	if n.done || n.leading {
+		return
+	}
+	c := n.coordinator()
+	if c != n.me {
+		if n.leader < 0 || n.susp[n.leader] {
+			// It may have decided already (and then sends nothing more
+			// unprompted): ask.
+			n.leader = c
+			n.send(c, Msg{Kind: Query})
+		}
+		return
+	}
+	n.leader = -1
+	n.leading = true
+	round := n.promised>>32 + 1
+	n.ballot = round<<32 | uint64(n.me)
+	n.promised = n.ballot
+	n.phase, n.heard = 1, 1
+	n.best, n.bestB = slices.Clone(n.acc), n.accB
+	n.waiting = map[int]bool{}
+	for _, p := range n.members {
+		if p != n.me && !n.susp[p] {
+			n.waiting[p] = true
+		}
+	}
+	susp := n.Suspects()
+	for _, p := range n.members {
+		if n.waiting[p] {
+			n.send(p, Msg{Kind: Prepare, Ballot: n.ballot, Set: susp})
+		}
+	}
+	n.advance()
+}
+
+// advance moves the round on once its phase heard from every member it
+// needs.
+func (n *Node) advance() {
+	if !n.leading || n.done || len(n.waiting) > 0 {
+		return
+	}
+	if n.heard < n.quorum {
+		n.done, n.err, n.leading = true, ErrNoQuorum, false
+		return
+	}
+	if n.phase == 1 {
+		view := n.best
+		if view == nil {
+			for _, p := range n.members {
+				if !n.susp[p] {
+					view = append(view, p)
+				}
+			}
+		}
+		if !slices.Contains(view, n.me) {
+			n.exclude()
+			return
+		}
+		n.phase, n.heard = 2, 1
+		n.acc, n.accB = slices.Clone(view), n.ballot
+		n.fenceOutside(view)
+		for _, p := range view {
+			if p != n.me && !n.susp[p] {
+				n.waiting[p] = true
+				n.send(p, Msg{Kind: Propose, Ballot: n.ballot, Set: slices.Clone(view)})
+			}
+		}
+		n.advance()
+		return
+	}
+	n.decide(n.acc)
+}
+
+// decide ends with view; a coordinator tells its members.
+func (n *Node) decide(view []int) {
+	if n.done {
+		return
+	}
+	if !slices.Contains(view, n.me) {
+		n.exclude()
+		return
+	}
+	n.done, n.view = true, slices.Clone(view)
+	slices.Sort(n.view)
+	n.fenceOutside(view)
+	if n.leading {
+		for _, p := range view {
+			if p != n.me {
+				n.send(p, Msg{Kind: Commit, Set: slices.Clone(view)})
+			}
+		}
+	}
+	n.leading = false
+}
+
+func (n *Node) exclude() {
+	if n.done {
+		return
+	}
+	n.done, n.err, n.leading = true, ErrExcluded, false
+}
+
+func (n *Node) send(to int, m Msg) { n.out = append(n.out, Out{To: to, Msg: m}) }
+
+func (n *Node) flush() []Out {
+	o := n.out
+	n.out = nil
+	return o
+}

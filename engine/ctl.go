@@ -1,0 +1,420 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/agree"
+	"github.com/gocoll/gocoll/engine/transport/tcp"
+)
+
+// The control mesh is a communicator's second set of links, apart from the
+// transport its collectives use: the one Shrink agrees and rebuilds over
+// after the transport failed or was revoked (an abort poisons every
+// connection of the transport, on purpose). Its messages are few and small;
+// a peer whose control connection breaks, or cannot be opened, is reported
+// as down.
+
+// ctlMsg is one control message: an agreement message or a setup blob, of
+// agreement instance Inst (see shrinker).
+type ctlMsg struct {
+	Inst  uint64     `json:"i"`
+	Agree *agree.Msg `json:"a,omitempty"`
+	Round int        `json:"r,omitempty"` // setup exchange round, from 1
+	Blob  []byte     `json:"b,omitempty"`
+	Grow  *growMsg   `json:"g,omitempty"`
+}
+
+// ctlEvent is what the mesh delivers: a message from a peer, or that the
+// peer is down.
+type ctlEvent struct {
+	from int
+	down bool
+	why  string // down: what broke
+	msg  ctlMsg
+	conn net.Conn // grow: the joiner's connection (from is -1)
+}
+
+// ctlNet is one rank's end of a control mesh.
+type ctlNet interface {
+	// send queues m for peer to; it never blocks. A failure to deliver
+	// comes back as a down event.
+	send(to int, m ctlMsg)
+	// next waits for the next event, or ctx's end.
+	next(ctx context.Context) (ctlEvent, error)
+	close()
+}
+
+// ctlQueue is an unbounded FIFO of events.
+type ctlQueue struct {
+	mu     sync.Mutex
+	items  []ctlEvent
+	notify chan struct{}
+}
+
+func newCtlQueue() *ctlQueue { return &ctlQueue{notify: make(chan struct{}, 1)} }
+
+func (q *ctlQueue) push(e ctlEvent) {
+	q.mu.Lock()
+	q.items = append(q.items, e)
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *ctlQueue) next(ctx context.Context) (ctlEvent, error) {
+	for {
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			e := q.items[0]
+			q.items[0] = ctlEvent{}
+			q.items = q.items[1:]
+			q.mu.Unlock()
+			return e, nil
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.notify:
+		case <-ctx.Done():
+			return ctlEvent{}, ctx.Err()
+		}
+	}
+}
+
+// localCtlWorld is the control mesh of in-process ranks.
+type localCtlWorld struct {
+	mu     sync.Mutex
+	queues []*ctlQueue
+	closed []bool
+}
+
+func newLocalCtlWorld(n int) *localCtlWorld {
+	w := &localCtlWorld{queues: make([]*ctlQueue, n), closed: make([]bool, n)}
+	for i := range w.queues {
+		w.queues[i] = newCtlQueue()
+	}
+	return w
+}
+
+type localCtl struct {
+	w  *localCtlWorld
+	me int
+}
+
+func (l localCtl) send(to int, m ctlMsg) {
+	l.w.mu.Lock()
+	gone, self := l.w.closed[to], l.w.closed[l.me]
+	l.w.mu.Unlock()
+	switch {
+	case self:
+	case gone:
+		l.w.queues[l.me].push(ctlEvent{from: to, down: true, why: "its control link closed"})
+	default:
+		l.w.queues[to].push(ctlEvent{from: l.me, msg: m})
+	}
+}
+
+func (l localCtl) next(ctx context.Context) (ctlEvent, error) { return l.w.queues[l.me].next(ctx) }
+
+// close is what a process's end looks like to the others: every peer
+// sees it down.
+func (l localCtl) close() {
+	l.w.mu.Lock()
+	if l.w.closed[l.me] {
+		l.w.mu.Unlock()
+		return
+	}
+	l.w.closed[l.me] = true
+	l.w.mu.Unlock()
+	for q := range l.w.queues {
+		if q != l.me {
+			l.w.queues[q].push(ctlEvent{from: l.me, down: true, why: "its control link closed"})
+		}
+	}
+}
+
+// ctlTag is the handshake tag of the control mesh of the communicator
+// tagged tag: never a data connection's.
+func ctlTag(tag [8]byte) [8]byte {
+	sum := sha256.Sum256(append([]byte("gocoll-ctl\x00"), tag[:]...))
+	var t [8]byte
+	copy(t[:], sum[:])
+	return t
+}
+
+// maxCtlFrame bounds a control message (a setup blob is a few hundred
+// bytes per rank).
+const maxCtlFrame = 16 << 20
+
+// The control listener is open while the job runs, so it must shrug off
+// whatever reaches it: at most ctlMaxPending connections are in their
+// handshake at once (more are closed at once: a flood costs nothing), and
+// each has ctlHelloTime to prove it holds the secret.
+const (
+	ctlMaxPending = 32
+	ctlHelloTime  = 5 * time.Second
+)
+
+// tcpCtl is the control mesh over TCP: each rank listens from the
+// communicator's creation (a rank still inside a collective must not look
+// dead to one that started recovering) and dials a peer on the first
+// message to it; connections are authenticated as the data connections
+// are (the job's secret), under the mesh's own tag.
+type tcpCtl struct {
+	me      int
+	addrs   []string
+	secret  []byte
+	tag     [8]byte
+	timeout time.Duration
+	ln      net.Listener
+	q       *ctlQueue
+	// growTag, when set, is the tag a joining process presents (see Grow):
+	// its connection is handed over whole.
+	growTag [8]byte
+	log     *slog.Logger
+
+	pending chan struct{} // a slot per connection in its handshake
+
+	mu     sync.Mutex
+	closed bool
+	out    map[int]*ctlOutbox
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+type ctlOutbox struct {
+	mu     sync.Mutex
+	msgs   []ctlMsg
+	notify chan struct{}
+}
+
+func newTCPCtl(me int, addrs []string, secret []byte, tag [8]byte, timeout time.Duration, ln net.Listener, log *slog.Logger) *tcpCtl {
+	t := &tcpCtl{me: me, log: log, addrs: addrs, secret: secret, tag: ctlTag(tag), timeout: timeout, ln: ln,
+		q: newCtlQueue(), out: map[int]*ctlOutbox{}, conns: map[net.Conn]bool{}, pending: make(chan struct{}, ctlMaxPending)}
+	t.growTag = growTag(tag)
+	t.wg.Add(1)
+	go t.accept()
+	return t
+}
+
+func (t *tcpCtl) track(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		c.Close()
+		return false
+	}
+	t.conns[c] = true
+	return true
+}
+
+func (t *tcpCtl) untrack(c net.Conn) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+	c.Close()
+}
+
+func (t *tcpCtl) accept() {
+	defer t.wg.Done()
+	for {
+		c, err := t.ln.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case t.pending <- struct{}{}:
+		default:
+			c.Close()
+			continue
+		}
+		if !t.track(c) {
+			return
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.serve(c)
+		}()
+	}
+}
+
+// serve authenticates an incoming connection and reads its messages.
+func (t *tcpCtl) serve(c net.Conn) {
+	deadline := time.Now().Add(min(t.timeout, ctlHelloTime))
+	rc := &replayConn{Conn: c}
+	grow := isGrowHello(rc, t.growTag, deadline)
+	tag := t.tag
+	if grow {
+		tag = t.growTag
+	}
+	peer, err := tcp.ServerHandshake(rc, t.secret, tag, t.me, deadline, func(p int) error {
+		if !grow && (p < 0 || p >= len(t.addrs) || p == t.me) {
+			return fmt.Errorf("rank %d is not a member", p)
+		}
+		return nil
+	})
+	<-t.pending
+	if err != nil {
+		if grow {
+			t.log.Info("refused a process asking to join", "from", c.RemoteAddr(), "err", err)
+		}
+		t.untrack(c)
+		return
+	}
+	if grow {
+		// A process asking to join: the members' Grow reads it.
+		t.q.push(ctlEvent{from: -1, conn: rc})
+		return
+	}
+	c.SetDeadline(time.Time{})
+	for {
+		m, err := readCtl(rc)
+		if err != nil {
+			t.untrack(c)
+			why := "its control connection closed (process gone?)"
+			if !errors.Is(err, io.EOF) {
+				why = err.Error()
+			}
+			t.q.push(ctlEvent{from: peer, down: true, why: why})
+			return
+		}
+		t.q.push(ctlEvent{from: peer, msg: m})
+	}
+}
+
+func (t *tcpCtl) send(to int, m ctlMsg) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	ob := t.out[to]
+	if ob == nil {
+		ob = &ctlOutbox{notify: make(chan struct{}, 1)}
+		t.out[to] = ob
+		t.wg.Add(1)
+		go t.writer(to, ob)
+	}
+	t.mu.Unlock()
+	ob.mu.Lock()
+	ob.msgs = append(ob.msgs, m)
+	ob.mu.Unlock()
+	select {
+	case ob.notify <- struct{}{}:
+	default:
+	}
+}
+
+// writer dials peer to and writes its queued messages in order; after a
+// failure it reports the peer down and drops what follows.
+func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
+	defer t.wg.Done()
+	var c net.Conn
+	fail := func(why string) {
+		if c != nil {
+			t.untrack(c)
+		}
+		t.q.push(ctlEvent{from: to, down: true, why: why})
+	}
+	d := net.Dialer{Timeout: t.timeout}
+	raw, err := d.Dial("tcp", t.addrs[to])
+	if err != nil {
+		fail(fmt.Sprintf("cannot reach its control address %s: %v", t.addrs[to], err))
+		return
+	}
+	if !t.track(raw) {
+		return
+	}
+	c = raw
+	if _, err := tcp.ClientHandshake(c, t.secret, t.tag, t.me, time.Now().Add(t.timeout)); err != nil {
+		fail(fmt.Sprintf("control handshake: %v", err))
+		return
+	}
+	for {
+		<-ob.notify
+		ob.mu.Lock()
+		msgs := ob.msgs
+		ob.msgs = nil
+		ob.mu.Unlock()
+		t.mu.Lock()
+		closed := t.closed
+		t.mu.Unlock()
+		if closed {
+			return
+		}
+		for _, m := range msgs {
+			c.SetWriteDeadline(time.Now().Add(t.timeout))
+			if err := writeCtl(c, m); err != nil {
+				fail(fmt.Sprintf("control write: %v", err))
+				return
+			}
+		}
+	}
+}
+
+func (t *tcpCtl) next(ctx context.Context) (ctlEvent, error) { return t.q.next(ctx) }
+
+func (t *tcpCtl) close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	t.ln.Close()
+	for c := range t.conns {
+		c.Close()
+	}
+	for _, ob := range t.out {
+		select {
+		case ob.notify <- struct{}{}:
+		default:
+		}
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+func writeCtl(w io.Writer, m ctlMsg) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	frame := make([]byte, 4+len(b))
+	binary.LittleEndian.PutUint32(frame, uint32(len(b)))
+	copy(frame[4:], b)
+	_, err = w.Write(frame)
+	return err
+}
+
+func readCtl(r io.Reader) (ctlMsg, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return ctlMsg{}, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n > maxCtlFrame {
+		return ctlMsg{}, fmt.Errorf("control message of %d bytes (at most %d)", n, maxCtlFrame)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return ctlMsg{}, err
+	}
+	var m ctlMsg
+	if err := json.Unmarshal(b, &m); err != nil {
+		return ctlMsg{}, fmt.Errorf("control message: %w", err)
+	}
+	return m, nil
+}

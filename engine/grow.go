@@ -1,0 +1,365 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gocoll/gocoll/engine/transport/tcp"
+)
+
+// Growing: a process that was not in the job (a replacement for a lost
+// rank, or an extra one) asks rank 0 of a communicator to let it in,
+// through rank 0's control listener; the members admit the waiting
+// processes with Grow, at a point of their choosing (a step boundary), so
+// that waiting never holds up a step. The joiner authenticates with the
+// job's secret, under a tag derived from the communicator's: JoinInfo names
+// both the address and the tag, and holds nothing secret.
+
+// growMsg is what rank 0 tells a joiner (its rank, the new size and
+// tag), and the gathered setup blobs it sends back each round.
+type growMsg struct {
+	Rank int      `json:"rank"`
+	Size int      `json:"size"`
+	Tag  []byte   `json:"tag,omitempty"`
+	All  [][]byte `json:"all,omitempty"`
+}
+
+// growTag is the handshake tag a joiner of the communicator tagged tag
+// presents.
+func growTag(tag [8]byte) [8]byte {
+	sum := sha256.Sum256(append([]byte("gocoll-grow\x00"), tag[:]...))
+	var t [8]byte
+	copy(t[:], sum[:])
+	return t
+}
+
+// isGrowHello reads the start of a client hello and tells whether it
+// presents tag; the bytes read are put back for the handshake.
+func isGrowHello(c *replayConn, tag [8]byte, deadline time.Time) bool {
+	var head [16]byte
+	c.SetReadDeadline(deadline)
+	n, _ := io.ReadFull(c.Conn, head[:])
+	c.replay(head[:n])
+	return n == 16 && [8]byte(head[8:16]) == tag
+}
+
+// replayConn is an accepted connection whose first bytes may be read
+// twice.
+type replayConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (r *replayConn) replay(b []byte) { r.pre = append(r.pre, b...) }
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if len(r.pre) > 0 {
+		n := copy(p, r.pre)
+		r.pre = r.pre[n:]
+		return n, nil
+	}
+	return r.Conn.Read(p)
+}
+
+const joinInfoPrefix = "gocoll-join:1:"
+
+// JoinInfo says how a new process reaches this communicator to join it
+// (Join): rank 0's control address and the communicator's tag, nothing
+// secret. Every rank returns the same. Only communicators over sockets
+// have one.
+func (c *Comm) JoinInfo() (string, error) {
+	t, ok := c.ctl.(*tcpCtl)
+	if !ok {
+		return "", fmt.Errorf("gocoll: rank %d: %w: an in-process communicator cannot be joined", c.rank, ErrInvalidUsage)
+	}
+	ns, ok := c.split.(*netSplitter)
+	if !ok {
+		return "", fmt.Errorf("gocoll: rank %d: %w: no tag to join by", c.rank, ErrInvalidUsage)
+	}
+	return joinInfoPrefix + hex.EncodeToString(ns.tag[:]) + ":" + t.addrs[0], nil
+}
+
+// Joiners is how many processes wait to join on this rank (rank 0 only:
+// elsewhere 0). Cheap; a loop checks it at a step boundary (rank 0 tells
+// the others, e.g. with the step's own allreduce) and calls Grow.
+func (c *Comm) Joiners() int {
+	if c.rank != 0 {
+		return 0
+	}
+	s, err := c.recovery()
+	if err != nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.joiners)
+}
+
+// Grow makes a communicator of c's ranks (same numbers) and n processes
+// that asked to join (Join), numbered from c.Size() up in the order they
+// asked. Every rank of c calls it with the same n; rank 0 waits up to the
+// timeout for n joiners. c is left as it was.
+func (c *Comm) Grow(n int) (*Comm, error) {
+	if n < 1 {
+		return nil, invalidArg("grow by %d processes (at least 1)", n)
+	}
+	ns, ok := c.split.(*netSplitter)
+	if !ok {
+		return nil, fmt.Errorf("gocoll: rank %d: %w: an in-process communicator cannot grow", c.rank, ErrInvalidUsage)
+	}
+	if err := c.AsyncError(); err != nil {
+		return nil, fmt.Errorf("gocoll: grow on rank %d: %w: the communicator failed (shrink it first): %v", c.rank, ErrInvalidUsage, err)
+	}
+	s, err := c.recovery()
+	if err != nil {
+		return nil, err
+	}
+	s.shrinkMu.Lock()
+	defer s.shrinkMu.Unlock()
+	inst := s.inst
+	s.inst++
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+	defer cancel()
+	size := c.size + n
+	var b [16]byte
+	copy(b[:], ns.tag[:])
+	binary.LittleEndian.PutUint64(b[8:], inst)
+	sum := sha256.Sum256(append([]byte("gocoll-grown\x00"), b[:]...))
+	var tag [8]byte
+	copy(tag[:], sum[:])
+
+	var joiners []net.Conn
+	if c.rank == 0 {
+		if err := s.await(ctx, func() bool { return len(s.joiners) >= n }); err != nil {
+			s.mu.Lock()
+			have := len(s.joiners)
+			s.mu.Unlock()
+			return nil, c.growError(fmt.Errorf("%w: %d of %d joining processes arrived within %v", ErrTimeout, have, n, c.opts.Timeout))
+		}
+		s.mu.Lock()
+		joiners = s.joiners[:n:n]
+		s.joiners = s.joiners[n:]
+		s.mu.Unlock()
+		defer func() {
+			for _, j := range joiners {
+				j.Close()
+			}
+		}()
+		for i, j := range joiners {
+			j.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
+			if err := writeCtl(j, ctlMsg{Grow: &growMsg{Rank: c.size + i, Size: size, Tag: tag[:]}}); err != nil {
+				return nil, c.growError(fmt.Errorf("%w: telling joining process %d its rank: %v", ErrPeerLost, c.size+i, err))
+			}
+		}
+	}
+	l, err := connect(ctx, c.rank, size, tag, ns.secret, ns.host, s.growExchange(inst, joiners, size), c.opts)
+	if err != nil {
+		return nil, c.growError(err)
+	}
+	return adopt(c.rank, size, l, &netSplitter{secret: ns.secret, tag: tag, host: ns.host}, c.opts)
+}
+
+func (c *Comm) growError(err error) error {
+	return fmt.Errorf("gocoll: grow on rank %d: %w", c.rank, err)
+}
+
+// growExchange is connect's exchange for Grow, through rank 0: members send
+// their blob over the control mesh, joiners over their connection; rank 0
+// sends everyone the whole set.
+func (s *recoverer) growExchange(inst uint64, joiners []net.Conn, size int) exchangeFunc {
+	round := 0
+	c := s.c
+	return func(ctx context.Context, blob []byte) ([][]byte, error) {
+		round++
+		if c.rank != 0 {
+			s.net.send(0, ctlMsg{Inst: inst, Round: round, Blob: blob})
+			var all [][]byte
+			err := s.await(ctx, func() bool {
+				if _, down := s.down[0]; down {
+					return true
+				}
+				k := blobKey{inst, -round, 0}
+				if b, ok := s.blobs[k]; ok {
+					delete(s.blobs, k)
+					m, err := decodeGrowAll(b)
+					if err == nil && len(m) == size {
+						all = m
+					}
+					return true
+				}
+				return false
+			})
+			if err != nil {
+				return nil, err
+			}
+			if all == nil {
+				return nil, fmt.Errorf("%w: rank 0 went away while the communicator grew", ErrPeerLost)
+			}
+			return all, nil
+		}
+		all := make([][]byte, size)
+		all[0] = blob
+		err := s.await(ctx, func() bool {
+			for p := 1; p < c.size; p++ {
+				if _, down := s.down[p]; down {
+					return true
+				}
+				if _, ok := s.blobs[blobKey{inst, round, p}]; !ok {
+					return false
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		for p := 1; p < c.size; p++ {
+			k := blobKey{inst, round, p}
+			b, ok := s.blobs[k]
+			if !ok {
+				s.mu.Unlock()
+				return nil, &ctlLostError{peer: p, why: s.down[p]}
+			}
+			all[p] = b
+			delete(s.blobs, k)
+		}
+		s.mu.Unlock()
+		for i, j := range joiners {
+			j.SetReadDeadline(time.Now().Add(c.opts.Timeout))
+			m, err := readCtl(j)
+			if err != nil || m.Round != round {
+				return nil, fmt.Errorf("%w: joining process %d: %v", ErrPeerLost, c.size+i, err)
+			}
+			all[c.size+i] = m.Blob
+		}
+		enc := encodeGrowAll(all)
+		for p := 1; p < c.size; p++ {
+			s.net.send(p, ctlMsg{Inst: inst, Round: -round, Blob: enc})
+		}
+		for i, j := range joiners {
+			j.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
+			if err := writeCtl(j, ctlMsg{Round: round, Grow: &growMsg{All: all}}); err != nil {
+				return nil, fmt.Errorf("%w: joining process %d: %v", ErrPeerLost, c.size+i, err)
+			}
+		}
+		return all, nil
+	}
+}
+
+func encodeGrowAll(all [][]byte) []byte {
+	var b []byte
+	for _, x := range all {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(x)))
+		b = append(b, x...)
+	}
+	return b
+}
+
+func decodeGrowAll(b []byte) ([][]byte, error) {
+	var all [][]byte
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return nil, errors.New("truncated")
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if n > len(b) {
+			return nil, errors.New("truncated")
+		}
+		all = append(all, b[:n:n])
+		b = b[n:]
+	}
+	return all, nil
+}
+
+// JoinSecret is the secret a joining process passes to Join: the job's
+// unique id's when id is not nil, else the one NewCommFromEnv uses with
+// GOCOLL_SECRET set (a job whose secret was derived or kept in a file
+// cannot be joined from outside: set GOCOLL_SECRET).
+func JoinSecret(id *UniqueID, getenv func(string) string) ([]byte, error) {
+	if id != nil {
+		_, secret, err := id.Parse()
+		if err != nil {
+			return nil, fmt.Errorf("%w: unique id: %v", ErrInvalidArgument, err)
+		}
+		return secret, nil
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	s := getenv("GOCOLL_SECRET")
+	if s == "" {
+		return nil, invalidArg("join: no unique id and GOCOLL_SECRET is unset: the job's secret is needed to join it")
+	}
+	sum := sha256.Sum256([]byte(s))
+	return sum[:], nil
+}
+
+// Join makes this process a rank of a communicator that admits it (its
+// members call Grow). info is the communicator's JoinInfo (handed over by
+// a job file, or a variable the launcher sets); secret is the
+// job's (the unique id's, or GOCOLL_SECRET). It waits up to the timeout to
+// be admitted.
+func Join(info string, secret []byte, opts Options) (*Comm, error) {
+	opts = opts.withDefaults()
+	rest, ok := strings.CutPrefix(strings.TrimSpace(info), joinInfoPrefix)
+	tagHex, addr, ok2 := strings.Cut(rest, ":")
+	tagb, err := hex.DecodeString(tagHex)
+	if !ok || !ok2 || err != nil || len(tagb) != 8 {
+		return nil, invalidArg("join info %q is not a communicator's JoinInfo", info)
+	}
+	if len(secret) == 0 {
+		return nil, invalidArg("join: empty secret")
+	}
+	tag := [8]byte(tagb)
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+	defer cancel()
+	d := net.Dialer{Timeout: opts.Timeout}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("gocoll: join %s: %w: %v", addr, ErrPeerLost, err)
+	}
+	defer conn.Close()
+	if _, err := tcp.ClientHandshake(conn, secret, growTag(tag), -1, time.Now().Add(opts.Timeout)); err != nil {
+		return nil, fmt.Errorf("gocoll: join %s: %w", addr, err)
+	}
+	conn.SetReadDeadline(time.Now().Add(opts.Timeout))
+	hello, err := readCtl(conn)
+	if err != nil || hello.Grow == nil || hello.Grow.Rank < 1 || hello.Grow.Rank >= hello.Grow.Size || len(hello.Grow.Tag) != 8 {
+		return nil, fmt.Errorf("gocoll: join %s: %w: not admitted within %v (%v)", addr, ErrTimeout, opts.Timeout, err)
+	}
+	rank, size, newTag := hello.Grow.Rank, hello.Grow.Size, [8]byte(hello.Grow.Tag)
+	host, err := advertiseHost(opts, addr)
+	if err != nil {
+		return nil, err
+	}
+	round := 0
+	exchange := func(ctx context.Context, blob []byte) ([][]byte, error) {
+		round++
+		dl, _ := ctx.Deadline()
+		conn.SetDeadline(dl)
+		if err := writeCtl(conn, ctlMsg{Round: round, Blob: blob}); err != nil {
+			return nil, fmt.Errorf("%w: rank 0: %v", ErrPeerLost, err)
+		}
+		m, err := readCtl(conn)
+		if err != nil || m.Grow == nil || len(m.Grow.All) != size {
+			return nil, fmt.Errorf("%w: rank 0 during setup: %v", ErrPeerLost, err)
+		}
+		return m.Grow.All, nil
+	}
+	l, err := connect(ctx, rank, size, newTag, secret, host, exchange, opts)
+	if err != nil {
+		return nil, err
+	}
+	return adopt(rank, size, l, &netSplitter{secret: secret, tag: newTag, host: host}, opts)
+}
