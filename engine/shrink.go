@@ -51,17 +51,19 @@ func revokedBy(err error) error {
 	return err
 }
 
-// Failed lists the ranks this rank knows failed, ascending: ranks whose
-// connection broke, ranks the others agreed to leave out in a Shrink, and
-// (after a Shrink) ranks found dead or silent during it. Ranks that
-// merely aborted or revoked are not among them.
+// Failed lists the ranks this rank knows failed, ascending. After a
+// Shrink of c, the ranks it left out (as agreed: the same on every rank
+// that went on); before, the ranks whose connection broke or that a
+// Shrink found dead or silent so far. Ranks that merely aborted or
+// revoked are not among them.
 func (c *Comm) Failed() []int {
-	set := map[int]bool{}
 	c.mu.Lock()
-	if p := lostRank(c.asyncErr); p >= 0 {
-		set[p] = true
+	if c.shrunk {
+		defer c.mu.Unlock()
+		return append([]int{}, c.leftOut...)
 	}
-	for _, p := range c.leftOut {
+	set := map[int]bool{}
+	if p := lostRank(c.asyncErr); p >= 0 {
 		set[p] = true
 	}
 	s := c.rec
@@ -77,7 +79,7 @@ func (c *Comm) Failed() []int {
 		s.mu.Unlock()
 	}
 	delete(set, c.rank)
-	out := make([]int, 0, len(set))
+	out := []int{}
 	for p := range set {
 		out = append(out, p)
 	}
@@ -179,7 +181,7 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 			}
 			child.keep = s.hold()
 			c.mu.Lock()
-			c.leftOut = outside(c.size, view)
+			c.leftOut, c.shrunk = outside(c.size, view), true
 			c.shrinkTook = [2]time.Duration{agreed.Sub(began), time.Since(began)}
 			c.mu.Unlock()
 			c.log.Info("shrunk", "new_rank", newRank, "new_size", len(view), "left_out", c.leftOut, "attempts", attempt,
