@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -109,7 +110,7 @@ func lostRank(err error) int {
 // It works on a failed or revoked communicator (it talks over the
 // communicator's control links, not its transport), and a rank dying
 // during it costs one more round. Each wait is bounded by the
-// communicator's timeout; the whole call by (4 + size) timeouts, then an
+// communicator's timeout; the whole call by shrinkBound, then an
 // ErrTimeout. c itself is left as it was: destroy it when done.
 func (c *Comm) Shrink(exclude []int) (*Comm, error) { return c.ShrinkWith(exclude, c.opts) }
 
@@ -137,7 +138,7 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		return nil, c.shrinkError(s.excluded)
 	}
 	began := time.Now()
-	deadline := began.Add(c.opts.Timeout * time.Duration(4+c.size))
+	deadline := began.Add(c.shrinkBound())
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 
@@ -193,6 +194,14 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		}
 		view = again
 	}
+}
+
+// shrinkBound is how long a Shrink may take in all: 8 timeouts. Crashed
+// ranks cost no timeout (their connections close); each silent rank costs
+// one, or two when it was the coordinator, and a silent first few
+// coordinators in a row is already far-fetched.
+func (c *Comm) shrinkBound() time.Duration {
+	return min(c.opts.Timeout, math.MaxInt64/8) * 8
 }
 
 // CheckExclude says what is wrong with exclude as Shrink's list, if
@@ -457,7 +466,7 @@ func (s *recoverer) agree(ctx context.Context, suspects []int) ([]int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("%w: the agreement on the surviving ranks did not finish within %v (waiting for ranks %v): %w", ErrTimeout, s.timeout*time.Duration(4+s.c.size), n.Waiting(), err)
+		return nil, fmt.Errorf("%w: the agreement on the surviving ranks did not finish within %v (waiting for ranks %v): %w", ErrTimeout, s.c.shrinkBound(), n.Waiting(), err)
 	}
 	for _, p := range n.Suspects() {
 		s.suspect[p] = true
