@@ -57,11 +57,11 @@ type Options struct {
 	// and no dump on failure).
 	FlightRecords int
 	// ShrinkQuorum is how many ranks Shrink's agreement needs
-	// (GOCOLL_SHRINK_QUORUM): "live" (the default: every rank not found
-	// failed, so any number of crashes can be survived, but the two sides
-	// of a network partition each go on alone) or "majority" (more than
-	// half the communicator's ranks: never two communicators, but fewer
-	// survivors get ErrNoQuorum). See docs/elastic.md.
+	// (GOCOLL_SHRINK_QUORUM when empty): "live" (the default: every rank
+	// not found failed, so any number of crashes can be survived, but the
+	// two sides of a network partition each go on alone) or "majority"
+	// (more than half the communicator's ranks: never two communicators,
+	// but fewer survivors get ErrNoQuorum). See docs/elastic.md.
 	ShrinkQuorum string
 	// DumpDir is where dumps are written (GOCOLL_DUMP_DIR; empty: the temp
 	// dir, os.TempDir, at the time of the dump).
@@ -186,20 +186,14 @@ func OptionsFromSettings(getenv func(string) string, settings ...Setting) (Optio
 		o.NetBandwidth = bw
 	}
 	o.SocketIfname, _ = get("GOCOLL_SOCKET_IFNAME")
-	for _, c := range []struct {
-		name string
-		to   *string
-		a, b string // the values it takes (or empty)
-	}{{"GOCOLL_TRANSPORT", &o.Transport, "auto", "tcp"}, {"GOCOLL_SHRINK_QUORUM", &o.ShrinkQuorum, "live", "majority"}} {
-		v, what := get(c.name)
-		switch w := strings.ToLower(v); w {
-		case "", c.a, c.b:
-			*c.to = w
-		default:
-			return o, fmt.Errorf("%w: %s=%q: want %s or %s", ErrInvalidArgument, what, w, c.a, c.b)
-		}
+	v, what := get("GOCOLL_TRANSPORT")
+	switch t := strings.ToLower(v); t {
+	case "", "auto", "tcp":
+		o.Transport = t
+	default:
+		return o, fmt.Errorf("%w: %s=%q: want auto or tcp", ErrInvalidArgument, what, t)
 	}
-	v, what := get("GOCOLL_CMA")
+	v, what = get("GOCOLL_CMA")
 	switch strings.ToLower(v) {
 	case "", "1", "on", "true", "yes":
 	case "0", "off", "false", "no":
@@ -260,7 +254,7 @@ func debugFile(pattern, what string) (io.Writer, error) {
 // process's one metrics endpoint, are not per communicator.)
 var settingVars = []string{"GOCOLL_TIMEOUT", "GOCOLL_ALGO", "GOCOLL_BRUCK_RADIX", "GOCOLL_HD_SEGMENTS",
 	"GOCOLL_FLIGHT_RECORDS", "GOCOLL_DUMP_DIR", "GOCOLL_NET_BANDWIDTH", "GOCOLL_SOCKET_IFNAME",
-	"GOCOLL_TRANSPORT", "GOCOLL_CMA", "GOCOLL_DEBUG", "GOCOLL_DEBUG_FILE", "GOCOLL_SHRINK_QUORUM"}
+	"GOCOLL_TRANSPORT", "GOCOLL_CMA", "GOCOLL_DEBUG", "GOCOLL_DEBUG_FILE"}
 
 // debugFiles are the log files of this process, opened once each however
 // many communicators log to them (a per-process resource, like stderr: the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -194,6 +195,23 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		}
 		view = again
 	}
+}
+
+// shrinkQuorum is Options.ShrinkQuorum, else GOCOLL_SHRINK_QUORUM, checked.
+func (c *Comm) shrinkQuorum() (string, error) {
+	q := c.opts.ShrinkQuorum
+	if q == "" {
+		getenv := c.opts.Getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		q = getenv("GOCOLL_SHRINK_QUORUM")
+	}
+	switch q = strings.ToLower(q); q {
+	case "", "live", "majority":
+		return q, nil
+	}
+	return "", invalidArg("shrink quorum %q (GOCOLL_SHRINK_QUORUM): want live or majority", q)
 }
 
 // shrinkBound is how long a Shrink may take in all: 8 timeouts. Crashed
@@ -452,7 +470,10 @@ func (s *recoverer) agree(ctx context.Context, suspects []int) ([]int, error) {
 		s.mu.Unlock()
 		return nil, err
 	}
-	if s.c.opts.ShrinkQuorum == "majority" {
+	if q, err := s.c.shrinkQuorum(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	} else if q == "majority" {
 		n.SetQuorum(s.c.size/2 + 1)
 	}
 	s.nodes[inst] = n

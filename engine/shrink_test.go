@@ -425,7 +425,17 @@ func TestShrinkMajority(t *testing.T) {
 			t.Fatalf("rank %d: %v, want ErrNoQuorum", r, errs[r])
 		}
 	}
-	if _, err := OptionsFromSettings(func(string) string { return "" }, Setting{Var: "GOCOLL_SHRINK_QUORUM", Value: "most"}); !errors.Is(err, ErrInvalidArgument) {
+	bad := newLocal(t, 1, Options{ShrinkQuorum: "most"})
+	if _, err := bad[0].Shrink(nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("quorum \"most\": %v", err)
+	}
+	env := newLocal(t, 1, Options{Getenv: func(v string) string {
+		if v == "GOCOLL_SHRINK_QUORUM" {
+			return "most"
+		}
+		return ""
+	}})
+	if _, err := env[0].Shrink(nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("GOCOLL_SHRINK_QUORUM=most: %v", err)
 	}
 }
