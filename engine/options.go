@@ -56,12 +56,12 @@ type Options struct {
 	// negative, or GOCOLL_FLIGHT_RECORDS=0: no recorder, no SIGUSR1 handler
 	// and no dump on failure).
 	FlightRecords int
-	// ShrinkQuorum is how many ranks Shrink's agreement needs
-	// (GOCOLL_SHRINK_QUORUM when empty): "live" (the default: every rank
-	// not found failed, so any number of crashes can be survived, but the
-	// two sides of a network partition each go on alone) or "majority"
-	// (more than half the communicator's ranks: never two communicators,
-	// but fewer survivors get ErrNoQuorum). See docs/elastic.md.
+	// ShrinkQuorum is how many ranks Shrink's agreement needs: "live" or
+	// "" (the default: every rank not found failed, so any number of
+	// crashes can be survived, but the two sides of a network partition
+	// each go on alone) or "majority" (more than half the communicator's
+	// ranks: never two communicators, but fewer survivors get
+	// ErrNoQuorum). See docs/elastic.md.
 	ShrinkQuorum string
 	// DumpDir is where dumps are written (GOCOLL_DUMP_DIR; empty: the temp
 	// dir, os.TempDir, at the time of the dump).

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -197,21 +196,13 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 	}
 }
 
-// shrinkQuorum is Options.ShrinkQuorum, else GOCOLL_SHRINK_QUORUM, checked.
+// shrinkQuorum is Options.ShrinkQuorum, checked.
 func (c *Comm) shrinkQuorum() (string, error) {
-	q := c.opts.ShrinkQuorum
-	if q == "" {
-		getenv := c.opts.Getenv
-		if getenv == nil {
-			getenv = os.Getenv
-		}
-		q = getenv("GOCOLL_SHRINK_QUORUM")
-	}
-	switch q = strings.ToLower(q); q {
+	switch q := strings.ToLower(c.opts.ShrinkQuorum); q {
 	case "", "live", "majority":
 		return q, nil
 	}
-	return "", invalidArg("shrink quorum %q (GOCOLL_SHRINK_QUORUM): want live or majority", q)
+	return "", invalidArg("Options.ShrinkQuorum %q: want live or majority", c.opts.ShrinkQuorum)
 }
 
 // shrinkBound is how long a Shrink may take in all: 8 timeouts. Crashed

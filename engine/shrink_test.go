@@ -399,7 +399,7 @@ func TestShrinkGrowCycles(t *testing.T) {
 	}
 }
 
-// TestShrinkMajority: with GOCOLL_SHRINK_QUORUM=majority, 3 of 5 shrink;
+// TestShrinkMajority: with Options.ShrinkQuorum "majority", 3 of 5 shrink;
 // 2 of 5 (two ranks that cannot reach the others) get ErrNoQuorum.
 func TestShrinkMajority(t *testing.T) {
 	opts := Options{Timeout: time.Second, ShrinkQuorum: "majority"}
@@ -428,14 +428,5 @@ func TestShrinkMajority(t *testing.T) {
 	bad := newLocal(t, 1, Options{ShrinkQuorum: "most"})
 	if _, err := bad[0].Shrink(nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("quorum \"most\": %v", err)
-	}
-	env := newLocal(t, 1, Options{Getenv: func(v string) string {
-		if v == "GOCOLL_SHRINK_QUORUM" {
-			return "most"
-		}
-		return ""
-	}})
-	if _, err := env[0].Shrink(nil); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("GOCOLL_SHRINK_QUORUM=most: %v", err)
 	}
 }
