@@ -522,9 +522,12 @@ func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 				s.net.send(p, ctlMsg{Inst: inst, Round: round, Blob: blob})
 			}
 		}
-		var lost int
-		var why string
-		err := s.await(ctx, func() bool {
+		// A member silent for a timeout is lost like a dead one: the
+		// agreement that follows leaves it out.
+		rctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		lost, why := -1, ""
+		err := s.await(rctx, func() bool {
 			for _, p := range view {
 				if p == me {
 					continue
@@ -546,7 +549,16 @@ func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 			lost = -1
 			return true
 		})
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
+			s.mu.Lock()
+			for _, p := range view {
+				if _, ok := s.blobs[blobKey{inst, round, p}]; !ok && p != me {
+					lost, why = p, fmt.Sprintf("no setup data from it within %v", s.timeout)
+					break
+				}
+			}
+			s.mu.Unlock()
+		} else if err != nil {
 			return nil, err
 		}
 		if lost >= 0 {
