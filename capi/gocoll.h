@@ -384,7 +384,7 @@ gocollResult_t gocollCommRevoke(gocollComm_t comm, int flags);
  * (use it after a failure). config NULL: the new communicator has comm's
  * settings; else its own, as gocollCommInitRankConfig. comm stays valid:
  * destroy it (its answers to late ranks stop then, or when newcomm is
- * destroyed, whichever is later). Bounded by (4 + ranks) x GOCOLL_TIMEOUT.
+ * destroyed, whichever is later). Bounded by 8 x GOCOLL_TIMEOUT.
  * Errors: gocollInvalidArgument (comm not valid, newcomm NULL, a rank out
  * of range or listed twice, this rank listed, excludeRanks NULL with
  * excludeCount > 0, bad flags or config), gocollExcluded (the others went

@@ -84,6 +84,7 @@ type Comm struct {
 	rec     *recoverer // recovery state, from the first Shrink or Grow (mu)
 	revoked bool       // Revoke was called (mu)
 	leftOut []int      // the ranks a Shrink of this communicator left out (mu)
+	shrunk  bool       // a Shrink of this communicator succeeded (mu)
 	// How long the last Shrink took to agree, and in all (mu): for the
 	// figures in docs/elastic.md.
 	shrinkTook [2]time.Duration

@@ -342,6 +342,21 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 		fail(fmt.Sprintf("control handshake: %v", err))
 		return
 	}
+	// The peer never writes on this connection: a read ends only when it
+	// goes away, which a rank that only sends to it (a member waiting for
+	// its setup data) must learn without writing again.
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		var b [1]byte
+		c.Read(b[:])
+		t.mu.Lock()
+		closed := t.closed
+		t.mu.Unlock()
+		if !closed {
+			t.q.push(ctlEvent{from: to, down: true, why: "its control connection closed (process gone?)"})
+		}
+	}()
 	for {
 		<-ob.notify
 		ob.mu.Lock()

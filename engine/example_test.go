@@ -35,3 +35,37 @@ func Example() {
 	fmt.Printf("%.4f\n", results[3])
 	// Output: [1.5000 1.0000 3.1416]
 }
+
+// Three ranks lose rank 1 (here: it aborts and leaves); the others agree
+// on who is gone and go on as a communicator of 2. In a real job the loop
+// catches the collective's error (ErrPeerLost, ErrTimeout, ErrRevoked) and
+// shrinks, as docs/elastic.md shows.
+func ExampleComm_Shrink() {
+	comms, err := engine.NewLocalComms(3, engine.Options{})
+	if err != nil {
+		panic(err)
+	}
+	comms[1].Abort()
+	comms[1].Destroy()
+	survivors := []*engine.Comm{comms[0], comms[2]}
+	out := make([]string, len(survivors))
+	var wg sync.WaitGroup
+	for i, c := range survivors {
+		wg.Go(func() {
+			defer c.Destroy()
+			small, err := c.Shrink(nil)
+			if err != nil {
+				panic(err)
+			}
+			defer small.Destroy()
+			out[i] = fmt.Sprintf("rank %d is now %d of %d; failed: %v", c.Rank(), small.Rank(), small.Size(), c.Failed())
+		})
+	}
+	wg.Wait()
+	for _, s := range out {
+		fmt.Println(s)
+	}
+	// Output:
+	// rank 0 is now 0 of 2; failed: [1]
+	// rank 2 is now 1 of 2; failed: [1]
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -51,17 +52,19 @@ func revokedBy(err error) error {
 	return err
 }
 
-// Failed lists the ranks this rank knows failed, ascending: ranks whose
-// connection broke, ranks the others agreed to leave out in a Shrink, and
-// (after a Shrink) ranks found dead or silent during it. Ranks that
-// merely aborted or revoked are not among them.
+// Failed lists the ranks this rank knows failed, ascending. After a
+// Shrink of c, the ranks it left out (as agreed: the same on every rank
+// that went on); before, the ranks whose connection broke or that a
+// Shrink found dead or silent so far. Ranks that merely aborted or
+// revoked are not among them.
 func (c *Comm) Failed() []int {
-	set := map[int]bool{}
 	c.mu.Lock()
-	if p := lostRank(c.asyncErr); p >= 0 {
-		set[p] = true
+	if c.shrunk {
+		defer c.mu.Unlock()
+		return append([]int{}, c.leftOut...)
 	}
-	for _, p := range c.leftOut {
+	set := map[int]bool{}
+	if p := lostRank(c.asyncErr); p >= 0 {
 		set[p] = true
 	}
 	s := c.rec
@@ -77,7 +80,7 @@ func (c *Comm) Failed() []int {
 		s.mu.Unlock()
 	}
 	delete(set, c.rank)
-	out := make([]int, 0, len(set))
+	out := []int{}
 	for p := range set {
 		out = append(out, p)
 	}
@@ -107,7 +110,7 @@ func lostRank(err error) int {
 // It works on a failed or revoked communicator (it talks over the
 // communicator's control links, not its transport), and a rank dying
 // during it costs one more round. Each wait is bounded by the
-// communicator's timeout; the whole call by (4 + size) timeouts, then an
+// communicator's timeout; the whole call by shrinkBound, then an
 // ErrTimeout. c itself is left as it was: destroy it when done.
 func (c *Comm) Shrink(exclude []int) (*Comm, error) { return c.ShrinkWith(exclude, c.opts) }
 
@@ -135,7 +138,7 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		return nil, c.shrinkError(s.excluded)
 	}
 	began := time.Now()
-	deadline := began.Add(c.opts.Timeout * time.Duration(4+c.size))
+	deadline := began.Add(c.shrinkBound())
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 
@@ -179,7 +182,7 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 			}
 			child.keep = s.hold()
 			c.mu.Lock()
-			c.leftOut = outside(c.size, view)
+			c.leftOut, c.shrunk = outside(c.size, view), true
 			c.shrinkTook = [2]time.Duration{agreed.Sub(began), time.Since(began)}
 			c.mu.Unlock()
 			c.log.Info("shrunk", "new_rank", newRank, "new_size", len(view), "left_out", c.leftOut, "attempts", attempt,
@@ -191,6 +194,23 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		}
 		view = again
 	}
+}
+
+// shrinkQuorum is Options.ShrinkQuorum, checked.
+func (c *Comm) shrinkQuorum() (string, error) {
+	switch q := strings.ToLower(c.opts.ShrinkQuorum); q {
+	case "", "live", "majority":
+		return q, nil
+	}
+	return "", invalidArg("Options.ShrinkQuorum %q: want live or majority", c.opts.ShrinkQuorum)
+}
+
+// shrinkBound is how long a Shrink may take in all: 8 timeouts. Crashed
+// ranks cost no timeout (their connections close); each silent rank costs
+// one, or two when it was the coordinator, and a silent first few
+// coordinators in a row is already far-fetched.
+func (c *Comm) shrinkBound() time.Duration {
+	return min(c.opts.Timeout, math.MaxInt64/8) * 8
 }
 
 // CheckExclude says what is wrong with exclude as Shrink's list, if
@@ -441,7 +461,10 @@ func (s *recoverer) agree(ctx context.Context, suspects []int) ([]int, error) {
 		s.mu.Unlock()
 		return nil, err
 	}
-	if s.c.opts.ShrinkQuorum == "majority" {
+	if q, err := s.c.shrinkQuorum(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	} else if q == "majority" {
 		n.SetQuorum(s.c.size/2 + 1)
 	}
 	s.nodes[inst] = n
@@ -455,7 +478,7 @@ func (s *recoverer) agree(ctx context.Context, suspects []int) ([]int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("%w: the agreement on the surviving ranks did not finish within %v (waiting for ranks %v): %w", ErrTimeout, s.timeout*time.Duration(4+s.c.size), n.Waiting(), err)
+		return nil, fmt.Errorf("%w: the agreement on the surviving ranks did not finish within %v (waiting for ranks %v): %w", ErrTimeout, s.c.shrinkBound(), n.Waiting(), err)
 	}
 	for _, p := range n.Suspects() {
 		s.suspect[p] = true
@@ -499,9 +522,12 @@ func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 				s.net.send(p, ctlMsg{Inst: inst, Round: round, Blob: blob})
 			}
 		}
-		var lost int
-		var why string
-		err := s.await(ctx, func() bool {
+		// A member silent for a timeout is lost like a dead one: the
+		// agreement that follows leaves it out.
+		rctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		lost, why := -1, ""
+		err := s.await(rctx, func() bool {
 			for _, p := range view {
 				if p == me {
 					continue
@@ -523,7 +549,16 @@ func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 			lost = -1
 			return true
 		})
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
+			s.mu.Lock()
+			for _, p := range view {
+				if _, ok := s.blobs[blobKey{inst, round, p}]; !ok && p != me {
+					lost, why = p, fmt.Sprintf("no setup data from it within %v", s.timeout)
+					break
+				}
+			}
+			s.mu.Unlock()
+		} else if err != nil {
 			return nil, err
 		}
 		if lost >= 0 {

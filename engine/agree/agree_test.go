@@ -288,7 +288,7 @@ func everySchedule(t *testing.T, n, limit, quorum, orders int) {
 // decide a view without it, and it ends excluded, never with another view.
 func TestStoppedMember(t *testing.T) {
 	for stopped := 0; stopped < 5; stopped++ {
-		for after := 0; after < 8; after++ {
+		for after := 0; after < 13; after++ { // a coordinator sends 12: prepares, proposals, commits
 			name := fmt.Sprintf("member %d stopped after %d sends", stopped, after)
 			sent := 0
 			var s *sim
