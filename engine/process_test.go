@@ -85,6 +85,11 @@ func childMain(role string) int {
 			fmt.Fprintf(os.Stderr, "rank %d: %v\n", c.Rank(), err)
 			return 1
 		}
+	case "anysource":
+		if err := anySourceExchange(c); err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: %v\n", c.Rank(), err)
+			return 1
+		}
 	case "loop":
 		// Allreduce until something fails; report the error on stderr.
 		b := make([]byte, 4<<10)
