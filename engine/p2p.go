@@ -431,8 +431,8 @@ const AnySource = -1
 // difference fails with ErrMismatch. Receives from any source with one tag
 // complete in issue order.
 func (c *Comm) RecvAny(buf []byte, count int, dt DataType, tag int) (int, error) {
-	var src int
-	if err := c.run(c.recvAnyReq(buf, count, dt, tag, &src)); err != nil {
+	src := -1
+	if err := c.run(c.recvAnyReq(buf, count, dt, tag, func(s int) { src = s })); err != nil {
 		return -1, err
 	}
 	return src, nil
@@ -441,20 +441,17 @@ func (c *Comm) RecvAny(buf []byte, count int, dt DataType, tag int) (int, error)
 // IRecvAny is the non-blocking RecvAny: it returns once the operation is
 // queued; the request's Source names the sender once it finished.
 func (c *Comm) IRecvAny(buf []byte, count int, dt DataType, tag int) (*Request, error) {
-	return c.start(c.recvAnyReq(buf, count, dt, tag, new(int)))
+	return c.start(c.recvAnyReq(buf, count, dt, tag, nil))
 }
 
-// RecvAnyOp prepares a RecvAny without issuing it (see Op); the sender's
-// rank is stored in *source before the operation completes (source may be
-// nil; the started request's Source also has it).
-func (c *Comm) RecvAnyOp(buf []byte, count int, dt DataType, tag int, source *int) Op {
-	if source == nil {
-		source = new(int)
-	}
-	return c.op(c.recvAnyReq(buf, count, dt, tag, source))
+// RecvAnyOp prepares a RecvAny without issuing it (see Op). got, when not
+// nil, is called with the sender's rank before the operation completes
+// (the started request's Source has it too).
+func (c *Comm) RecvAnyOp(buf []byte, count int, dt DataType, tag int, got func(source int)) Op {
+	return c.op(c.recvAnyReq(buf, count, dt, tag, got))
 }
 
-func (c *Comm) recvAnyReq(buf []byte, count int, dt DataType, tag int, src *int) (Request, error) {
+func (c *Comm) recvAnyReq(buf []byte, count int, dt DataType, tag int, got func(int)) (Request, error) {
 	if err := firstErr(checkType(dt), checkTag(tag), checkBuf("recv", buf, count, dt)); err != nil {
 		return Request{}, err
 	}
@@ -468,14 +465,18 @@ func (c *Comm) recvAnyReq(buf []byte, count int, dt DataType, tag int, src *int)
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
-	*src = -1
+	src := new(int)
 	return Request{op: "recv", peer: -1, anySrc: true, src: src, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		peer, err := c.recvAny(x, pk, &posting{env: env, buf: buf})
-		if err == nil {
-			*src = peer
+		if err != nil {
+			return err
 		}
-		return err
+		*src = peer
+		if got != nil {
+			got(peer)
+		}
+		return nil
 	}}, nil
 }
 
