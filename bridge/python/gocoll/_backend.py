@@ -100,6 +100,9 @@ class _Work(_c10d.Work):
         self._pg = pg
         self._op = op
         self._gworks = list(gworks)
+        # A recv from any source: its gocoll work names the sender.
+        self._source_work = self._gworks[0] if op == "recv" and self._gworks \
+            and getattr(self._gworks[0], "_source", None) is not None else None
         self._post = post
         self._result = result
         self._lock = threading.Lock()
@@ -202,8 +205,17 @@ class _Work(_c10d.Work):
         return list(self._result) if isinstance(self._result, list) else [self._result]
 
     def source_rank(self):
-        raise RuntimeError("gocoll: source_rank() is only meaningful for recv from any source, "
-                           "which gocoll does not support")
+        """The sender of a recv from any source (torch's ``recv`` without
+        ``src``), once it finished; RuntimeError for other operations."""
+        gworks = self._gworks
+        if self._source_work is None:
+            raise RuntimeError("gocoll: %s: source_rank() is only defined for a recv from any "
+                               "source" % self._op)
+        if gworks is not None:
+            self.wait()
+        return self._source_work.source_rank()
+
+    _source_rank = source_rank  # the name torch.distributed.recv calls
 
     def synchronize(self):
         pass  # CPU only: nothing to synchronise with
@@ -614,8 +626,14 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
         return self._issue(op, go, tensors)
 
     def recv_anysource(self, tensors, tag=0):
-        raise errors.InvalidArgument("gocoll: recv on rank %d: receiving from any source is not "
-                                     "supported; pass src" % self._grank)
+        op = "recv"
+
+        def go():
+            t = _one(tensors, op)
+            _check_dense(t, op)
+            b, back = self._staged(t)
+            return [self.comm.recv(b, None, tag, async_op=True)], back
+        return self._issue(op, go, tensors)
 
     def barrier(self, opts=None):
         return self._issue("barrier", lambda: ([self.comm.barrier(async_op=True)], None), [])
@@ -634,5 +652,13 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             raise self._named(e, "monitored_barrier") from None
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        raise errors.InvalidArgument("gocoll: all_gather_coalesced is not supported by the gocoll "
-                                     "backend; call all_gather per tensor")
+        op = "all_gather_coalesced"
+
+        def go():
+            for t in input_list:
+                _check_dense(t, op, "input_tensor_list")
+            for outs in output_lists:
+                for t in outs:
+                    _check_dense(t, op, "output_tensor_lists")
+            return [self.comm.all_gather_coalesced(output_lists, input_list, async_op=True)], None
+        return self._issue(op, go, output_lists)
