@@ -211,7 +211,17 @@ def refused(r, n, checked):
     msgs["sparse"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3).to_sparse()))
     msgs["meta"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3, device="meta")))
     msgs["band"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3), op=R.BAND))
-    msgs["tag"] = str(expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=-3))
+    e = expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=-3)
+    msgs["tag"] = str(e)
+    # torch's backends raise RuntimeError: gocoll's errors through the
+    # backend are that too (and keep gocoll's classes).
+    assert isinstance(e, RuntimeError) and isinstance(e, gocoll.InvalidArgument), type(e).__mro__
+    e = expect_raises(TypeError, dist.all_reduce, torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8))
+    assert isinstance(e, RuntimeError), type(e).__mro__
+    pg = dist.distributed_c10d._get_default_group()
+    before = pg._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(1))
+    assert pg._get_sequence_number_for_group() == before + 1
     assert "qint8" in msgs["dtype"] and "rank %d" % r in msgs["dtype"], msgs["dtype"]
     assert "bitwise" in msgs["band"] and "rank %d" % r in msgs["band"], msgs["band"]
     assert "sparse" in msgs["sparse"] and "meta" in msgs["meta"], msgs
