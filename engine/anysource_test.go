@@ -247,17 +247,7 @@ func TestRecvAnySourceProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	for _, tr := range []string{"tcp", "auto"} {
-		t.Run(tr, func(t *testing.T) {
-			kids := startRanks(t, "anysource", 3, []string{"GOCOLL_TRANSPORT=" + tr, "GOCOLL_TIMEOUT=60s"}, nil)
-			waitRanks(t, kids, 2*time.Minute)
-			for r, k := range kids {
-				if k.Err != nil {
-					t.Errorf("rank %d: %v\n%s", r, k.Err, k.Out.String())
-				}
-			}
-		})
-	}
+	roleProcesses(t, "anysource")
 }
 
 // Receives from any source across two emulated hosts (netns_test.go): each

@@ -674,6 +674,14 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
         return self._issue(op, go, tensors)
 
     def recv(self, tensors, src, tag=0):
+        return self._recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self._recv(tensors, None, tag)
+
+    def _recv(self, tensors, src, tag):
+        """recv from src, or from any source (src None: the work's
+        source_rank names the sender)."""
         op = "recv"
 
         def go():
@@ -681,16 +689,6 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             _check_dense(t, op)
             b, back = self._staged(t)
             return [self.comm.recv(b, src, tag, async_op=True)], back
-        return self._issue(op, go, tensors)
-
-    def recv_anysource(self, tensors, tag=0):
-        op = "recv"
-
-        def go():
-            t = _one(tensors, op)
-            _check_dense(t, op)
-            b, back = self._staged(t)
-            return [self.comm.recv(b, None, tag, async_op=True)], back
         return self._issue(op, go, tensors)
 
     def barrier(self, opts=None):

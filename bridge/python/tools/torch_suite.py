@@ -47,6 +47,17 @@ import gocoll.torch  # noqa: E402,F401  (registers the "gocoll" backend)
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 
+# torch's suite turns on DDP with ReplicatedTensor in every rank, which
+# imports torch.distributed._shard; Debian's torch 1.13 cannot import it on
+# Python 3.11 (a dataclass field with a mutable default), so every DDP test
+# would fail there for every backend, gloo included. Where that import
+# fails, DDP stays as torch ships it (ReplicatedTensor off).
+try:
+    import torch.distributed._shard  # noqa: E402,F401
+except ValueError:
+    import torch.nn.parallel._replicated_tensor_ddp_utils as _rt  # noqa: E402
+    _rt._set_ddp_with_replicated_tensor = lambda value: None
+
 # What torch's suite knows of a plugin backend: its tests that switch a
 # group to another backend use gloo.
 DistTestCases.backend_feature["plugin"].add(os.environ["BACKEND"])
