@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/proctest"
 )
 
 // anyMsgs is how many messages each sender sends to the receiver of a round
@@ -265,4 +267,30 @@ func TestRecvAnySourceTwoHosts(t *testing.T) {
 		}
 	}
 	h.checkShm()
+}
+
+// Abort ends a receive from any source that nobody sends to at once, well
+// before its timeout.
+func TestRecvAnySourceAbort(t *testing.T) {
+	comms := newLocal(t, 3, Options{Timeout: time.Minute})
+	c := comms[0]
+	r, err := c.IRecvAny(make([]byte, 4), 1, Float32, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proctest.Until(t, time.Minute, "receive from any source in flight", func() bool {
+		return len(c.state("probe").InFlight) > 0
+	})
+	c.Abort()
+	select {
+	case <-r.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("receive from any source still waiting 30 s after Abort")
+	}
+	if err := r.Wait(); !errors.Is(err, ErrAborted) {
+		t.Fatalf("after Abort: %v, want ErrAborted", err)
+	}
+	if src := r.Source(); src != -1 {
+		t.Errorf("failed receive reports source %d", src)
+	}
 }
