@@ -58,9 +58,14 @@ except ValueError:
     import torch.nn.parallel._replicated_tensor_ddp_utils as _rt  # noqa: E402
     _rt._set_ddp_with_replicated_tensor = lambda value: None
 
-# What torch's suite knows of a plugin backend: its tests that switch a
-# group to another backend use gloo.
+# What torch's suite knows of a backend is in these sets; a plugin backend
+# declares itself (as ucc is listed): a plugin (its tests that switch a
+# group to another backend use gloo), and DDP, which gocoll runs on CPU
+# tensors (the DDP tests that need CUDA devices still skip themselves).
+# gocoll is not listed for "gpu", "cuda" or "subgroup" (subgroups on CUDA
+# devices): it has no CUDA path.
 DistTestCases.backend_feature["plugin"].add(os.environ["BACKEND"])
+DistTestCases.backend_feature["ddp"].add(os.environ["BACKEND"])
 
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest, TestDistBackend)
