@@ -294,3 +294,44 @@ func TestRecvAnySourceAbort(t *testing.T) {
 		t.Errorf("failed receive reports source %d", src)
 	}
 }
+
+// BenchmarkPingPong is a round trip of 8 bytes between two ranks over
+// shared memory, received from the named peer or from any source (which
+// looks at the peers' streams without blocking on one).
+func BenchmarkPingPong(b *testing.B) {
+	for _, any := range []bool{false, true} {
+		b.Run(map[bool]string{false: "named", true: "any"}[any], func(b *testing.B) {
+			comms := newShm(b, 2, Options{})
+			recv := func(c *Comm, buf []byte, peer int) error {
+				if any {
+					_, err := c.RecvAny(buf, 1, Int64, 0)
+					return err
+				}
+				return c.Recv(buf, 1, Int64, peer)
+			}
+			b.ResetTimer()
+			mustRanks(b, comms, func(c *Comm) error {
+				buf := make([]byte, 8)
+				peer := 1 - c.Rank()
+				for range b.N {
+					if c.Rank() == 0 {
+						if err := c.Send(buf, 1, Int64, peer); err != nil {
+							return err
+						}
+						if err := recv(c, buf, peer); err != nil {
+							return err
+						}
+					} else {
+						if err := recv(c, buf, peer); err != nil {
+							return err
+						}
+						if err := c.Send(buf, 1, Int64, peer); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -480,11 +481,14 @@ func (c *Comm) recvAnyReq(buf []byte, count int, dt DataType, tag int, got func(
 	}}, nil
 }
 
-// Polling bounds of a receive from any source: it sleeps between rounds
-// that found nothing, doubling from the first to the last, so an idle wait
-// costs little CPU while a message that arrives soon is taken soon.
+// Polling of a receive from any source: after a round that found nothing
+// it yields the processor for up to anySpin (a reply that is on its way
+// comes within a few microseconds, sooner than a timer wakes), then sleeps
+// between rounds, doubling from anyPollMin to anyPollMax, so an idle wait
+// costs little CPU.
 const (
-	anyPollMin = 5 * time.Microsecond
+	anySpin    = 50 * time.Microsecond
+	anyPollMin = 20 * time.Microsecond
 	anyPollMax = time.Millisecond
 )
 
@@ -506,6 +510,7 @@ func (c *Comm) recvAny(x *execCtx, pk transport.Peeker, p *posting) (int, error)
 		}
 	}()
 	pause := time.Duration(0)
+	idleSince := time.Now()
 	for {
 		read, live := false, 0
 		var lost error
@@ -562,7 +567,11 @@ func (c *Comm) recvAny(x *execCtx, pk transport.Peeker, p *posting) (int, error)
 			return -1, lost
 		}
 		if read {
-			pause = 0
+			pause, idleSince = 0, time.Now()
+			continue
+		}
+		if err := ctx.Err(); err == nil && time.Since(idleSince) < anySpin {
+			runtime.Gosched()
 			continue
 		}
 		pause = min(max(2*pause, anyPollMin), anyPollMax)
