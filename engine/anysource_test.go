@@ -34,8 +34,8 @@ func anyPayload(from, k int) []byte {
 // 5), while it takes the tag 4 ones from any source, half with blocking
 // receives and half with non-blocking ones posted at once. Each message
 // must be received exactly once, intact, from the sender reported, and
-// each sender's in the order sent; the tag 5 ones are then received by
-// sender. The senders go on to an allreduce as soon as they sent, so a
+// each sender's in the order sent; the tag 5 ones go to receives naming
+// their sender, posted before and waiting meanwhile. The senders go on to an allreduce as soon as they sent, so a
 // receive from any source that read past the point-to-point messages
 // would take the allreduce's instead. Shared by the in-process, process
 // and emulated-host tests.
@@ -70,6 +70,30 @@ func anySourceExchange(c *Comm) error {
 
 func anyReceive(c *Comm) error {
 	n := c.Size()
+	// The tag 5 receives, named by sender, wait beside the receives from any
+	// source: the two kinds read the same streams by turns.
+	type named struct {
+		req    *Request
+		buf    []byte
+		src, k int
+	}
+	var tag5 []named
+	for src := range n {
+		if src == c.Rank() {
+			continue
+		}
+		for k := range anyMsgs {
+			if k%4 != 1 {
+				continue
+			}
+			b := make([]byte, 2)
+			r, err := c.IRecvTag(b, 2, Uint8, src, 5)
+			if err != nil {
+				return err
+			}
+			tag5 = append(tag5, named{r, b, src, k})
+		}
+	}
 	total := (n - 1) * anyMsgs
 	next := make([]int, n) // per sender: the message number expected next
 	check := func(src int, b []byte) error {
@@ -117,23 +141,16 @@ func anyReceive(c *Comm) error {
 		}
 	}
 	for src := range n {
-		if src == c.Rank() {
-			continue
-		}
-		if next[src] != anyMsgs {
+		if src != c.Rank() && next[src] != anyMsgs {
 			return fmt.Errorf("received %d messages from rank %d, want %d", next[src], src, anyMsgs)
 		}
-		for k := range anyMsgs {
-			if k%4 != 1 {
-				continue
-			}
-			b := make([]byte, 2)
-			if err := c.RecvTag(b, 2, Uint8, src, 5); err != nil {
-				return err
-			}
-			if b[0] != byte(src) || b[1] != byte(k) {
-				return fmt.Errorf("tag 5 message %d from rank %d reads %v", k, src, b)
-			}
+	}
+	for _, m := range tag5 {
+		if err := m.req.Wait(); err != nil {
+			return err
+		}
+		if m.buf[0] != byte(m.src) || m.buf[1] != byte(m.k) {
+			return fmt.Errorf("tag 5 message %d from rank %d reads %v", m.k, m.src, m.buf)
 		}
 	}
 	return nil

@@ -557,7 +557,11 @@ func (c *Comm) recvAny(x *execCtx, pk transport.Peeker, p *posting) (int, error)
 			if err != nil {
 				in.breakWith(err)
 			}
-			in.signal()
+			// Receives that found this reader at work wait for its end
+			// (a look that read nothing need not wake anyone else).
+			if read || err != nil || len(in.posted) > 0 {
+				in.signal()
+			}
 			in.mu.Unlock()
 			if err != nil {
 				return peer, err
