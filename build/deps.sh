@@ -1,13 +1,14 @@
 #!/bin/sh
 # Installs what gocoll's demo and tests need from Debian: a C toolchain and
 # pkg-config (cgo, C tests), Open MPI (launcher tests, benchmarks), Python with
-# torch, numpy, pytest, venv and the wheel tools (the Python bridge and its offline install), and Fashion-MNIST (the demo).
+# torch, numpy, pytest, venv and the wheel tools (the Python bridge and its offline install), hwloc's library
+# (topology detection through it, tested against /sys), and Fashion-MNIST (the demo).
 # As root it runs apt-get; otherwise it prints the command to run as root.
 # Usage: build/deps.sh [demo|test]
 set -eu
 want="gcc pkg-config dataset-fashion-mnist"
 if [ "${1:-test}" = test ]; then
-	want="$want openmpi-bin libopenmpi-dev python3-torch python3-numpy python3-pytest python3-pip python3-wheel python3-setuptools python3-venv iproute2"
+	want="$want openmpi-bin libopenmpi-dev python3-torch python3-numpy python3-pytest python3-pip python3-wheel python3-setuptools python3-venv iproute2 libhwloc15"
 fi
 missing=""
 for p in $want; do

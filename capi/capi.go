@@ -649,7 +649,33 @@ func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer
 		if isSend != 0 {
 			return c.SendTagOp(b, int(count), dt, int(peer), int(tag))
 		}
+		if peer == anySource {
+			return c.RecvAnyOp(b, int(count), dt, int(tag), nil)
+		}
 		return c.RecvTagOp(b, int(count), dt, int(peer), int(tag))
+	})
+}
+
+// anySource is GOCOLL_ANY_SOURCE.
+const anySource = engine.AnySource
+
+//export capi_RecvAny
+func capi_RecvAny(buf unsafe.Pointer, count C.size_t, dtype, tag C.int, source *C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
+	name := pick(nb, "gocollRecvAny", "gocollIRecvAny")
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+		dt, err := datatype(dtype)
+		if err != nil {
+			return engine.ErrOp(err)
+		}
+		b, err := buffer("recvbuff", buf, count, 1, dt)
+		if err != nil {
+			return engine.ErrOp(err)
+		}
+		var got func(int)
+		if source != nil {
+			got = func(s int) { *source = C.int(s) }
+		}
+		return c.RecvAnyOp(b, int(count), dt, int(tag), got)
 	})
 }
 

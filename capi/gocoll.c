@@ -348,6 +348,21 @@ gocollResult_t gocollIRecvTag(void* recvbuff, size_t count, gocollDataType_t dat
   return finish(rc, request, out);
 }
 
+gocollResult_t gocollRecvAny(void* recvbuff, size_t count, gocollDataType_t datatype, int tag, int* source,
+                             gocollComm_t comm) {
+  if (source != NULL) *source = GOCOLL_ANY_SOURCE;
+  return (gocollResult_t)capi_RecvAny(recvbuff, count, datatype, tag, source, h(comm), 0, 0, NULL);
+}
+
+gocollResult_t gocollIRecvAny(void* recvbuff, size_t count, gocollDataType_t datatype, int tag, int* source,
+                              gocollComm_t comm, gocollRequest_t* request) {
+  uintptr_t out = 0;
+  gocollResult_t rc;
+  if (source != NULL) *source = GOCOLL_ANY_SOURCE;
+  rc = (gocollResult_t)capi_RecvAny(recvbuff, count, datatype, tag, source, h(comm), 1, request != NULL, &out);
+  return finish(rc, request, out);
+}
+
 gocollResult_t gocollBarrier(gocollComm_t comm) {
   return (gocollResult_t)capi_Barrier(h(comm), 0, 0, NULL);
 }

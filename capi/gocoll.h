@@ -593,6 +593,7 @@ gocollResult_t gocollSend(const void* sendbuff, size_t count, gocollDataType_t d
                           gocollComm_t comm);
 
 /* Receives count elements from peer's matching gocollSend into recvbuff.
+ * peer may be GOCOLL_ANY_SOURCE (see gocollRecvAny).
  * Errors: as gocollSend. */
 gocollResult_t gocollRecv(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
                           gocollComm_t comm);
@@ -616,6 +617,27 @@ gocollResult_t gocollSendTag(const void* sendbuff, size_t count, gocollDataType_
  * the communicator unusable). Errors: as gocollSendTag. */
 gocollResult_t gocollRecvTag(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
                              int tag, gocollComm_t comm);
+
+/* The peer of a receive (gocollRecv, gocollRecvTag and their I-forms) that
+ * takes a message from whichever rank sent one, as MPI_ANY_SOURCE; use
+ * gocollRecvAny/gocollIRecvAny to learn which rank that was. */
+#define GOCOLL_ANY_SOURCE (-1)
+
+/* gocollRecvTag from any source: receives into recvbuff the first message
+ * with this tag that arrives from any rank and that no receive naming its
+ * sender waits for, and stores the sender's rank in *source (source may be
+ * NULL; it holds GOCOLL_ANY_SOURCE until a message was taken). Messages
+ * from one sender are taken in the order they were sent; which sender
+ * comes first when several sent is unspecified. Receives from any source
+ * with one tag complete in the order they were posted. count and datatype
+ * must be the sender's: a difference fails with gocollInvalidUsage naming
+ * the sender (and, as every failure, leaves the communicator unusable),
+ * never a truncated message. Only the point-to-point messages sent before
+ * a sender's next collective can match (as for every receive).
+ * Errors: as gocollRecvTag; gocollInvalidUsage on a communicator of one
+ * rank; gocollTimeout when no rank sends within GOCOLL_TIMEOUT. */
+gocollResult_t gocollRecvAny(void* recvbuff, size_t count, gocollDataType_t datatype, int tag, int* source,
+                             gocollComm_t comm);
 
 /* Returns once every rank of comm called it. */
 gocollResult_t gocollBarrier(gocollComm_t comm);
@@ -683,6 +705,11 @@ gocollResult_t gocollISendTag(const void* sendbuff, size_t count, gocollDataType
  * complete independently: each as soon as its own message arrived. */
 gocollResult_t gocollIRecvTag(void* recvbuff, size_t count, gocollDataType_t datatype, int peer,
                               int tag, gocollComm_t comm, gocollRequest_t* request);
+/* Non-blocking gocollRecvAny. *source (when source is not NULL) is
+ * written when the receive completes, before gocollWait or gocollTest
+ * reports it done: it must stay valid until then. */
+gocollResult_t gocollIRecvAny(void* recvbuff, size_t count, gocollDataType_t datatype, int tag, int* source,
+                              gocollComm_t comm, gocollRequest_t* request);
 /* Non-blocking gocollBarrier: completes once every rank issued it. */
 gocollResult_t gocollIBarrier(gocollComm_t comm, gocollRequest_t* request);
 

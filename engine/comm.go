@@ -55,10 +55,12 @@ type Comm struct {
 	// or a blocking call that found nothing pending and runs inline (saving
 	// two goroutine hand-offs on small messages). It guards what follows.
 	execMu  sync.Mutex
-	inline  execCtx  // the execution context of a blocking call run inline
-	seq     uint64   // collective sequence number
-	sendSeq []uint64 // point-to-point sequence per peer: stream messages sent
-	recvSeq []uint64 // receives issued per peer (names them in flight records)
+	inline  execCtx      // the execution context of a blocking call run inline
+	seq     uint64       // collective sequence number
+	sendSeq []uint64     // point-to-point sequence per peer: stream messages sent
+	recvSeq []uint64     // receives issued per peer (names them in flight records)
+	anySeq  uint64       // receives from any source issued (names them likewise)
+	anyNext atomic.Int64 // where a receive from any source starts looking (p2p.go)
 	scratch [4][]byte
 	plans   map[planKey]plan // schedules built so far (see plan)
 	poolMu  sync.Mutex       // scratch for concurrent receives of one schedule
@@ -105,6 +107,10 @@ type Request struct {
 	peer   int
 	tag    int
 	isSend bool
+	// anySrc marks a receive from any source (peer is -1 then); src gets
+	// the sender's rank before done closes.
+	anySrc bool
+	src    *int
 	// What runs it: exec on args (the collectives: a static function and
 	// plain values, so that a blocking call run inline allocates nothing),
 	// or run, a closure (point-to-point and the v/w all-to-alls, whose
@@ -150,6 +156,26 @@ func (r *Request) Wait() error {
 
 // Done is closed when the operation finished.
 func (r *Request) Done() <-chan struct{} { return r.done }
+
+// Source is the rank a receive from any source (IRecvAny) took its message
+// from, once it finished without an error; otherwise -1.
+func (r *Request) Source() int {
+	if !r.anySrc {
+		return -1
+	}
+	select {
+	case <-r.done:
+		if r.err == nil {
+			return *r.src
+		}
+	default:
+	}
+	return -1
+}
+
+// p2p reports a point-to-point operation: it runs beside the others of
+// other peers and tags instead of in the collective sequence.
+func (r *Request) p2p() bool { return r.peer >= 0 || r.anySrc }
 
 func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error) {
 	opts = opts.withDefaults()
@@ -200,7 +226,7 @@ func (c *Comm) loop() {
 			c.finished()
 			continue
 		}
-		if r.peer >= 0 {
+		if r.p2p() {
 			c.startP2P(r)
 			continue
 		}
@@ -264,12 +290,21 @@ func (c *Comm) execute(r *Request, x *execCtx) {
 // startP2P runs a send or receive on its own goroutine, after the previous
 // one of its chain (see p2pKey).
 func (c *Comm) startP2P(r *Request) {
-	key, seqs := p2pKey{peer: r.peer, tag: r.tag}, c.recvSeq
-	if r.isSend {
-		key, seqs = p2pKey{peer: r.peer, send: true}, c.sendSeq
+	var x *execCtx
+	key := p2pKey{peer: r.peer, tag: r.tag, send: r.isSend}
+	switch {
+	case r.anySrc:
+		key.peer = AnySource
+		x = &execCtx{c: c, op: r.op, seq: c.anySeq | p2pSeqBit}
+		c.anySeq++
+	case r.isSend:
+		key.tag = 0
+		x = &execCtx{c: c, op: r.op, seq: c.sendSeq[r.peer] | p2pSeqBit}
+		c.sendSeq[r.peer]++
+	default:
+		x = &execCtx{c: c, op: r.op, seq: c.recvSeq[r.peer] | p2pSeqBit}
+		c.recvSeq[r.peer]++
 	}
-	x := &execCtx{c: c, op: r.op, seq: seqs[r.peer] | p2pSeqBit}
-	seqs[r.peer]++
 	c.pruneChains()
 	prev := c.p2pChain[key]
 	c.p2pChain[key] = r.done
@@ -449,7 +484,7 @@ func (c *Comm) runReq(r *Request) error {
 	// concurrent start either came first (the claim fails and this call
 	// queues behind it) or queues behind this one (the worker then waits
 	// for execMu).
-	if r.peer >= 0 || !c.pending.CompareAndSwap(0, 1) {
+	if r.p2p() || !c.pending.CompareAndSwap(0, 1) {
 		q, err := c.start(*r, nil)
 		if err != nil {
 			return err

@@ -81,7 +81,7 @@ func (f *recorder) begin(x *execCtx, r *Request, now time.Duration) {
 	f.next = (i + 1) % len(f.slots)
 	f.n++
 	s := &f.slots[i]
-	*s = slot{n: f.n, op: r.op, algo: r.algo, seq: x.seq &^ p2pSeqBit, p2p: r.peer >= 0,
+	*s = slot{n: f.n, op: r.op, algo: r.algo, seq: x.seq &^ p2pSeqBit, p2p: r.p2p(),
 		dt: r.dt, hasType: r.hasType, bytes: int64(r.bytes), start: now, peer: int32(r.peer),
 		state: slotRunning, live: x}
 	x.slot, x.slotN = i, f.n

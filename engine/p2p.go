@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gocoll/gocoll/engine/transport"
 )
@@ -414,6 +418,182 @@ func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer, tag int) (Reque
 		x.sig, x.bytes = sig, len(buf)
 		return c.recvTagged(x, peer, &posting{env: env, buf: buf})
 	}}, nil
+}
+
+// AnySource, as the peer of a receive, takes a message from whichever peer
+// sends one first (MPI_ANY_SOURCE; see RecvAny).
+const AnySource = -1
+
+// RecvAny receives into buf the first message with tag that arrives from
+// any peer and that no receive naming its sender is waiting for, and
+// returns the sender's rank. Messages from one sender are taken in the
+// order they were sent; which sender comes first when several sent is
+// unspecified. Count and type must be the sender's, as for RecvTag: a
+// difference fails with ErrMismatch. Receives from any source with one tag
+// complete in issue order.
+func (c *Comm) RecvAny(buf []byte, count int, dt DataType, tag int) (int, error) {
+	src := -1
+	if err := c.run(c.recvAnyReq(buf, count, dt, tag, func(s int) { src = s })); err != nil {
+		return -1, err
+	}
+	return src, nil
+}
+
+// IRecvAny is the non-blocking RecvAny: it returns once the operation is
+// queued; the request's Source names the sender once it finished.
+func (c *Comm) IRecvAny(buf []byte, count int, dt DataType, tag int) (*Request, error) {
+	return c.start(c.recvAnyReq(buf, count, dt, tag, nil))
+}
+
+// RecvAnyOp prepares a RecvAny without issuing it (see Op). got, when not
+// nil, is called with the sender's rank before the operation completes
+// (the started request's Source has it too).
+func (c *Comm) RecvAnyOp(buf []byte, count int, dt DataType, tag int, got func(source int)) Op {
+	return c.op(c.recvAnyReq(buf, count, dt, tag, got))
+}
+
+func (c *Comm) recvAnyReq(buf []byte, count int, dt DataType, tag int, got func(int)) (Request, error) {
+	if err := firstErr(checkType(dt), checkTag(tag), checkBuf("recv", buf, count, dt)); err != nil {
+		return Request{}, err
+	}
+	if c.size < 2 {
+		return Request{}, fmt.Errorf("%w: receive from any source on a communicator of one rank would never complete", ErrInvalidUsage)
+	}
+	pk, ok := c.tr.(transport.Peeker)
+	if !ok {
+		return Request{}, fmt.Errorf("%w: this communicator's transport cannot receive from any source", ErrInvalidUsage)
+	}
+	buf = buf[:count*dt.Size()]
+	env := envelope{tag: tag, dt: dt, count: count}
+	sig := payloadSig(dt, count)
+	src := new(int)
+	return Request{op: "recv", peer: -1, anySrc: true, src: src, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
+		x.sig, x.bytes = sig, len(buf)
+		peer, err := c.recvAny(x, pk, &posting{env: env, buf: buf})
+		if err != nil {
+			return err
+		}
+		*src = peer
+		if got != nil {
+			got(peer)
+		}
+		return nil
+	}}, nil
+}
+
+// Polling of a receive from any source: after a round that found nothing
+// it yields the processor for up to anySpin (a reply that is on its way
+// comes within a few microseconds, sooner than a timer wakes), then sleeps
+// between rounds, doubling from anyPollMin to anyPollMax, so an idle wait
+// costs little CPU.
+const (
+	anySpin    = 50 * time.Microsecond
+	anyPollMin = 20 * time.Microsecond
+	anyPollMax = time.Millisecond
+)
+
+// recvAny completes p from the first peer with a message for it. A
+// transport reader blocks until its peer sends, and what a peer sends next
+// may be a collective's message that this receive must leave unread (a
+// collective issued later on this rank reads it), so it never waits on one
+// peer: it takes an early message for its tag if one was kept, else reads
+// from every peer whose stream is idle and holds a point-to-point envelope
+// at its front (Peek), and sleeps when none does. A message read for
+// another tag is kept as any receive keeps it. Peers are visited from the
+// one after the last sender, so no sender is starved.
+func (c *Comm) recvAny(x *execCtx, pk transport.Peeker, p *posting) (int, error) {
+	ctx := x.context()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	pause := time.Duration(0)
+	idleSince := time.Now()
+	for {
+		read, live := false, 0
+		var lost error
+		first := int(c.anyNext.Load())
+		for i := range c.size {
+			peer := (first + i) % c.size
+			if peer == c.rank {
+				continue
+			}
+			in := c.inboxes[peer]
+			in.mu.Lock()
+			if in.broken != nil {
+				lost = in.broken
+				in.mu.Unlock()
+				continue
+			}
+			live++
+			if m, ok := in.take(p.env.tag); ok {
+				in.mu.Unlock()
+				c.anyNext.Store(int64(peer + 1))
+				if err := p.accepts(peer, m.env); err != nil {
+					return peer, err
+				}
+				copy(p.buf, m.data)
+				return peer, nil
+			}
+			if in.reading {
+				in.mu.Unlock()
+				continue
+			}
+			in.reading = true
+			seq := in.seq
+			in.mu.Unlock()
+			var err error
+			h, ok := pk.Peek(peer)
+			envelopeNext := ok && h.Kind == transport.KindData && h.Seq == seq|p2pSeqBit && h.Sig == envelopeSig
+			if envelopeNext || ok && h.Kind == transport.KindAbort {
+				// (An abort is read for its reason, which fails the receive.)
+				read = true
+				err = c.readOne(x, peer, in, seq)
+			}
+			in.mu.Lock()
+			in.reading = false
+			if err != nil {
+				in.breakWith(err)
+			}
+			// Receives that found this reader at work wait for its end
+			// (a look that read nothing need not wake anyone else).
+			if read || err != nil || len(in.posted) > 0 {
+				in.signal()
+			}
+			in.mu.Unlock()
+			if err != nil {
+				return peer, err
+			}
+		}
+		if live == 0 {
+			return -1, lost
+		}
+		if read {
+			pause, idleSince = 0, time.Now()
+			continue
+		}
+		if err := ctx.Err(); err == nil && time.Since(idleSince) < anySpin {
+			runtime.Gosched()
+			continue
+		}
+		pause = min(max(2*pause, anyPollMin), anyPollMax)
+		if timer == nil {
+			timer = time.NewTimer(pause)
+		} else {
+			timer.Reset(pause)
+		}
+		x.waitingFor(-1)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return -1, fmt.Errorf("%w after %v waiting for a message with tag %d from any rank", ErrTimeout, c.opts.Timeout, p.env.tag)
+			}
+			return -1, ctx.Err()
+		}
+	}
 }
 
 // p2pKey names a chain of point-to-point operations that run one after

@@ -85,6 +85,11 @@ func childMain(role string) int {
 			fmt.Fprintf(os.Stderr, "rank %d: %v\n", c.Rank(), err)
 			return 1
 		}
+	case "anysource":
+		if err := anySourceExchange(c); err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: %v\n", c.Rank(), err)
+			return 1
+		}
 	case "loop":
 		// Allreduce until something fails; report the error on stderr.
 		b := make([]byte, 4<<10)
@@ -394,9 +399,15 @@ func TestTaggedProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
+	roleProcesses(t, "tags")
+}
+
+// roleProcesses runs a child role on 3 ranks, over TCP and over shared
+// memory, and fails the test with the output of every rank that failed.
+func roleProcesses(t *testing.T, role string) {
 	for _, tr := range []string{"tcp", "auto"} {
 		t.Run(tr, func(t *testing.T) {
-			kids := startRanks(t, "tags", 3, []string{"GOCOLL_TRANSPORT=" + tr, "GOCOLL_TIMEOUT=60s"}, nil)
+			kids := startRanks(t, role, 3, []string{"GOCOLL_TRANSPORT=" + tr, "GOCOLL_TIMEOUT=60s"}, nil)
 			waitRanks(t, kids, 2*time.Minute)
 			for r, k := range kids {
 				if k.Err != nil {

@@ -290,6 +290,10 @@ func TestDetectionSourcesAgree(t *testing.T) {
 	if err != nil || len(g.Devices()) != sys.Cores {
 		t.Fatalf("Detect: %v, %v", g, err)
 	}
+	// With the library there, detection goes through it (purego), not /sys.
+	if g.Source != "hwloc" {
+		t.Fatalf("Detect used %q, want hwloc", g.Source)
+	}
 }
 
 func TestPaths(t *testing.T) {

@@ -67,6 +67,20 @@ func (r *Routed) RecvVar(ctx context.Context, peer int, want Header, alloc func(
 	return v.RecvVar(ctx, peer, want, alloc)
 }
 
+// Peek looks through the peer's transport, which must be a Peeker (else
+// nothing is ever ready).
+func (r *Routed) Peek(peer int) (Header, bool) {
+	t, err := r.route(peer)
+	if err != nil {
+		return Header{}, false
+	}
+	p, ok := t.(Peeker)
+	if !ok {
+		return Header{}, false
+	}
+	return p.Peek(peer)
+}
+
 func (r *Routed) Abort(reason error) {
 	for _, t := range r.all {
 		t.Abort(reason)

@@ -149,6 +149,20 @@ type VarReceiver interface {
 	RecvVar(ctx context.Context, peer int, want Header, alloc func(n int) ([]byte, error)) (Header, []byte, error)
 }
 
+// Peeker is a transport that can look at the next message from a peer
+// without taking it and without waiting. A receive from any source needs
+// it: it must read only the peers whose next message is a point-to-point
+// one, never into a collective's messages, which a peer that already sent
+// what it had may have queued next.
+type Peeker interface {
+	// Peek returns the header of the next message from peer when all of
+	// it arrived (ok), without consuming it. ok is false when nothing, or
+	// only part of a header, is there yet, or when the stream from peer
+	// already failed (a Recv reports why). It must not run concurrently
+	// with a Recv or RecvVar from the same peer.
+	Peek(peer int) (h Header, ok bool)
+}
+
 // Transport is one rank's set of connections to the other ranks of a
 // communicator. Messages from one peer arrive in the order they were sent.
 //

@@ -90,6 +90,31 @@ def _default_pg_timeout():
     return constants.default_pg_timeout
 
 
+def _flavour(cls):
+    name = "Torch" + cls.__name__
+    t = type(name, (cls, RuntimeError), {
+        "__module__": __name__,
+        "__doc__": "%s raised through the torch backend: also a RuntimeError, as torch's "
+                   "backends raise." % cls.__name__})
+    globals()[name] = t  # picklable by name, as torch's spawned tests need
+    return t
+
+
+# Each error class the backend raises that is not a RuntimeError, with its
+# flavour that is (made here, at import, so every process has them).
+_FLAVOURS = {c: _flavour(c) for c in (
+    errors.Error, errors.UnhandledError, errors.SystemCallError, errors.InternalError,
+    errors.InvalidArgument, errors.UnsupportedDtype, errors.RemoteError, errors.InProgress,
+    errors.Timeout, TypeError, ValueError)}
+
+
+def _torch_flavour(cls):
+    """cls, or its flavour that is also a RuntimeError."""
+    if issubclass(cls, RuntimeError):
+        return cls
+    return _FLAVOURS.get(cls, cls)
+
+
 class _Work(_c10d.Work):
     """One torch.distributed operation: the gocoll works it issued (in
     order), a step run once after they all finished (copying out of a
@@ -100,6 +125,9 @@ class _Work(_c10d.Work):
         self._pg = pg
         self._op = op
         self._gworks = list(gworks)
+        # A recv from any source: its gocoll work names the sender.
+        self._source_work = self._gworks[0] if op == "recv" and self._gworks \
+            and getattr(self._gworks[0], "_source", None) is not None else None
         self._post = post
         self._result = result
         self._lock = threading.Lock()
@@ -169,9 +197,10 @@ class _Work(_c10d.Work):
                 w.wait(left)
             except errors.Timeout:
                 if not w.is_completed():
-                    raise errors.Timeout("gocoll: %s on rank %d did not finish within %gs (Work.wait "
-                                         "timeout); the operation is still pending"
-                                         % (self._op, self._pg._grank, secs), op=self._op) from None
+                    raise _torch_flavour(errors.Timeout)(
+                        "gocoll: %s on rank %d did not finish within %gs (Work.wait timeout); the "
+                        "operation is still pending" % (self._op, self._pg._grank, secs),
+                        op=self._op) from None
             except Exception:
                 pass  # reported by _complete
         self._complete()
@@ -202,8 +231,17 @@ class _Work(_c10d.Work):
         return list(self._result) if isinstance(self._result, list) else [self._result]
 
     def source_rank(self):
-        raise RuntimeError("gocoll: source_rank() is only meaningful for recv from any source, "
-                           "which gocoll does not support")
+        """The sender of a recv from any source (torch's ``recv`` without
+        ``src``), once it finished; RuntimeError for other operations."""
+        gworks = self._gworks
+        if self._source_work is None:
+            raise RuntimeError("gocoll: %s: source_rank() is only defined for a recv from any "
+                               "source" % self._op)
+        if gworks is not None:
+            self.wait()
+        return self._source_work.source_rank()
+
+    _source_rank = source_rank  # the name torch.distributed.recv calls
 
     def synchronize(self):
         pass  # CPU only: nothing to synchronise with
@@ -237,7 +275,8 @@ def _check_dense(t, op, what="tensor"):
 def _one(tensors, op, what="tensors"):
     if len(tensors) != 1:
         raise errors.InvalidArgument("gocoll: %s: expected one tensor per process, got %d (multiple "
-                                     "devices per process are not supported)" % (op, len(tensors)))
+                                     "devices per process are not supported: run one process per device)"
+                                     % (op, len(tensors)))
     return tensors[0]
 
 
@@ -254,6 +293,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
         self._timeout = timeout
         self._live = {}
         self._live_lock = threading.Lock()
+        self._seq = 0  # collectives issued (_get_sequence_number_for_group)
         # A store may see several groups made under one prefix (destroy and
         # init again): every member counts itself in, so the n-th creation
         # reads the n-th key. Creation is collective, so no member of
@@ -270,13 +310,32 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
                     store.wait([key], datetime.timedelta(seconds=secs))
                 uid = store.get(key)
             except RuntimeError as e:
-                raise errors.Timeout("gocoll: init_process_group on rank %d: rank 0 did not "
-                                     "publish the unique id in the store within %s: %s"
-                                     % (rank, timeout, e), op="init") from e
+                raise _torch_flavour(errors.Timeout)(
+                    "gocoll: init_process_group on rank %d: rank 0 did not publish the unique id "
+                    "in the store within %s: %s" % (rank, timeout, e), op="init") from e
         self.comm = _init(rank=rank, size=size, unique_id=bytes(uid), timeout=_comm_timeout(timeout))
 
     def getBackendName(self):
         return BACKEND
+
+    # -- what torch asks of every backend besides the operations -------------
+
+    def _set_sequence_number_for_group(self):
+        """torch calls this when it makes a group: the count of its
+        collectives starts at 0 on every rank here, so it agrees already."""
+        self._seq = 0
+
+    def _get_sequence_number_for_group(self):
+        """How many collectives (not sends and receives) this group issued:
+        equal on every rank that issued the same ones, as gloo's."""
+        return self._seq
+
+    def _start_coalescing(self):
+        """batch_isend_irecv's bracket: nothing to do, since gocoll's sends
+        and receives are non-blocking and progress independently."""
+
+    def _end_coalescing(self, reqs):
+        """See _start_coalescing; the requests complete on their own."""
 
     def __repr__(self):
         return "<ProcessGroupGocoll rank %d of %d>" % (self.rank(), self.size())
@@ -296,17 +355,23 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             self._live.pop(id(work), None)
 
     def _named(self, exc, op):
-        """``exc`` with its message naming the torch operation and rank."""
+        """``exc`` with its message naming the torch operation and rank, as
+        an error that is also a RuntimeError (what torch's own backends
+        raise, and what torch code catches), keeping gocoll's class."""
         text = str(exc)
         tag = "rank %d" % self._grank
+        cls = _torch_flavour(type(exc))
         if op in text and tag in text:
-            return exc
-        msg = "gocoll: %s on rank %d: %s" % (op, self._grank, text)
+            if cls is type(exc):
+                return exc
+            msg = text
+        else:
+            msg = "gocoll: %s on rank %d: %s" % (op, self._grank, text)
         if isinstance(exc, errors.Error):
-            new = type(exc)(msg, code=exc.code, reason=exc.reason, op=exc.op or op)
+            new = cls(msg, code=exc.code, reason=exc.reason, op=exc.op or op)
         else:
             try:
-                new = type(exc)(msg)
+                new = cls(msg)
             except Exception:
                 return exc
         new.__cause__ = exc
@@ -319,6 +384,8 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             gworks, post = fn()
         except (errors.Error, TypeError, ValueError) as e:
             raise self._named(e, op) from None
+        if op not in ("send", "recv"):
+            self._seq += 1
         return _Work(self, op, gworks, result, post)
 
     def _redop(self, opts, op):
@@ -368,7 +435,8 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             for t in tensors:
                 _check_dense(t, op)
             if len({t.dtype for t in tensors}) > 1:
-                raise errors.InvalidArgument("gocoll: %s: tensors have different dtypes" % op)
+                raise errors.InvalidArgument("gocoll: %s: tensors have different dtypes; call it once "
+                                             "per dtype" % op)
             flat = torch.cat([t.reshape(-1) for t in tensors])
             w = self.comm.all_reduce(flat, self._redop(opts, op), async_op=True)
 
@@ -388,7 +456,8 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             t = _one(tensors, op)
             _check_dense(t, op)
             if getattr(opts, "rootTensor", 0) != 0:
-                raise errors.InvalidArgument("gocoll: broadcast: rootTensor must be 0")
+                raise errors.InvalidArgument("gocoll: broadcast: rootTensor must be 0 (one tensor "
+                                             "per process: run one process per device)")
             b, back = self._staged(t)
             return [self.comm.broadcast(b, src=opts.rootRank, async_op=True)], back
         return self._issue(op, go, tensors)
@@ -508,7 +577,8 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             for t in list(output_tensors) + list(input_tensors):
                 _check_dense(t, op)
             if len({t.dtype for t in list(output_tensors) + list(input_tensors)}) > 1:
-                raise errors.InvalidArgument("gocoll: %s: tensors have different dtypes" % op)
+                raise errors.InvalidArgument("gocoll: %s: tensors have different dtypes; use one "
+                                             "dtype (all_to_all once per dtype)" % op)
             flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
             rc = [t.numel() for t in output_tensors]
             flat_out = torch.empty(sum(rc), dtype=flat_in.dtype)
@@ -604,6 +674,14 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
         return self._issue(op, go, tensors)
 
     def recv(self, tensors, src, tag=0):
+        return self._recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self._recv(tensors, None, tag)
+
+    def _recv(self, tensors, src, tag):
+        """recv from src, or from any source (src None: the work's
+        source_rank names the sender)."""
         op = "recv"
 
         def go():
@@ -612,10 +690,6 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             b, back = self._staged(t)
             return [self.comm.recv(b, src, tag, async_op=True)], back
         return self._issue(op, go, tensors)
-
-    def recv_anysource(self, tensors, tag=0):
-        raise errors.InvalidArgument("gocoll: recv on rank %d: receiving from any source is not "
-                                     "supported; pass src" % self._grank)
 
     def barrier(self, opts=None):
         return self._issue("barrier", lambda: ([self.comm.barrier(async_op=True)], None), [])
@@ -634,5 +708,13 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             raise self._named(e, "monitored_barrier") from None
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        raise errors.InvalidArgument("gocoll: all_gather_coalesced is not supported by the gocoll "
-                                     "backend; call all_gather per tensor")
+        op = "all_gather_coalesced"
+
+        def go():
+            for t in input_list:
+                _check_dense(t, op, "input_tensor_list")
+            for outs in output_lists:
+                for t in outs:
+                    _check_dense(t, op, "output_tensor_lists")
+            return [self.comm.all_gather_coalesced(output_lists, input_list, async_op=True)], None
+        return self._issue(op, go, output_lists)

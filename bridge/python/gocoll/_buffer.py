@@ -1,6 +1,7 @@
 """Turning numpy arrays and torch CPU tensors into (pointer, count, datatype)
 without copying, and refusing what cannot be passed that way."""
 
+import ctypes
 import sys
 
 from . import errors
@@ -203,6 +204,44 @@ def dtype_count(obj, what):
         raise _invalid(what, "tensor must be a dense CPU tensor (it is %s on %s)"
                        % (obj.layout, obj.device))
     return code, obj.numel()
+
+
+def byte_source(obj, what):
+    """A :class:`Buffer` over ``obj``'s elements in order, for gocoll to copy
+    from: ``obj`` itself when contiguous, else a contiguous copy (its
+    ``obj`` keeps that copy alive)."""
+    dtype_count(obj, what)  # any layout: a readable message for the rest
+    is_tensor, _ = _is_tensor(obj)
+    if is_tensor:
+        if not obj.is_contiguous() or obj.is_neg() or obj.is_conj():
+            obj = obj.resolve_conj().resolve_neg().contiguous()
+    else:
+        np = sys.modules["numpy"]
+        if not obj.flags.c_contiguous or not obj.dtype.isnative:
+            obj = np.ascontiguousarray(obj, dtype=obj.dtype.newbyteorder("="))
+    return as_buffer(obj, what, writable=False)
+
+
+def write_bytes(dst, src_ptr, nbytes):
+    """Fill ``dst`` (a numpy array or torch tensor of any layout) with the
+    ``nbytes`` bytes at ``src_ptr``, its elements in order."""
+    if nbytes == 0:
+        return
+    is_tensor, torch = _is_tensor(dst)
+    if is_tensor:
+        if dst.is_contiguous() and not dst.is_neg() and not dst.is_conj():
+            ctypes.memmove(dst.data_ptr(), src_ptr, nbytes)
+        else:
+            tmp = torch.empty(dst.shape, dtype=dst.dtype)
+            ctypes.memmove(tmp.data_ptr(), src_ptr, nbytes)
+            dst.copy_(tmp)
+        return
+    np = sys.modules["numpy"]
+    if dst.flags.c_contiguous and dst.flags.writeable and dst.dtype.isnative:
+        ctypes.memmove(dst.ctypes.data, src_ptr, nbytes)
+    else:
+        dst[...] = np.frombuffer((ctypes.c_char * nbytes).from_address(src_ptr),
+                                 dtype=dst.dtype.newbyteorder("=")).reshape(dst.shape)
 
 
 def is_tensor(obj):

@@ -123,6 +123,7 @@ SIGNATURES = {
     "gocollRecv": (Result, [c_void_p, c_size_t, DataType, c_int, Comm]),
     "gocollSendTag": (Result, [c_void_p, c_size_t, DataType, c_int, c_int, Comm]),
     "gocollRecvTag": (Result, [c_void_p, c_size_t, DataType, c_int, c_int, Comm]),
+    "gocollRecvAny": (Result, [c_void_p, c_size_t, DataType, c_int, p_int, Comm]),
     "gocollBarrier": (Result, [Comm]),
     # non-blocking forms: same arguments plus gocollRequest_t*
     "gocollIAllReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, Comm, p_void_p]),
@@ -137,6 +138,7 @@ SIGNATURES = {
     "gocollIRecv": (Result, [c_void_p, c_size_t, DataType, c_int, Comm, p_void_p]),
     "gocollISendTag": (Result, [c_void_p, c_size_t, DataType, c_int, c_int, Comm, p_void_p]),
     "gocollIRecvTag": (Result, [c_void_p, c_size_t, DataType, c_int, c_int, Comm, p_void_p]),
+    "gocollIRecvAny": (Result, [c_void_p, c_size_t, DataType, c_int, p_int, Comm, p_void_p]),
     "gocollIBarrier": (Result, [Comm, p_void_p]),
     "gocollAllToAllw": (Result, [c_void_p, p_size_t, ctypes.POINTER(BlockType), c_void_p, p_size_t,
                                  ctypes.POINTER(BlockType), Comm]),

@@ -12,6 +12,7 @@ import operator
 import sys
 import threading
 import time
+import zlib
 
 from . import _buffer, _interrupt, _lib, errors
 from ._buffer import as_buffer
@@ -283,9 +284,9 @@ class Work:
     done)."""
 
     __slots__ = ("_comm", "_req", "_keep", "_result", "_op", "_lock", "_done", "_exc", "_post",
-                 "_fut", "__weakref__")
+                 "_fut", "_source", "__weakref__")
 
-    def __init__(self, comm, req, keep, result, op, post=None):
+    def __init__(self, comm, req, keep, result, op, post=None, source=None):
         self._comm = comm
         self._req = req
         self._keep = keep
@@ -296,6 +297,7 @@ class Work:
         self._done = False
         self._exc = None
         self._fut = None
+        self._source = source  # a receive from any source: the C int gocoll writes the sender in
 
     def _finish(self, rc):
         # with self._lock held
@@ -388,6 +390,17 @@ class Work:
         finally:
             self._lock.release()
         return self._done
+
+    def source_rank(self):
+        """The rank a receive from any source (``recv(t, src=None)``) took
+        its message from; waits for the receive first (and raises its
+        error). RuntimeError for other operations, as torch's Work."""
+        if self._source is None:
+            raise errors.InvalidUsage("gocoll: %s: source_rank() is only defined for a recv from "
+                                      "any source (src=None)" % self._op,
+                                      code=errors.INVALID_USAGE, op=self._op)
+        self.wait()
+        return self._source.value
 
     def is_success(self):
         """Whether the finished operation succeeded; RuntimeError before it finished."""
@@ -482,6 +495,13 @@ def _extent(t):
     """Elements a (count, blocklen, stride) block spans."""
     count, blocklen, stride = t
     return 0 if count == 0 or blocklen == 0 else (count - 1) * stride + blocklen
+
+
+def _fingerprint(kinds):
+    """8 bytes naming a list of (datatype, count): all_gather_coalesced's
+    check that every rank packed the same tensors."""
+    h = zlib.crc32(repr(kinds).encode())
+    return h.to_bytes(4, "little") + (len(kinds) & 0xFFFFFFFF).to_bytes(4, "little")
 
 
 def _prefix(counts):
@@ -808,9 +828,10 @@ class Comm:
 
     # -- the call itself ----------------------------------------------------
 
-    def _run(self, name, args, async_op, keep, result, op, post=None):
+    def _run(self, name, args, async_op, keep, result, op, post=None, source=None):
         """Call ``name`` (blocking) or its I-form (``async_op``: returns a
-        :class:`Work`); ``post`` runs once the call succeeded."""
+        :class:`Work`); ``post`` runs once the call succeeded; ``source``
+        is the C int a receive from any source stores the sender in."""
         h = self._handle()
         if not async_op:
             noted = _interrupt.enter(self)  # Ctrl-C aborts this call
@@ -828,7 +849,7 @@ class Comm:
         rc = getattr(self._lib, "gocollI" + name[len("gocoll"):])(*args, h, ctypes.byref(req))
         if rc != 0:
             raise _error(self._lib, rc, op, h)
-        w = Work(self, req.value, keep, result, op, post)
+        w = Work(self, req.value, keep, result, op, post, source)
         with self._plock:
             self._pending.add(w)
         return w
@@ -936,6 +957,66 @@ class Comm:
         o = self._out(b, output, "all_gather_into_tensor output", shape, b.count * self._size)
         return self._run("gocollAllGather", (b.ptr, o.ptr, b.count, b.dtype), async_op,
                          (b.obj, o.obj), o.obj, "all_gather_into_tensor")
+
+    def all_gather_coalesced(self, output_lists, input_list, *, async_op=False):
+        """torch's all_gather_coalesced: ``output_lists[r][j]`` receives rank
+        ``r``'s ``input_list[j]``. The tensors may differ in size and dtype
+        (empty ones included), and may be non-contiguous; each output must
+        have its input's dtype and element count. Done as ONE all-gather of
+        bytes: each rank packs its inputs behind a fingerprint of their
+        dtypes and counts, so ranks that pass different lists get
+        :class:`gocoll.InvalidUsage` (a different total size fails in the
+        all-gather itself) instead of misplaced bytes."""
+        if isinstance(input_list, (str, bytes)) or not hasattr(input_list, "__len__"):
+            raise TypeError("gocoll: all_gather_coalesced input_list must be a list of tensors, "
+                            "got %s" % type(input_list).__name__)
+        parts = [_buffer.byte_source(x, "all_gather_coalesced input_list[%d]" % j)
+                 for j, x in enumerate(input_list)]
+        kinds = [(p.dtype, p.count) for p in parts]
+        if isinstance(output_lists, (str, bytes)) or not hasattr(output_lists, "__len__") \
+                or len(output_lists) != self._size:
+            raise errors.InvalidArgument("gocoll: all_gather_coalesced output_lists must hold one "
+                                         "list per rank (%d)" % self._size)
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(parts):
+                raise errors.InvalidArgument("gocoll: all_gather_coalesced output_lists[%d] has %d "
+                                             "tensors, input_list %d" % (r, len(outs), len(parts)))
+            for j, o in enumerate(outs):
+                what = "all_gather_coalesced output_lists[%d][%d]" % (r, j)
+                if _buffer.dtype_count(o, what) != kinds[j]:
+                    dt, n = _buffer.dtype_count(o, what)
+                    raise errors.InvalidArgument("gocoll: %s is %s[%d], want input_list[%d]'s %s"
+                                                 % (what, _buffer.TYPE_NAMES[dt], n, j,
+                                                    parts[j].describe()))
+        fp = _fingerprint(kinds)
+        block = len(fp) + sum(p.nbytes for p in parts)
+        send = (ctypes.c_char * block)()
+        base = ctypes.addressof(send)
+        ctypes.memmove(base, fp, len(fp))
+        off = len(fp)
+        for p in parts:
+            ctypes.memmove(base + off, p.ptr, p.nbytes)
+            off += p.nbytes
+        gathered = (ctypes.c_char * (block * self._size))()
+
+        def post():
+            at = ctypes.addressof(gathered)
+            for r, outs in enumerate(output_lists):
+                start = at + r * block
+                if ctypes.string_at(start, len(fp)) != fp:
+                    raise errors.InvalidUsage(
+                        "gocoll: all_gather_coalesced on rank %d: rank %d passed other tensors "
+                        "(dtypes and element counts differ from this rank's %s)"
+                        % (self._rank, r, [p.describe() for p in parts]),
+                        code=errors.INVALID_USAGE, op="all_gather_coalesced")
+                off = start + len(fp)
+                for o, p in zip(outs, parts):
+                    _buffer.write_bytes(o, off, p.nbytes)
+                    off += p.nbytes
+        return self._run("gocollAllGather", (base, ctypes.addressof(gathered), block,
+                                             _buffer.UINT8), async_op,
+                         (send, gathered, parts, output_lists), output_lists,
+                         "all_gather_coalesced", post)
 
     def reduce_scatter(self, output, input, op="sum", *, async_op=False):
         """Reduce over all ranks and give block ``rank`` to this rank's
@@ -1137,13 +1218,25 @@ class Comm:
         return self._run("gocollSendTag", (b.ptr, b.count, b.dtype, dst, tag), async_op, (b.obj,),
                          None, "send")
 
-    def recv(self, tensor, src, tag=0, *, async_op=False):
+    def recv(self, tensor, src=None, tag=0, *, async_op=False):
         """Receive into ``tensor`` the oldest message from rank ``src`` with
         ``tag`` that no earlier recv took; count and dtype must be the
-        sender's."""
-        src = self._peer(src, "recv src")
+        sender's (else :class:`gocoll.InvalidUsage`, never a truncated
+        message). Returns ``tensor``.
+
+        ``src=None`` receives from any source, as torch.distributed: the
+        first message with ``tag`` from whichever rank sent one (each
+        sender's messages in the order sent), and returns the sender's
+        rank; with ``async_op`` the :class:`Work`'s ``source_rank()`` says
+        it once the receive finished."""
         tag = self._tag(tag, "recv")
         b = as_buffer(tensor, "recv tensor", writable=True)
+        if src is None:
+            source = ctypes.c_int(-1)
+            r = self._run("gocollRecvAny", (b.ptr, b.count, b.dtype, tag, ctypes.byref(source)),
+                          async_op, (b.obj, source), b.obj, "recv", source=source)
+            return r if async_op else source.value
+        src = self._peer(src, "recv src")
         return self._run("gocollRecvTag", (b.ptr, b.count, b.dtype, src, tag), async_op, (b.obj,),
                          b.obj, "recv")
 
@@ -1151,8 +1244,9 @@ class Comm:
         """:meth:`send` returning a :class:`Work`."""
         return self.send(tensor, dst, tag, async_op=True)
 
-    def irecv(self, tensor, src, tag=0):
-        """:meth:`recv` returning a :class:`Work`."""
+    def irecv(self, tensor, src=None, tag=0):
+        """:meth:`recv` returning a :class:`Work` (``src=None``: from any
+        source; ``Work.source_rank()`` names the sender)."""
         return self.recv(tensor, src, tag, async_op=True)
 
     # -- barriers -------------------------------------------------------------

@@ -159,6 +159,10 @@ int main(void) {
   EXPECT(gocollSend(NULL, 4, gocollFloat32, 1, comm), gocollInvalidArgument, comm);
   EXPECT(gocollSendTag(buf, 4, gocollFloat32, 0, -1, comm), gocollInvalidArgument, comm);
   EXPECT(gocollRecvTag(out, 4, gocollFloat32, 0, -2, comm), gocollInvalidArgument, comm);
+  EXPECT(gocollRecvAny(out, 4, gocollFloat32, -2, NULL, comm), gocollInvalidArgument, comm);
+  EXPECT(gocollRecvAny(out, 4, (gocollDataType_t)99, 0, NULL, comm), gocollInvalidArgument, comm);
+  EXPECT(gocollSend(buf, 4, gocollFloat32, GOCOLL_ANY_SOURCE, comm), gocollInvalidArgument, comm);
+  EXPECT(gocollRecvAny(out, 4, gocollFloat32, 0, NULL, comm), gocollInvalidUsage, comm); /* nobody else */
 
   /* All-to-allv arrays. */
   EXPECT(gocollAllToAllv(buf, NULL, displs, out, counts, displs, gocollFloat32, comm), gocollInvalidArgument, comm);

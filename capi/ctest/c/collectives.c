@@ -447,6 +447,50 @@ static void test_sendrecv_tags(void) {
   expect_equal("recv tag 2", rb, wb, NB, gocollInt32);
 }
 
+/* Receives from any source: every other rank races to send K messages with
+ * tag 7 to rank 0 (its rank, then its message number), which takes them
+ * with gocollRecvAny (or gocollIRecvAny, all posted at once), and the last
+ * one per sender with gocollRecv and GOCOLL_ANY_SOURCE. Every message must
+ * come exactly once, from the rank reported, each sender's in order. */
+static void test_recv_any(void) {
+  enum { K = 5, MAXR = 64 };
+  int32_t msg[2], got[K * MAXR][2];
+  int src[K * MAXR], next[MAXR], i, k, n = (nranks - 1) * K;
+  gocollRequest_t rq[K * MAXR];
+  if (nranks < 2 || nranks > MAXR) return;
+  if (g_rank != 0) {
+    for (k = 0; k <= K; k++) {
+      msg[0] = g_rank;
+      msg[1] = k;
+      CHECK_COMM(gocollSendTag(msg, 2, gocollInt32, 0, k == K ? 0 : 7, comm), comm);
+    }
+  } else {
+    for (i = 0; i < nranks; i++) next[i] = 0;
+    for (i = 0; i < n; i++) {
+      src[i] = -5;
+      if (mode == 0) {
+        CHECK_COMM(gocollRecvAny(got[i], 2, gocollInt32, 7, &src[i], comm), comm);
+      } else {
+        CHECK_COMM(gocollIRecvAny(got[i], 2, gocollInt32, 7, &src[i], comm, &rq[i]), comm);
+        if (src[i] != GOCOLL_ANY_SOURCE) FAIL("source %d before the receive completed", src[i]);
+      }
+    }
+    for (i = 0; i < n; i++) {
+      if (mode != 0) complete(rq[i]);
+      if (src[i] < 1 || src[i] >= nranks) FAIL("receive from any source %d reports rank %d", i, src[i]);
+      if (got[i][0] != src[i]) FAIL("message from rank %d reported as from rank %d", (int)got[i][0], src[i]);
+      if (got[i][1] != next[src[i]]) FAIL("rank %d's message %d came when %d was due", src[i], (int)got[i][1], next[src[i]]);
+      next[src[i]]++;
+    }
+    for (i = 1; i < nranks; i++) {
+      if (next[i] != K) FAIL("%d messages from rank %d, want %d", next[i], i, K);
+      CHECK_COMM(gocollRecv(msg, 2, gocollInt32, GOCOLL_ANY_SOURCE, comm), comm);
+      if (msg[1] != K || msg[0] < 1 || msg[0] >= nranks) FAIL("tag 0 message %d from rank %d", (int)msg[1], (int)msg[0]);
+    }
+  }
+  CHECK_COMM(gocollBarrier(comm), comm);
+}
+
 /* gocollWaitTimeout: rank 0's receive cannot finish before rank 1 sends,
  * which it does only once rank 0 told it that its timed wait returned. */
 static void test_wait_timeout(void) {
@@ -645,6 +689,7 @@ int main(int argc, char** argv) {
     test_alltoallw();
     test_sendrecv();
     test_sendrecv_tags();
+    test_recv_any();
     test_barrier();
     test_memalloc();
     if (rank == 0) fprintf(stderr, "mode %s: %.2fs\n", mode_names[mode], now_seconds() - t);

@@ -66,11 +66,17 @@ type Endpoint struct {
 	rank   int
 	once   sync.Once
 	closed chan struct{} // closed on Abort or Close of this endpoint
+
+	// A channel cannot be looked into: Peek takes the next message from
+	// peer out of it and keeps it here, where next finds it first.
+	aheadMu sync.Mutex
+	ahead   map[int]message
 }
 
 var (
 	_ transport.Transport   = (*Endpoint)(nil)
 	_ transport.VarReceiver = (*Endpoint)(nil)
+	_ transport.Peeker      = (*Endpoint)(nil)
 )
 
 func (e *Endpoint) Rank() int { return e.rank }
@@ -164,12 +170,42 @@ func (e *Endpoint) RecvVar(ctx context.Context, peer int, want transport.Header,
 	return m.h, buf, nil
 }
 
+// Peek returns the header of the next message from peer, if one is queued,
+// without consuming it (transport.Peeker).
+func (e *Endpoint) Peek(peer int) (transport.Header, bool) {
+	if peer < 0 || peer >= e.w.size || peer == e.rank || e.stopErr() != nil {
+		return transport.Header{}, false
+	}
+	e.aheadMu.Lock()
+	defer e.aheadMu.Unlock()
+	if m, ok := e.ahead[peer]; ok {
+		return m.h, true
+	}
+	select {
+	case m := <-e.w.links[peer][e.rank]:
+		if e.ahead == nil {
+			e.ahead = make(map[int]message)
+		}
+		e.ahead[peer] = m
+		return m.h, true
+	default:
+		return transport.Header{}, false
+	}
+}
+
 // next takes the next message from peer; once the world aborted or this
 // endpoint closed, the abort (or the close) wins over a message in flight.
 func (e *Endpoint) next(ctx context.Context, peer int) (message, error) {
 	var m message
 	if err := e.stopErr(); err != nil {
 		return m, err
+	}
+	e.aheadMu.Lock()
+	m, ok := e.ahead[peer]
+	delete(e.ahead, peer)
+	e.aheadMu.Unlock()
+	if ok {
+		return m, nil
 	}
 	select {
 	case m = <-e.w.links[peer][e.rank]:

@@ -82,6 +82,7 @@ type peerConn struct {
 var (
 	_ transport.Transport   = (*Transport)(nil)
 	_ transport.VarReceiver = (*Transport)(nil)
+	_ transport.Peeker      = (*Transport)(nil)
 )
 
 // Create makes this rank's segment, with one inbound ring per peer in
@@ -401,6 +402,27 @@ func (t *Transport) read(ctx context.Context, p *peerConn, dst []byte) error {
 		}
 	}
 	return nil
+}
+
+// Peek returns the header at the front of the ring from peer once all of
+// it arrived, without consuming it (transport.Peeker).
+func (t *Transport) Peek(peer int) (transport.Header, bool) {
+	p, err := t.begin(peer)
+	if err != nil {
+		return transport.Header{}, false
+	}
+	defer t.opMu.RUnlock()
+	if !p.recvMu.TryLock() {
+		return transport.Header{}, false // a Recv is reading (the caller broke the rule)
+	}
+	defer p.recvMu.Unlock()
+	if p.recvErr != nil || p.in.tail.Load()-p.inHead < transport.HeaderSize {
+		return transport.Header{}, false
+	}
+	var hb [transport.HeaderSize]byte
+	peekRing(&p.in, p.inHead, hb[:])
+	h, err := transport.DecodeHeader(hb[:])
+	return h, err == nil
 }
 
 // Recv receives the next message from peer into buf and checks its header

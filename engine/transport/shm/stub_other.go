@@ -34,5 +34,6 @@ func (t *Transport) Recv(ctx context.Context, peer int, want transport.Header, b
 func (t *Transport) RecvVar(ctx context.Context, peer int, want transport.Header, alloc func(n int) ([]byte, error)) (transport.Header, []byte, error) {
 	return transport.Header{}, nil, errUnsupported
 }
-func (t *Transport) Abort(reason error) {}
-func (t *Transport) Close() error       { return nil }
+func (t *Transport) Peek(peer int) (transport.Header, bool) { return transport.Header{}, false }
+func (t *Transport) Abort(reason error)                     {}
+func (t *Transport) Close() error                           { return nil }

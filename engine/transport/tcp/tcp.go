@@ -99,6 +99,7 @@ type Transport struct {
 var (
 	_ transport.Transport   = (*Transport)(nil)
 	_ transport.VarReceiver = (*Transport)(nil)
+	_ transport.Peeker      = (*Transport)(nil)
 )
 
 type peer struct {
@@ -908,6 +909,23 @@ func (t *Transport) watchOnce(hdr []byte) bool {
 		}
 	}
 	return true
+}
+
+// Peek returns the header at the front of the stream from peer once all of
+// it arrived, without consuming it (transport.Peeker). Where the system
+// cannot peek at a socket nothing is ever ready.
+func (t *Transport) Peek(peer int) (transport.Header, bool) {
+	p, err := t.lookup(peer)
+	if err != nil || t.stopErr() != nil || p.broken.Load() || p.goodbye.Load() {
+		return transport.Header{}, false
+	}
+	var hdr [transport.HeaderSize]byte
+	n, err := peek(p.conn, hdr[:])
+	if err != nil || n < transport.HeaderSize {
+		return transport.Header{}, false
+	}
+	h, err := transport.DecodeHeader(hdr[:])
+	return h, err == nil
 }
 
 // inspect peeks, without consuming or blocking, at the front of the stream

@@ -211,7 +211,17 @@ def refused(r, n, checked):
     msgs["sparse"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3).to_sparse()))
     msgs["meta"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3, device="meta")))
     msgs["band"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3), op=R.BAND))
-    msgs["tag"] = str(expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=-3))
+    e = expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=-3)
+    msgs["tag"] = str(e)
+    # torch's backends raise RuntimeError: gocoll's errors through the
+    # backend are that too (and keep gocoll's classes).
+    assert isinstance(e, RuntimeError) and isinstance(e, gocoll.InvalidArgument), type(e).__mro__
+    e = expect_raises(TypeError, dist.all_reduce, torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8))
+    assert isinstance(e, RuntimeError), type(e).__mro__
+    pg = dist.distributed_c10d._get_default_group()
+    before = pg._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(1))
+    assert pg._get_sequence_number_for_group() == before + 1
     assert "qint8" in msgs["dtype"] and "rank %d" % r in msgs["dtype"], msgs["dtype"]
     assert "bitwise" in msgs["band"] and "rank %d" % r in msgs["band"], msgs["band"]
     assert "sparse" in msgs["sparse"] and "meta" in msgs["meta"], msgs
@@ -251,6 +261,62 @@ def tags(r, n, checked):
         store.wait(["test/tag21"])
         dist.send(val(1, (2,), salt=21), 0, tag=21)
     checked.append("tagged recv not behind another tag")
+
+
+def any_source(r, n, checked):
+    """dist.recv without src (returns the sender) and dist.irecv without
+    src (Work._source_rank()), every other rank sending at once; then in a
+    group without rank 0, where torch maps the group rank back to the
+    global one."""
+    def round_(members, group):
+        for root in members:
+            if r == root:
+                seen = []
+                for i in range(2 * (len(members) - 1)):
+                    t = torch.empty(5)
+                    if i % 2 == 0:
+                        src = dist.recv(t, group=group)
+                    else:
+                        w = dist.irecv(t, group=group)
+                        w.wait()
+                        src = w._source_rank()
+                        if group is not None:
+                            src = members[src]  # irecv's Work gives the group rank
+                    eq(t, torch.full((5,), float(src)), "recv from any source")
+                    seen.append(src)
+                assert sorted(seen) == sorted([q for q in members if q != root] * 2), seen
+            elif r in members:
+                for _ in range(2):
+                    dist.send(torch.full((5,), float(r)), root, group=group)
+            if r in members:
+                dist.barrier(group=group)
+    round_(list(range(n)), None)
+    members = list(range(1, n))
+    sub = dist.new_group(members)
+    if len(members) > 1:
+        round_(members, sub)
+    checked.append("recv from any source")
+
+
+def coalesced(r, n, checked):
+    """all_gather_coalesced (one tensor dtype, as torch requires; sizes
+    differ, one empty) against all_gather per tensor, and the backend's
+    allgather_coalesced with mixed dtypes."""
+    shapes = [(3, 4), (0,), (5,), (2, 1, 3)]
+    ins = [val(r, s, torch.float64, salt=60 + j) for j, s in enumerate(shapes)]
+    outs = [[torch.full(s, -1.0, dtype=torch.float64) for s in shapes] for _ in range(n)]
+    dist.all_gather_coalesced(outs, ins)
+    for j, s in enumerate(shapes):
+        for q in range(n):
+            eq(outs[q][j], val(q, s, torch.float64, salt=60 + j), "all_gather_coalesced %d/%d" % (q, j))
+    pg = dist.distributed_c10d._get_default_group()
+    mixed = [val(r, (4,), torch.int8, 70), torch.empty(0), val(r, (2, 3), torch.bfloat16, 71)]
+    mouts = [[torch.zeros_like(x) for x in mixed] for _ in range(n)]
+    pg.allgather_coalesced(mouts, mixed).wait()
+    for q in range(n):
+        eq(mouts[q][0], val(q, (4,), torch.int8, 70), "mixed int8")
+        eq(mouts[q][2], val(q, (2, 3), torch.bfloat16, 71), "mixed bf16")
+    checked.append("all_gather_coalesced")
 
 
 def monitored(r, n, checked, out):
@@ -357,6 +423,8 @@ def run():
     collectives(r, n, checked)
     out["refused"] = refused(r, n, checked)
     tags(r, n, checked)
+    any_source(r, n, checked)
+    coalesced(r, n, checked)
     monitored(r, n, checked, out)
     ddp(r, n, checked, out)
     mismatch(r, n, checked, out)
