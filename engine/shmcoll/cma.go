@@ -26,47 +26,6 @@ import (
 // probes every peer at Connect and the arena uses it only when all ranks
 // could (see Arena.decideCMA).
 
-// cmaMin is the least data per peer and piece for which a rank publishes
-// its buffer's address rather than copying into its slot: below, the
-// system call per peer costs more than the copy it saves (2 ranks, a 16
-// KiB allgather: 2.6 against 0.9 µs with the VM's cores close, 3.4 against
-// 2.4 far; above it a 2-rank call's ranks measure which is faster,
-// pathChooser). With more ranks than cores, never: 4 ranks on the 2
-// cores, alltoall, slots against cross-memory copies (2026-11-27, 38 paired
-// runs with the cores far apart, 8 close, alike): 64 KiB per peer 41 vs
-// 90 µs, 256 KiB 137 vs 266, 1 MiB 0.86 vs 1.58 ms, 4 MiB 4.8 vs 8.1, 16
-// MiB 22 vs 31. A rank in the kernel's copy, pinning a peer's pages, holds
-// one of the few cores the peer it reads from needs. (Earlier figures,
-// before the slots' path was reworked, had favoured the copies from 64 KiB.)
-func cmaMin(ranks int) int {
-	if ranks <= runtime.NumCPU() {
-		return 8 << 10
-	}
-	return math.MaxInt
-}
-
-// cmaMax is the data per peer over a call from which a rank copies into its
-// slot again: at these sizes the kernel's pinning of the buffer's pages, 16
-// at a time, costs more than the second copy. Measured with 2 ranks (C
-// ABI, processes, p50), slots against cross-memory copies: with the cores
-// close (corelat ~100 ns), 8 MiB per peer, allgather 1330 vs 1369 µs and
-// 1340 vs 1470, alltoall 1476 vs 1611 and 1536 vs 1594; far (~430 ns),
-// allgather 793 vs 798, alltoall 849 vs 998; 32 MiB per peer (far), 5.8
-// vs 6.8 ms and 5.7 vs 7.2. Broadcast (the root writing half into the
-// peer), since the slots are filled with cached stores (copyIn), close:
-// 8 MiB 323-344 vs 378-384 µs, 16 MiB 689-751 vs 1159-1166, but 4 MiB
-// 196-203 vs 142-144 (one piece: the peer's copy out waits for the
-// whole copy in). Below 8 MiB per peer the answer for allgather and
-// alltoall depends on the cores' distance so much that they measure it
-// (pathChooser). With more ranks the runs were too noisy to tell, so
-// there is no upper end.
-func cmaMax(ranks int) int {
-	if ranks == 2 {
-		return 8 << 20
-	}
-	return math.MaxInt
-}
-
 // Values of a segment's offCMA word (0 until its owner probed).
 const (
 	cmaOK uint64 = 1 // this rank could read every peer
@@ -234,16 +193,76 @@ func (a *Arena) closeGate(p uint64, w int) {
 	}
 }
 
-// choosePath decides whether this rank's blocks of a 2-rank allgather or
-// alltoall(v) of total bytes per peer may be read out of its process
+// The measured choice between the slots and cross-memory copies.
+//
+// Which path is faster for an AllGather, AllToAll or AllToAllv of a given
+// size depends on the machine (how far apart the cores are, how the kernel
+// pins pages, how many ranks share a core), and on a VM it changes while a
+// job runs. So the ranks time their calls and choose online, per operation
+// and size class (a power of two), at every rank count. Online rather than
+// by a calibration at the first communicator: a calibration measures an
+// idle machine at one moment, while the calls measure the job itself, cost
+// nothing extra, and keep adapting when vCPUs move.
+//
+// Every rank must take the same path in a call (a call with ranks on both
+// is correct but goes piece by piece, slower than either), so one rank
+// decides and all follow: rank 0 (the leader) votes from its estimates in
+// the record it publishes at the call's first barrier (voteBits of desc,
+// left out of the records' comparison), and after that barrier every rank
+// stores the vote as the class's agreed path for the next call of the
+// class. Which call explores the other path depends only on the number of
+// calls of the class, which every rank counts alike. Any choice is
+// correct: a peer reads whatever a rank's record offers, so a wrong or
+// stale vote costs time only. GOCOLL_CMA=0 (Config.NoCMA) on any rank
+// turns cross-memory copies off before any of this (decideCMA).
+
+// Operations whose path is chosen (the index into pathChooser.cls).
+const (
+	chooseAllGather = iota
+	chooseAllToAll
+	chooseAllToAllv
+	numChosen
+)
+
+// The vote in a record's desc: voteValid when the leader had estimates of
+// both paths, voteCMA its choice.
+const (
+	voteValid = 1 << 24
+	voteCMA   = 1 << 25
+	voteBits  = voteValid | voteCMA
+)
+
+// choosePath decides whether this rank's blocks of an AllGather, AllToAll
+// or AllToAllv (op, a choose* constant) may be read out of its process
 // (a.useCMA), where that is possible at all, and returns the size class
-// to record the call's time under (timed false: nothing to choose).
-func (a *Arena) choosePath(total int) (k int, timed bool) {
-	if a.size != 2 || !a.cma || total < a.cmaMin || total >= a.cmaMax {
+// to record the call's time under (timed false: nothing to choose). size
+// is the bytes per peer, the same on every rank; AllToAllv's differ
+// between ranks, so it passes -1 and has one class.
+func (a *Arena) choosePath(op, size int) (k int, timed bool) {
+	if !a.cma || size >= 0 && size < cmaFloor {
 		return 0, false
 	}
-	k, a.useCMA = a.paths.pick(total)
+	if size >= 0 {
+		k = bits.Len(uint(size))
+	}
+	c := &a.paths.cls[op][k]
+	a.useCMA = c.pick()
+	if a.rank == 0 {
+		a.cur.id.desc |= c.vote()
+	}
+	a.voteOp, a.voteClass = op, k
 	return k, true
+}
+
+// takeVote stores the leader's vote of the call's first barrier, which
+// every rank just passed with every peer, as the agreed path of the
+// call's class (no-op in calls choosePath did not time).
+func (a *Arena) takeVote() {
+	if a.voteOp < 0 {
+		return
+	}
+	a.paths.cls[a.voteOp][a.voteClass].agree(a.segs[0].recs[a.phase&1].id.desc)
+	a.voteOp = -1
 }
 
 // pathStart begins timing a call whose path choosePath chose (timed), so
@@ -256,64 +275,79 @@ func (a *Arena) pathStart(timed bool) time.Time {
 }
 
 // pathEnd records a timed call that succeeded under size class k.
-func (a *Arena) pathEnd(k int, timed bool, start time.Time, err error) {
+func (a *Arena) pathEnd(op, k int, timed bool, start time.Time, err error) {
+	a.voteOp = -1
 	if timed && err == nil {
-		a.paths.record(k, a.useCMA, time.Since(start))
+		a.paths.cls[op][k].record(a.useCMA, time.Since(start))
 	}
 }
 
-// pathChooser learns, per size class, whether this rank's 2-rank
-// allgathers and alltoall(v)s run faster with its blocks read out of its
-// process or copied through its slot. Which wins depends on how far apart
-// the two cores are, and a VM's vCPUs move between sibling hyperthreads
-// and separate cores while a job runs (2026-11-27, 101 paired runs with
-// them close: the slots 1.5-3x faster from 16 KiB to 1 MiB, 0.9 against
-// 2.6 µs for a 16 KiB allgather, 13.6 against 22.2 at 512 KiB; with them
-// far, the cross-memory copy ~1.3x faster from 256 KiB, 12.4 against 15.8
-// µs). So it is measured: each choice keeps an estimate of this rank's
-// call time that falls at once to a faster call and rises by an eighth of
-// the difference on a slower one (a call that waited for a late peer says
-// little about the path), the faster is taken (the slots only if more
-// than 10 % faster), and every exploreEvery-th call of a class tries the
-// other. Both ranks count the calls of a class alike (they make the same
-// calls), so they try it in the same call and time both ranks on it.
-// Either rank's choice is safe alone: a peer reads whatever a rank's
-// record offers.
+// pathChooser holds, per chosen operation and size class, this rank's
+// estimates of its call time on each path and the path the ranks agreed
+// on (see choosePath).
 type pathChooser struct {
-	est   [64][2]int64 // ns; [k][0] the slots, [k][1] cross-memory; 0: no call yet
-	calls [64]uint32
+	cls [numChosen][64]pathClass
 }
 
-const exploreEvery = 8
+// pathClass is one operation's size class. Each path's estimate falls at
+// once to a faster call and rises by an eighth of the difference on a
+// slower one (a call that waited for a late peer says little about the
+// path), so a path that became slower is abandoned after a few calls.
+type pathClass struct {
+	est    [2]int64 // ns; [0] the slots, [1] cross-memory; 0: no call yet
+	calls  uint32   // calls so far, the same on every rank
+	agreed uint8    // the leader's last valid vote: 0 none, 1 the slots, 2 cross-memory
+}
 
-// pick returns total's size class and whether its call uses cross-memory
-// copies: first those, then the slots once, then the faster.
-func (p *pathChooser) pick(total int) (k int, cma bool) {
-	k = bits.Len(uint(total))
-	c := p.calls[k]
-	p.calls[k]++
-	switch e := p.est[k]; {
-	case e[1] == 0:
-		return k, true
-	case e[0] == 0:
-		return k, false
-	default:
-		// The slots only when clearly faster: where the two are about
-		// even, ranks whose estimates wobble across each other would
-		// choose differently, and a call with one rank on each path
-		// goes piece by piece, slower than either.
-		cma := e[0]*10 > e[1]*9
-		return k, cma != (c%exploreEvery == exploreEvery-1)
+// pick says whether the next call uses cross-memory copies: the first
+// call does, the second goes through the slots, later ones take the
+// agreed path (cross-memory while there is none), except every
+// exploreEvery-th, which tries the other so that the leader's estimate of
+// it stays fresh. It depends only on what every rank has alike.
+func (c *pathClass) pick() bool {
+	n := c.calls
+	c.calls++
+	switch n {
+	case 0:
+		return true
+	case 1:
+		return false
+	}
+	return (c.agreed != 1) != (n%exploreEvery == exploreEvery-1)
+}
+
+// vote is the leader's choice from its estimates, as desc bits: none until
+// it timed both paths; the slots only when clearly faster (where the two
+// are about even, the vote would flip back and forth on noise).
+func (c *pathClass) vote() uint64 {
+	e := c.est
+	if e[0] == 0 || e[1] == 0 {
+		return 0
+	}
+	if e[0]*slotsDen <= e[1]*slotsNum {
+		return voteValid
+	}
+	return voteValid | voteCMA
+}
+
+// agree takes the leader's desc: its vote, if valid, is the agreed path.
+func (c *pathClass) agree(desc uint64) {
+	if desc&voteValid == 0 {
+		return
+	}
+	c.agreed = 1
+	if desc&voteCMA != 0 {
+		c.agreed = 2
 	}
 }
 
-// record takes a call of class k that took d.
-func (p *pathChooser) record(k int, cma bool, d time.Duration) {
+// record takes a call that took d on the path cma says.
+func (c *pathClass) record(cma bool, d time.Duration) {
 	i := 0
 	if cma {
 		i = 1
 	}
-	v, ns := &p.est[k][i], max(d.Nanoseconds(), 1)
+	v, ns := &c.est[i], max(d.Nanoseconds(), 1)
 	if *v == 0 || ns < *v {
 		*v = ns
 	} else {
@@ -328,6 +362,3 @@ func copyBlock(ranks int) int {
 	}
 	return math.MaxInt
 }
-
-// cachedBlock is below memmove's non-temporal threshold (1 MiB).
-const cachedBlock = 512 << 10

@@ -11,21 +11,6 @@ import (
 )
 
 const (
-	// AllReduce and Reduce take the one-barrier path, where every rank (the
-	// root) folds all n slots, while n × bytes <= smallBytes (smallBytes2
-	// at 2 ranks); above, the two-barrier reduce-scatter path. Measured on
-	// the 2-vCPU VM at 64 KiB: 2 ranks (processes) 8.4 µs two-barrier vs
-	// 12.5 µs one-barrier, 4 ranks 18-20 µs vs 34-46 µs; near n × bytes =
-	// 64 KiB they tie at 4 ranks.
-	smallBytes = 64 << 10
-	// At 2 ranks the two-barrier path wins from 16 KiB buffers (2026-11-27,
-	// gocoll_bench p50, one-barrier vs two-barrier): with the cores close
-	// 16 KiB 1.53 vs 1.47 µs, 32 KiB 3.49 vs 2.39, 64 KiB 5.40 vs 4.15;
-	// far 16 KiB 5.43 vs 4.70, 32 KiB 8.67 vs 7.61. Below, the one-barrier
-	// path keeps the latency of one round trip where the cores are close
-	// (4 KiB 0.6 µs); far, the two-barrier path was faster there too (4 KiB
-	// 1.98 vs 1.86, 8 KiB 3.13 vs 2.75), which the choice cannot know.
-	smallBytes2 = 16 << 10
 	// foldBlock is the block the folds work in, so that partial results
 	// stay in L1/L2 while all n operands stream through.
 	foldBlock = 32 << 10
@@ -253,7 +238,7 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 			switch {
 			case reg != nil:
 				a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
-			case a.size == 2 && a.publishAddr(buf, len(buf), len(buf)):
+			case a.size == 2 && len(buf) < a.bcastMax && a.publishAddr(buf, len(buf)):
 				// Only for one reader: with more, the one copy into
 				// the slot serves them all, and their copies out of the
 				// shared, cache-warm slot beat as many kernel copies,
@@ -263,7 +248,7 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 			default:
 				a.copyShared(a.me.slots[set], buf[off:off+m])
 			}
-		} else if a.size == 2 && a.publishAddr(buf, len(buf), len(buf)) {
+		} else if a.size == 2 && len(buf) < a.bcastMax && a.publishAddr(buf, len(buf)) {
 			gate = a.phase + 1 // the root may write half of it (bcastSplit)
 		}
 		if err := a.barrierFrom(ctx, root); err != nil {
@@ -323,10 +308,10 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 	if a.size == 1 {
 		return nil
 	}
-	k, timed := a.choosePath(b)
+	k, timed := a.choosePath(chooseAllGather, b)
 	start := a.pathStart(timed)
 	err := a.allGather(ctx, send, recv)
-	a.pathEnd(k, timed, start, err)
+	a.pathEnd(chooseAllGather, k, timed, start, err)
 	return err
 }
 
@@ -348,10 +333,10 @@ func (a *Arena) allGather(ctx context.Context, send, recv []byte) error {
 		switch {
 		case reg != nil:
 			a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
-		case a.size == 2 && a.publishAddr(send, m, b):
-			// (Only for one reader, as in Broadcast: 4 ranks, 64 MiB
-			// took 23-27 ms through the slot against 25-29 ms with
-			// three readers of each block.)
+		case a.publishAddr(send, m):
+			// (With more than one reader per block the slot was faster
+			// on the EPYC VM: 4 ranks, 64 MiB, 23-27 ms against 25-29;
+			// the chooser measures it here.)
 		default:
 			a.copyIn(a.me.slots[set], send[off:off+m])
 		}
@@ -489,13 +474,16 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	if a.size == 1 {
 		return nil
 	}
-	timed, k := false, 0
-	if !same(send, recv) { // (in place, this rank's blocks are never read out of its process)
-		k, timed = a.choosePath(b)
+	k, timed := a.choosePath(chooseAllToAll, b)
+	if same(send, recv) {
+		// In place, this rank's blocks are never read out of its
+		// process; it still counted the call (choosePath), as every
+		// rank must, but its time says nothing about the path.
+		timed = false
 	}
 	start := a.pathStart(timed)
 	err := a.allToAll(ctx, send, recv)
-	a.pathEnd(k, timed, start, err)
+	a.pathEnd(chooseAllToAll, k, timed, start, err)
 	return err
 }
 
@@ -741,7 +729,7 @@ func (a *Arena) stage(mine, send []byte, blk, off, m, bs int, reg *regAlloc, reg
 		a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
 		return
 	}
-	if direct && a.publishAddr(send, m, blk) {
+	if direct && a.publishAddr(send, m) {
 		return
 	}
 	for j := range a.size {
