@@ -104,7 +104,7 @@ func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.B
 			most = max(most, sb[j].Len)
 		}
 	}
-	k, timed := a.choosePath(chooseAllToAllv, -1)
+	k, timed := a.choosePath(chooseAllToAllv, -1, 0)
 	start := a.pathStart(timed)
 	err := a.allToAllv(ctx, send, sb, recv, rb, most)
 	a.pathEnd(chooseAllToAllv, k, timed, start, err)

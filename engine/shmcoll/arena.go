@@ -38,14 +38,11 @@ type Arena struct {
 	wait       shmsync.Policy // the current call's: policy, Goroutines unless Call.Locked
 	noCMA      bool           // Config.NoCMA
 	cma        bool           // every rank can read every peer's memory (decided at the first barrier)
-	bcastMax   int            // bcastCMAMax (tests lower it)
 	copyBlock  int            // copyBlock(size) (tests lower it)
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 	cmaWrites  int            // process_vm_writev copies made (likewise)
 	useCMA     bool           // the current call may publish addresses (choosePath)
 	paths      pathChooser    // allgather/alltoall(v): slots or cross-memory copies
-	voteOp     int            // the current call's chosen operation (choosePath), -1 for none
-	voteClass  int            // and its size class
 	gateWaits  atomic.Int32   // times closeGate found a peer writing (for tests)
 
 	own  []byte     // own segment mapping
@@ -103,8 +100,6 @@ func Create(cfg Config) (*Arena, error) {
 		log:       log,
 		policy:    shmsync.PolicyFor(cfg.Size),
 		noCMA:     cfg.NoCMA,
-		bcastMax:  bcastCMAMax,
-		voteOp:    -1,
 		copyBlock: copyBlock(cfg.Size),
 		terms:     make([][]byte, cfg.Size),
 		peerRegs:  make([]map[uint64][]byte, cfg.Size),
@@ -356,7 +351,7 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 		return fmt.Errorf("%w: rank %d: not connected", ErrInvalid, a.rank)
 	}
 	a.cur = record{id: callID{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}}
-	a.useCMA, a.voteOp = true, -1
+	a.useCMA = true
 	a.wait = a.policy
 	a.wait.Goroutines = !c.Locked
 	a.wait.Coloc = &a.coloc
@@ -412,7 +407,6 @@ func (a *Arena) barrier(ctx context.Context) error {
 	if p == 1 {
 		a.decideCMA()
 	}
-	a.takeVote()
 	return nil
 }
 
@@ -440,8 +434,12 @@ func (a *Arena) meet(ctx context.Context, s *segment, p uint64, want callID) err
 			return a.fail(err)
 		}
 	}
-	if got := s.recs[p&1].id; !sameCall(got, want) {
+	got := s.recs[p&1].id
+	if !sameCall(got, want) {
 		return a.fail(a.mismatch(s.rank, got, want))
+	}
+	if got.desc&voteValid != 0 {
+		a.takeVote(got.desc)
 	}
 	return nil
 }

@@ -205,40 +205,65 @@ func (a *Arena) closeGate(p uint64, w int) {
 // nothing extra, and keep adapting when vCPUs move.
 //
 // Every rank must take the same path in a call (a call with ranks on both
-// is correct but goes piece by piece, slower than either), so one rank
-// decides and all follow: rank 0 (the leader) votes from its estimates in
-// the record it publishes at the call's first barrier (voteBits of desc,
-// left out of the records' comparison), and after that barrier every rank
-// stores the vote as the class's agreed path for the next call of the
-// class. Which call explores the other path depends only on the number of
-// calls of the class, which every rank counts alike. Any choice is
-// correct: a peer reads whatever a rank's record offers, so a wrong or
-// stale vote costs time only. GOCOLL_CMA=0 (Config.NoCMA) on any rank
-// turns cross-memory copies off before any of this (decideCMA).
+// is correct but goes piece by piece, slower than either), so one rank,
+// the leader, decides and all follow. The leader is rank 0, except in a
+// Broadcast, where it is the root's peer (the root of a broadcast through
+// the slots returns before its peer has the data: only the peer's time
+// compares the two paths). The leader votes from its estimates in the
+// record it publishes (vote* bits of desc, left out of the records'
+// comparison) and takes its vote as the class's agreed path at once;
+// every other rank takes it when it meets that record at a barrier, which
+// it does before its next call of the operation: in the same call for the
+// operations with full barriers, and for a Broadcast's root at the closing
+// barrier or when it settles at the start of its next call. Which call
+// explores the other path depends only on the number of calls of the
+// class, which every rank counts alike. Any choice is correct: a peer
+// reads whatever a rank's record offers, so a wrong or stale vote costs
+// time only. GOCOLL_CMA=0 (Config.NoCMA) on any rank turns cross-memory
+// copies off before any of this (decideCMA).
 
 // Operations whose path is chosen (the index into pathChooser.cls).
 const (
 	chooseAllGather = iota
 	chooseAllToAll
 	chooseAllToAllv
+	chooseBroadcast // 2 ranks: the split cross-memory copy
 	numChosen
 )
 
+// chosenOp maps a record's kind to its chosen operation (-1: none).
+func chosenOp(kind uint64) int {
+	switch kind {
+	case kindAllGather:
+		return chooseAllGather
+	case kindAllToAll:
+		return chooseAllToAll
+	case kindAllToAllv:
+		return chooseAllToAllv
+	case kindBroadcast:
+		return chooseBroadcast
+	}
+	return -1
+}
+
 // The vote in a record's desc: voteValid when the leader had estimates of
-// both paths, voteCMA its choice.
+// both paths, voteCMA its choice, and the size class it is for.
 const (
-	voteValid = 1 << 24
-	voteCMA   = 1 << 25
-	voteBits  = voteValid | voteCMA
+	voteValid      = 1 << 24
+	voteCMA        = 1 << 25
+	voteClassShift = 26 // 6 bits
+	voteBits       = 0xff << 24
 )
 
-// choosePath decides whether this rank's blocks of an AllGather, AllToAll
-// or AllToAllv (op, a choose* constant) may be read out of its process
-// (a.useCMA), where that is possible at all, and returns the size class
-// to record the call's time under (timed false: nothing to choose). size
-// is the bytes per peer, the same on every rank; AllToAllv's differ
-// between ranks, so it passes -1 and has one class.
-func (a *Arena) choosePath(op, size int) (k int, timed bool) {
+// choosePath decides whether this rank's data in an AllGather, AllToAll,
+// AllToAllv or 2-rank Broadcast (op, a choose* constant) may be read out
+// of (or, Broadcast's peer, written into) its process (a.useCMA), where
+// that is possible at all, and returns the size class to record the
+// call's time under (timed false: nothing to choose). size is the bytes
+// per peer, the same on every rank; AllToAllv's differ between ranks, so
+// it passes -1 and has one class. The leader (rank leader) publishes its
+// vote.
+func (a *Arena) choosePath(op, size, leader int) (k int, timed bool) {
 	if !a.cma || size >= 0 && size < cmaFloor {
 		return 0, false
 	}
@@ -247,22 +272,21 @@ func (a *Arena) choosePath(op, size int) (k int, timed bool) {
 	}
 	c := &a.paths.cls[op][k]
 	a.useCMA = c.pick()
-	if a.rank == 0 {
-		a.cur.id.desc |= c.vote()
+	if a.rank == leader {
+		if v := c.vote(); v != 0 {
+			a.cur.id.desc |= v | uint64(k)<<voteClassShift
+			c.agree(v)
+		}
 	}
-	a.voteOp, a.voteClass = op, k
 	return k, true
 }
 
-// takeVote stores the leader's vote of the call's first barrier, which
-// every rank just passed with every peer, as the agreed path of the
-// call's class (no-op in calls choosePath did not time).
-func (a *Arena) takeVote() {
-	if a.voteOp < 0 {
-		return
+// takeVote stores the vote in a leader's record (desc) as the agreed path
+// of its operation and class.
+func (a *Arena) takeVote(desc uint64) {
+	if op := chosenOp(desc & 0xff); op >= 0 {
+		a.paths.cls[op][desc>>voteClassShift&63].agree(desc)
 	}
-	a.paths.cls[a.voteOp][a.voteClass].agree(a.segs[0].recs[a.phase&1].id.desc)
-	a.voteOp = -1
 }
 
 // pathStart begins timing a call whose path choosePath chose (timed), so
@@ -276,7 +300,6 @@ func (a *Arena) pathStart(timed bool) time.Time {
 
 // pathEnd records a timed call that succeeded under size class k.
 func (a *Arena) pathEnd(op, k int, timed bool, start time.Time, err error) {
-	a.voteOp = -1
 	if timed && err == nil {
 		a.paths.cls[op][k].record(a.useCMA, time.Since(start))
 	}

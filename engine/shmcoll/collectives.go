@@ -211,7 +211,18 @@ func (a *Arena) Broadcast(ctx context.Context, c Call, buf []byte, root int) err
 	if a.size == 1 {
 		return nil
 	}
+	k, timed := 0, false
+	if a.size == 2 {
+		// The root learns its peer's last vote at the latest here, when
+		// it waits for the peer to finish the previous call (settle).
+		if err := a.settle(ctx); err != nil {
+			return err
+		}
+		k, timed = a.choosePath(chooseBroadcast, len(buf), 1-root)
+	}
+	start := a.pathStart(timed)
 	gate, err := a.broadcast(ctx, buf, root)
+	a.pathEnd(chooseBroadcast, k, timed, start, err)
 	if err != nil && gate != 0 {
 		// The root may be writing into buf (bcastSplit): wait until it
 		// no longer does before the caller gets buf back.
@@ -238,7 +249,7 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 			switch {
 			case reg != nil:
 				a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
-			case a.size == 2 && len(buf) < a.bcastMax && a.publishAddr(buf, len(buf)):
+			case a.size == 2 && a.publishAddr(buf, len(buf)):
 				// Only for one reader: with more, the one copy into
 				// the slot serves them all, and their copies out of the
 				// shared, cache-warm slot beat as many kernel copies,
@@ -248,7 +259,7 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 			default:
 				a.copyShared(a.me.slots[set], buf[off:off+m])
 			}
-		} else if a.size == 2 && len(buf) < a.bcastMax && a.publishAddr(buf, len(buf)) {
+		} else if a.size == 2 && a.publishAddr(buf, len(buf)) {
 			gate = a.phase + 1 // the root may write half of it (bcastSplit)
 		}
 		if err := a.barrierFrom(ctx, root); err != nil {
@@ -308,7 +319,7 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 	if a.size == 1 {
 		return nil
 	}
-	k, timed := a.choosePath(chooseAllGather, b)
+	k, timed := a.choosePath(chooseAllGather, b, 0)
 	start := a.pathStart(timed)
 	err := a.allGather(ctx, send, recv)
 	a.pathEnd(chooseAllGather, k, timed, start, err)
@@ -474,7 +485,7 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	if a.size == 1 {
 		return nil
 	}
-	k, timed := a.choosePath(chooseAllToAll, b)
+	k, timed := a.choosePath(chooseAllToAll, b, 0)
 	if same(send, recv) {
 		// In place, this rank's blocks are never read out of its
 		// process; it still counted the call (choosePath), as every

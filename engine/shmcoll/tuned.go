@@ -16,15 +16,6 @@ const (
 	// 2.6 µs cross-memory with the cores close, 2.4 against 3.4 far.
 	cmaFloor = 8 << 10
 
-	// bcastCMAMax is the buffer size from which a 2-rank Broadcast goes
-	// through the slots instead of the root's split cross-memory copy
-	// (Broadcast is not chosen by timing: the root of a slots broadcast
-	// returns before its peer has the data, so no rank's call time
-	// compares the two paths). EPYC, 2026-11-27, cores close: 8 MiB
-	// 323-344 µs slots against 378-384 split, 16 MiB 689-751 against
-	// 1159-1166; 4 MiB 196-203 against 142-144.
-	bcastCMAMax = 8 << 20
-
 	// exploreEvery: every exploreEvery-th call of a size class tries the
 	// path not agreed on, so that the leader's estimate of it stays fresh
 	// (a chooser rule, not a measurement: the exploration costs at most
