@@ -144,26 +144,25 @@
 // first barrier all ranks turn CMA on only if all probes succeeded, so a
 // seccomp profile that forbids the call (Docker's default) or
 // Config.NoCMA on any rank leaves everything on the slots. With CMA on,
-// AllToAll (not in place) publishes addresses when a peer's part of the
-// piece is at least 8 KiB, and so do AllGather and Broadcast's root for 2
-// ranks: wherever each published byte has one reader. Not where the ranks
-// outnumber the cores (cmaMin: there the slots were twice as fast), nor,
-// with 2 ranks, from 8 MiB per peer (cmaMax). Below that, a 2-rank
-// AllGather's or AllToAll's rank times its calls both ways and takes the
-// faster (pathChooser): the answer depends on how far apart the two cores
-// are, which on a VM changes while a job runs. These calls then close with
-// the barrier registered buffers need. A 2-rank Broadcast's peer publishes
-// its address too, and the root, idle otherwise, writes the second half
-// into it with process_vm_writev while the peer reads the first (the
-// store gate in the peer's segment keeps a failing peer from returning
-// while the root writes). Measured on the 2-vCPU VM (C ABI, processes,
-// p50): 2 ranks, 1 MiB AllGather 42 µs instead of 71, AllToAll 43 µs
-// instead of 91, Broadcast 35 µs instead of 69 (Open MPI: 42-49 µs). Not used:
-// Broadcast and AllGather with more than one reader per block (each
-// reader's kernel copy pins the owner's pages; the owner's one copy into
+// AllGather, AllToAll (not in place), AllToAllv and a 2-rank Broadcast may
+// publish addresses when a peer's part of the piece is at least cmaFloor
+// (8 KiB), and whether they do is measured, not set: the ranks time their
+// calls per operation and size class at every rank count, and every rank
+// follows one leader's vote, carried in its call record (choosePath; see
+// docs/tuning.md). The answer depends on how far apart the cores are,
+// how many ranks share a core and how the kernel pins pages, which on a VM
+// changes while a job runs. These calls then close with the barrier
+// registered buffers need. A 2-rank Broadcast's peer publishes its address
+// too, and the root, idle otherwise, writes the second half into it with
+// process_vm_writev while the peer reads the first (the store gate in the
+// peer's segment keeps a failing peer from returning while the root
+// writes). Measured on the 2-vCPU VM (C ABI, processes, p50): 2 ranks, 1
+// MiB AllGather 42 µs instead of 71, AllToAll 43 µs instead of 91,
+// Broadcast 35 µs instead of 69 (Open MPI: 42-49 µs). Not used: Broadcast
+// with more than one reader (each reader's kernel copy pins the owner's
+// pages; the owner's one copy into
 // the shared slot serves all readers better: 4 ranks, 1 MiB Broadcast
-// 190 µs vs 230-260 µs, 64 MiB AllGather 23-27 ms vs 25-29 ms) and the
-// reductions
+// 190 µs vs 230-260 µs) and the reductions
 // (an AllReduce that copies peers' chunks out of their processes and their
 // results out of their recv buffers measured 130 vs 143 µs at 2 ranks and
 // 1 MiB, but 420-470 vs 340 µs at 4 ranks and 12.2 vs 8.7 ms at 16 MiB).
