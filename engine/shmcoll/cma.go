@@ -306,20 +306,38 @@ func (a *Arena) pathEnd(op, k int, timed bool, start time.Time, err error) {
 }
 
 // pathChooser holds, per chosen operation and size class, this rank's
-// estimates of its call time on each path and the path the ranks agreed
+// recent call times on each path and the path the ranks agreed
 // on (see choosePath).
 type pathChooser struct {
 	cls [numChosen][64]pathClass
 }
 
-// pathClass is one operation's size class. Each path's estimate falls at
-// once to a faster call and rises by an eighth of the difference on a
-// slower one (a call that waited for a late peer says little about the
-// path), so a path that became slower is abandoned after a few calls.
+// pathClass is one operation's size class. Each path's estimate is the
+// least of its last estWindow call times: a call that waited for a late
+// peer says little about the path, and both paths' estimates come from as
+// many calls, however rarely one of them runs (an estimate that kept the
+// best call ever of the path tried every exploreEvery-th call would favour
+// it over the one that runs all the time). A path that became slower is
+// abandoned once its last estWindow calls were slow.
 type pathClass struct {
-	est    [2]int64 // ns; [0] the slots, [1] cross-memory; 0: no call yet
-	calls  uint32   // calls so far, the same on every rank
-	agreed uint8    // the leader's last valid vote: 0 none, 1 the slots, 2 cross-memory
+	last   [2][estWindow]int64 // ns; [0] the slots, [1] cross-memory; 0: no call
+	n      [2]uint8            // calls recorded per path, modulo estWindow
+	calls  uint32              // calls so far, the same on every rank
+	agreed uint8               // the leader's last valid vote: 0 none, 1 the slots, 2 cross-memory
+}
+
+// estWindow is how many of a path's last calls its estimate covers.
+const estWindow = 4
+
+// est is path i's estimate (0: no call yet).
+func (c *pathClass) est(i int) int64 {
+	var m int64
+	for _, v := range c.last[i] {
+		if v != 0 && (m == 0 || v < m) {
+			m = v
+		}
+	}
+	return m
 }
 
 // pick says whether the next call uses cross-memory copies: the first
@@ -343,11 +361,11 @@ func (c *pathClass) pick() bool {
 // it timed both paths; the slots only when clearly faster (where the two
 // are about even, the vote would flip back and forth on noise).
 func (c *pathClass) vote() uint64 {
-	e := c.est
-	if e[0] == 0 || e[1] == 0 {
+	slots, cma := c.est(0), c.est(1)
+	if slots == 0 || cma == 0 {
 		return 0
 	}
-	if e[0]*slotsDen <= e[1]*slotsNum {
+	if slots*slotsDen <= cma*slotsNum {
 		return voteValid
 	}
 	return voteValid | voteCMA
@@ -370,12 +388,8 @@ func (c *pathClass) record(cma bool, d time.Duration) {
 	if cma {
 		i = 1
 	}
-	v, ns := &c.est[i], max(d.Nanoseconds(), 1)
-	if *v == 0 || ns < *v {
-		*v = ns
-	} else {
-		*v += (ns - *v) / 8
-	}
+	c.last[i][c.n[i]%estWindow] = max(d.Nanoseconds(), 1)
+	c.n[i]++
 }
 
 // copyBlock is copyIn's piece size for ranks processes on this machine.

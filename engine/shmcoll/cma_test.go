@@ -91,7 +91,7 @@ func TestNoCMA(t *testing.T) {
 		// The override wins before any timing: no call was counted.
 		for op := range a.paths.cls {
 			for k, c := range a.paths.cls[op] {
-				if c.calls != 0 || c.est != [2]int64{} {
+				if c.calls != 0 || c.est(0) != 0 || c.est(1) != 0 {
 					t.Errorf("rank %d: op %d class %d timed with cross-memory reads off: %+v", r, op, k, c)
 				}
 			}
@@ -212,9 +212,8 @@ func TestStoreGate(t *testing.T) {
 // class copies out of the process, the second through the slots, then the
 // agreed path, with every exploreEvery-th call on the other; the leader
 // votes only once it timed both paths, for the slots only when they are
-// 10 % faster; an estimate falls at once to a faster call and rises by an
-// eighth of the difference on a slower one, so that a path that became
-// slower is abandoned.
+// 10 % faster; an estimate is the least of the path's last estWindow calls,
+// so that a path that became slower is abandoned.
 func TestPathChooser(t *testing.T) {
 	type step struct {
 		pick   bool   // expected path of the call (true: cross-memory)
@@ -240,12 +239,14 @@ func TestPathChooser(t *testing.T) {
 		steps = append(steps, step{pick: explore, took: took, vote: v, agreed: 1})
 	}
 	// The slots become slower (the cores moved apart): 900 per call. Their
-	// estimate rises from 100 to 200 in one call, no longer 10 % below
-	// the copies' 200, so the next call's vote flips and the one after
-	// it takes the copies.
+	// estimate is the least of their last estWindow calls: after
+	// estWindow slow calls it is 900, the next call's vote flips, and the
+	// one after it takes the copies.
+	for range estWindow {
+		steps = append(steps, step{pick: false, took: 900, vote: v, agreed: 1})
+	}
 	steps = append(steps,
-		step{pick: false, took: 900, vote: v, agreed: 1},  // est 100 -> 200
-		step{pick: false, took: 900, vote: vc, agreed: 2}, // voted from 200 against 200
+		step{pick: false, took: 900, vote: vc, agreed: 2},
 		step{pick: true, took: 200, vote: vc, agreed: 2},
 	)
 	var c pathClass
@@ -253,7 +254,7 @@ func TestPathChooser(t *testing.T) {
 		got := c.pick()
 		vote := c.vote()
 		if got != s.pick || vote != s.vote {
-			t.Fatalf("call %d: cross-memory %v, vote %#x; want %v, %#x (estimates %v)", i, got, vote, s.pick, s.vote, c.est)
+			t.Fatalf("call %d: cross-memory %v, vote %#x; want %v, %#x (estimates %d, %d)", i, got, vote, s.pick, s.vote, c.est(0), c.est(1))
 		}
 		c.agree(vote | 7) // (other desc bits do not matter)
 		c.record(got, time.Duration(s.took))
@@ -261,23 +262,29 @@ func TestPathChooser(t *testing.T) {
 			t.Fatalf("call %d: agreed %d, want %d", i, c.agreed, s.agreed)
 		}
 	}
-	// The estimate rules.
+	// The estimate rules: the least of the last estWindow calls.
 	var e pathClass
 	e.record(false, 100)
 	e.record(false, 900)
-	if got := e.est[0]; got != 100+(900-100)/8 {
-		t.Errorf("estimate after a slower call %d, want %d", got, 100+(900-100)/8)
+	if got := e.est(0); got != 100 {
+		t.Errorf("estimate after a slower call %d, want 100", got)
+	}
+	for range estWindow - 1 {
+		e.record(false, 900)
+	}
+	if got := e.est(0); got != 900 {
+		t.Errorf("estimate after %d slower calls %d, want 900", estWindow, got)
 	}
 	e.record(false, 50)
-	if got := e.est[0]; got != 50 {
+	if got := e.est(0); got != 50 {
 		t.Errorf("estimate after a faster call %d, want 50", got)
 	}
 	// Within 10 %, the copies keep the vote.
-	e.est = [2]int64{91, 100}
+	setEst(&e, 91, 100)
 	if got := e.vote(); got != vc {
 		t.Errorf("slots 9 %% faster: vote %#x, want cross-memory", got)
 	}
-	e.est = [2]int64{90, 100}
+	setEst(&e, 90, 100)
 	if got := e.vote(); got != v {
 		t.Errorf("slots 10 %% faster: vote %#x, want the slots", got)
 	}
@@ -286,6 +293,14 @@ func TestPathChooser(t *testing.T) {
 	e.agree(voteCMA)
 	if e.agreed != 2 {
 		t.Errorf("invalid vote changed the agreement to %d", e.agreed)
+	}
+}
+
+// setEst makes c's estimates slots and cma, as if every call of its window
+// took that long.
+func setEst(c *pathClass, slots, cma int64) {
+	for i := range estWindow {
+		c.last[0][i], c.last[1][i] = slots, cma
 	}
 }
 
@@ -320,9 +335,9 @@ func TestPathAgreed(t *testing.T) {
 						// What each rank measured (not timed here: set
 						// before every call).
 						if c := &a.paths.cls[op][k]; r == 0 {
-							c.est = [2]int64{1, 1 << 40} // the slots far faster
+							setEst(c, 1, 1<<40) // the slots far faster
 						} else {
-							c.est = [2]int64{1 << 40, 1} // the other way round
+							setEst(c, 1<<40, 1) // the other way round
 						}
 					}
 					checkWorld(t, w, []tcase{{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: count, root: n - 1}}, 1)
