@@ -105,6 +105,12 @@ func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.B
 		}
 	}
 	k, timed := a.choosePath(chooseAllToAllv, -1, 0)
+	if most < cmaFloor {
+		// Every rank counts the call (choosePath), but this rank's
+		// blocks take the slots whatever the path: its time says
+		// nothing about the choice.
+		timed = false
+	}
 	start := a.pathStart(timed)
 	err := a.allToAllv(ctx, send, sb, recv, rb, most)
 	a.pathEnd(chooseAllToAllv, k, timed, start, err)
