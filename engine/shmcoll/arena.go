@@ -42,6 +42,7 @@ type Arena struct {
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 	cmaWrites  int            // process_vm_writev copies made (likewise)
 	useCMA     bool           // the current call may publish addresses (choosePath)
+	regRead    bool           // the current call read registered memory in place (not timed)
 	paths      pathChooser    // allgather/alltoall(v): slots or cross-memory copies
 	gateWaits  atomic.Int32   // times closeGate found a peer writing (for tests)
 
@@ -351,7 +352,7 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 		return fmt.Errorf("%w: rank %d: not connected", ErrInvalid, a.rank)
 	}
 	a.cur = record{id: callID{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}}
-	a.useCMA = true
+	a.useCMA, a.regRead = true, false
 	a.wait = a.policy
 	a.wait.Goroutines = !c.Locked
 	a.wait.Coloc = &a.coloc

@@ -298,9 +298,10 @@ func (a *Arena) pathStart(timed bool) time.Time {
 	return time.Now()
 }
 
-// pathEnd records a timed call that succeeded under size class k.
+// pathEnd records a timed call that succeeded under size class k, unless
+// it read registered memory in place, which no choice changes.
 func (a *Arena) pathEnd(op, k int, timed bool, start time.Time, err error) {
-	if timed && err == nil {
+	if timed && err == nil && !a.regRead {
 		a.paths.cls[op][k].record(a.useCMA, time.Since(start))
 	}
 }

@@ -358,3 +358,29 @@ func TestPathAgreed(t *testing.T) {
 		}
 	}
 }
+
+// TestPathRegisteredUntimed: a call in which a rank's registered buffer is
+// read in place counts for the exploration schedule on every rank but
+// gives no rank an estimate: that path is taken whatever the choice.
+func TestPathRegisteredUntimed(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	w := newWorld(t, 2, cmaSlot)
+	const count = (64 << 10) / 4 // 64 KiB per rank: registered memory is read in place
+	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
+	cases := []tcase{
+		{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: count, reg: true},
+		{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: count, root: 0, reg: true},
+	}
+	checkWorld(t, w, cases, 3)
+	k := bits.Len(count * 4)
+	for r, a := range w.arenas {
+		for _, op := range []int{chooseAllGather, chooseBroadcast} {
+			c := &a.paths.cls[op][k]
+			if c.calls == 0 || c.est(0) != 0 || c.est(1) != 0 {
+				t.Errorf("rank %d, op %d: %d calls counted, estimates %d, %d; want calls, no estimate", r, op, c.calls, c.est(0), c.est(1))
+			}
+		}
+	}
+}

@@ -266,6 +266,7 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 			return gate, err
 		}
 		if rec := a.segs[root].recs[a.phase&1]; rec.reg != 0 || rec.addr != 0 {
+			a.regRead = a.regRead || rec.reg != 0
 			// The root's buf is registered memory or readable out of its
 			// process: copy all of it in one go, then wait until every
 			// rank did (closing barrier).
@@ -358,7 +359,10 @@ func (a *Arena) allGather(ctx context.Context, send, recv []byte) error {
 		if whole {
 			m = b
 		}
-		anyReg = anyReg || off == 0 && a.anyReg()
+		if off == 0 {
+			anyReg = a.anyReg()
+			a.noteRegistered()
+		}
 		if err := a.fetchBlocks(recv, b, off, m, set, -off, off, uint64(b)); err != nil {
 			return err
 		}
@@ -524,7 +528,10 @@ func (a *Arena) allToAll(ctx context.Context, send, recv []byte) error {
 		if whole {
 			m = b
 		}
-		anyReg = anyReg || off == 0 && a.anyReg()
+		if off == 0 {
+			anyReg = a.anyReg()
+			a.noteRegistered()
+		}
 		// This rank's block of a peer's send, bytes [lo, lo+m): in its slot
 		// at [at, at+m), in place in its registered buffer, or in its
 		// process.
@@ -566,6 +573,15 @@ func (a *Arena) anyReg() bool {
 		}
 	}
 	return false
+}
+
+// noteRegistered notes, after a call's first barrier, whether some rank
+// published registered memory, which its peers read in place whatever
+// the chosen path: the call's time then says nothing about the choice.
+func (a *Arena) noteRegistered() {
+	for _, s := range a.segs {
+		a.regRead = a.regRead || s.recs[a.phase&1].reg != 0
+	}
 }
 
 // allDirect says whether every rank published its whole buffer at the
