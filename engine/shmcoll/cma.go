@@ -3,7 +3,9 @@
 package shmcoll
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/bits"
 	"runtime"
@@ -275,7 +277,7 @@ func (a *Arena) choosePath(op, size, leader int) (k int, timed bool) {
 	if a.rank == leader {
 		if v := c.vote(); v != 0 {
 			a.cur.id.desc |= v | uint64(k)<<voteClassShift
-			c.agree(v)
+			a.agreed(op, k, v)
 		}
 	}
 	return k, true
@@ -285,7 +287,31 @@ func (a *Arena) choosePath(op, size, leader int) (k int, timed bool) {
 // of its operation and class.
 func (a *Arena) takeVote(desc uint64) {
 	if op := chosenOp(desc & 0xff); op >= 0 {
-		a.paths.cls[op][desc>>voteClassShift&63].agree(desc)
+		a.agreed(op, int(desc>>voteClassShift&63), desc)
+	}
+}
+
+// chosenNames names the chosen operations in the log.
+var chosenNames = [numChosen]string{"allgather", "alltoall", "alltoallv", "broadcast"}
+
+// agreed takes a vote (desc) for op's class k, and logs a change of path
+// (GOCOLL_DEBUG): what the ranks chose on this machine, with this rank's
+// estimates.
+func (a *Arena) agreed(op, k int, desc uint64) {
+	c := &a.paths.cls[op][k]
+	was := c.agreed
+	c.agree(desc)
+	if c.agreed != was && a.log.Enabled(context.Background(), slog.LevelDebug) {
+		path := "slots"
+		if c.agreed == 2 {
+			path = "cross-memory"
+		}
+		from := 0 // bytes per peer the class starts at (AllToAllv: one class)
+		if k > 0 {
+			from = 1 << (k - 1)
+		}
+		a.log.Debug("shmcoll: path chosen", "rank", a.rank, "op", chosenNames[op], "from_bytes", from,
+			"path", path, "slots_ns", c.est(0), "cma_ns", c.est(1))
 	}
 }
 
