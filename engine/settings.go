@@ -201,9 +201,10 @@ var settings = []setting{{
 	Var: "GOCOLL_CMA", Scope: scopeComm, Field: "NoCMA", Config: "cma",
 	Default: "1",
 	Range:   "1 or 0 (also on/off, true/false, yes/no)",
-	Doc: "1: ranks on one host copy blocks that have a single reader straight out of each other's " +
-		"buffers with process_vm_readv (and a 2-rank broadcast's root writes into its peer's with " +
-		"process_vm_writev), one copy instead of two through shared memory, as Open MPI's cma does. " +
+	Doc: "1: ranks on one host may copy allgather, alltoall(v) and 2-rank broadcast data straight out of " +
+		"each other's buffers with process_vm_readv (and a 2-rank broadcast's root writes into its peer's with " +
+		"process_vm_writev), one copy instead of two through shared memory, as Open MPI's cma does; the ranks " +
+		"time both ways per size from 8 KiB per peer and all follow one rank's choice (docs/tuning.md). " +
 		"Used only where every rank can so read and write every peer's memory (a seccomp profile " +
 		"such as Docker's default, or Yama ptrace_scope 1, forbids it; the shared slots then carry " +
 		"everything). 0: data always passes through the shared slots.",

@@ -32,8 +32,8 @@ import (
 // call, before any block is written.
 //
 // As in AllToAll, a rank may instead publish its send buffer's address
-// (publishAddr: cross-memory reads allowed, blocks in their size range; at
-// 2 ranks the pathChooser's measured choice): then it copies nothing, its
+// (publishAddr: cross-memory reads allowed, blocks from cmaFloor, and the
+// measured choice of choosePath): then it copies nothing, its
 // peers read their whole block out of its process in the first piece
 // (word 3 says where), its blocks count for no piece, and the call ends
 // with a closing barrier so that it keeps its buffer until they are done.
@@ -104,10 +104,16 @@ func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.B
 			most = max(most, sb[j].Len)
 		}
 	}
-	k, timed := a.choosePath(most)
+	k, timed := a.choosePath(chooseAllToAllv, -1, 0)
+	if most < cmaFloor {
+		// Every rank counts the call (choosePath), but this rank's
+		// blocks take the slots whatever the path: its time says
+		// nothing about the choice.
+		timed = false
+	}
 	start := a.pathStart(timed)
 	err := a.allToAllv(ctx, send, sb, recv, rb, most)
-	a.pathEnd(k, timed, start, err)
+	a.pathEnd(chooseAllToAllv, k, timed, start, err)
 	return err
 }
 
@@ -115,7 +121,7 @@ func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.B
 // rank sends.
 func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, recv []byte, rb []sched.Block, most int) error {
 	own, col := a.rank, a.vColumn()
-	direct := a.publishAddr(send, most, most)
+	direct := a.publishAddr(send, most)
 	pieces, anyDirect := 1, false
 	for k := 0; k < pieces; k++ {
 		set, err := a.nextSet(ctx)

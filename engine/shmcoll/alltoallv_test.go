@@ -162,7 +162,7 @@ func TestAllToAllvPieces(t *testing.T) {
 // calls alternate the two ways as the path chooser explores.
 func TestAllToAllvDirect(t *testing.T) {
 	w := newWorld(t, 2, MinSlotBytes)
-	big := w.arenas[0].cmaMin + 3000 // rank 0 sends this much: direct
+	big := cmaFloor + 3000 // rank 0 sends this much: direct
 	small := 2*w.arenas[0].vColumn() + 100
 	var layouts []*vLayout
 	for seq := range 16 {
@@ -196,7 +196,7 @@ func TestAllToAllvDirectKeepsBuffer(t *testing.T) {
 		t.Skip("process_vm_readv is not allowed here")
 	}
 	w := newWorld(t, 2, MinSlotBytes)
-	big, small := 4<<20, w.arenas[0].cmaMin
+	big, small := 4<<20, cmaFloor
 	l := newVLayout(rand.New(rand.NewSource(3)), 2, func(i, j int) int {
 		switch {
 		case i == j:

@@ -38,13 +38,12 @@ type Arena struct {
 	wait       shmsync.Policy // the current call's: policy, Goroutines unless Call.Locked
 	noCMA      bool           // Config.NoCMA
 	cma        bool           // every rank can read every peer's memory (decided at the first barrier)
-	cmaMin     int            // cmaMin(size)
-	cmaMax     int            // cmaMax(size)
 	copyBlock  int            // copyBlock(size) (tests lower it)
 	cmaReads   int            // process_vm_readv copies made (call goroutine; for tests)
 	cmaWrites  int            // process_vm_writev copies made (likewise)
 	useCMA     bool           // the current call may publish addresses (choosePath)
-	paths      pathChooser    // 2-rank allgather/alltoall(v): slots or cross-memory copies
+	regRead    bool           // the current call read registered memory in place (not timed)
+	paths      pathChooser    // allgather/alltoall(v): slots or cross-memory copies
 	gateWaits  atomic.Int32   // times closeGate found a peer writing (for tests)
 
 	own  []byte     // own segment mapping
@@ -102,8 +101,6 @@ func Create(cfg Config) (*Arena, error) {
 		log:       log,
 		policy:    shmsync.PolicyFor(cfg.Size),
 		noCMA:     cfg.NoCMA,
-		cmaMin:    cmaMin(cfg.Size),
-		cmaMax:    cmaMax(cfg.Size),
 		copyBlock: copyBlock(cfg.Size),
 		terms:     make([][]byte, cfg.Size),
 		peerRegs:  make([]map[uint64][]byte, cfg.Size),
@@ -355,7 +352,7 @@ func (a *Arena) begin(c Call, nbytes int, d uint64) error {
 		return fmt.Errorf("%w: rank %d: not connected", ErrInvalid, a.rank)
 	}
 	a.cur = record{id: callID{seq: c.Seq, sig: c.Sig, nbytes: uint64(nbytes), desc: d}}
-	a.useCMA = true
+	a.useCMA, a.regRead = true, false
 	a.wait = a.policy
 	a.wait.Goroutines = !c.Locked
 	a.wait.Coloc = &a.coloc
@@ -438,8 +435,12 @@ func (a *Arena) meet(ctx context.Context, s *segment, p uint64, want callID) err
 			return a.fail(err)
 		}
 	}
-	if got := s.recs[p&1].id; got != want {
+	got := s.recs[p&1].id
+	if !sameCall(got, want) {
 		return a.fail(a.mismatch(s.rank, got, want))
+	}
+	if got.desc&voteValid != 0 {
+		a.takeVote(got.desc)
 	}
 	return nil
 }
@@ -506,10 +507,11 @@ func (a *Arena) decideCMA() {
 
 // publishAddr says whether this rank lets peers read buf out of its process
 // rather than copying it into its slot, where each peer would read per
-// bytes of it in the current piece and total over the call, and records
-// buf's address if so.
-func (a *Arena) publishAddr(buf []byte, per, total int) bool {
-	if !a.cma || !a.useCMA || per < a.cmaMin || total >= a.cmaMax || len(buf) == 0 {
+// bytes of it in the current piece, and records buf's address if so: only
+// where cross-memory reads are on and the call's path allows them
+// (choosePath).
+func (a *Arena) publishAddr(buf []byte, per int) bool {
+	if !a.cma || !a.useCMA || per < cmaFloor || len(buf) == 0 {
 		a.cur.addr = 0 // (an earlier piece of the call may have published it)
 		return false
 	}

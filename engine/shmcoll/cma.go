@@ -3,7 +3,9 @@
 package shmcoll
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/bits"
 	"runtime"
@@ -25,39 +27,6 @@ import (
 // seccomp profile (Docker's default) or Yama forbids it, so every rank
 // probes every peer at Connect and the arena uses it only when all ranks
 // could (see Arena.decideCMA).
-
-// cmaMin is the least data per peer and piece for which a rank publishes
-// its buffer's address rather than copying into its slot: below, the
-// system call per peer costs more than the copy it saves, whether the
-// cores are close or far (above it a 2-rank call's ranks measure which is
-// faster, pathChooser). With more ranks than cores, never: there the slots
-// were faster at every size measured, about twice from 64 KiB per peer. A
-// rank in the kernel's copy, pinning a peer's pages, holds one of the few
-// cores the peer it reads from needs.
-func cmaMin(ranks int) int {
-	if ranks <= runtime.NumCPU() {
-		return 8 << 10
-	}
-	return math.MaxInt
-}
-
-// cmaMax is the data per peer over a call from which a rank copies into its
-// slot again: at these sizes the kernel's pinning of the buffer's pages, 16
-// at a time, costs more than the second copy. Measured with 2 ranks (C
-// ABI, processes), the slots were as fast or faster from 8 MiB per peer,
-// with the cores close and far, for allgather, alltoall and (since the
-// slots are filled with cached stores, copyIn) broadcast; a 4 MiB
-// broadcast still favours the root writing half into the peer (one piece:
-// the peer's copy out waits for the whole copy in). Below 8 MiB per peer the answer for allgather and
-// alltoall depends on the cores' distance so much that they measure it
-// (pathChooser). With more ranks the runs were too noisy to tell, so
-// there is no upper end.
-func cmaMax(ranks int) int {
-	if ranks == 2 {
-		return 8 << 20
-	}
-	return math.MaxInt
-}
 
 // Values of a segment's offCMA word (0 until its owner probed).
 const (
@@ -226,16 +195,124 @@ func (a *Arena) closeGate(p uint64, w int) {
 	}
 }
 
-// choosePath decides whether this rank's blocks of a 2-rank allgather or
-// alltoall(v) of total bytes per peer may be read out of its process
-// (a.useCMA), where that is possible at all, and returns the size class
-// to record the call's time under (timed false: nothing to choose).
-func (a *Arena) choosePath(total int) (k int, timed bool) {
-	if a.size != 2 || !a.cma || total < a.cmaMin || total >= a.cmaMax {
+// The measured choice between the slots and cross-memory copies.
+//
+// Which path is faster for an AllGather, AllToAll or AllToAllv of a given
+// size depends on the machine (how far apart the cores are, how the kernel
+// pins pages, how many ranks share a core), and on a VM it changes while a
+// job runs. So the ranks time their calls and choose online, per operation
+// and size class (a power of two), at every rank count. Online rather than
+// by a calibration at the first communicator: a calibration measures an
+// idle machine at one moment, while the calls measure the job itself, cost
+// nothing extra, and keep adapting when vCPUs move.
+//
+// Every rank must take the same path in a call (a call with ranks on both
+// is correct but goes piece by piece, slower than either), so one rank,
+// the leader, decides and all follow. The leader is rank 0, except in a
+// Broadcast, where it is the root's peer (the root of a broadcast through
+// the slots returns before its peer has the data: only the peer's time
+// compares the two paths). The leader votes from its estimates in the
+// record it publishes (vote* bits of desc, left out of the records'
+// comparison) and takes its vote as the class's agreed path at once;
+// every other rank takes it when it meets that record at a barrier, which
+// it does before its next call of the operation: in the same call for the
+// operations with full barriers, and for a Broadcast's root at the closing
+// barrier or when it settles at the start of its next call. Which call
+// explores the other path depends only on the number of calls of the
+// class, which every rank counts alike. Any choice is correct: a peer
+// reads whatever a rank's record offers, so a wrong or stale vote costs
+// time only. GOCOLL_CMA=0 (Config.NoCMA) on any rank turns cross-memory
+// copies off before any of this (decideCMA).
+
+// Operations whose path is chosen (the index into pathChooser.cls).
+const (
+	chooseAllGather = iota
+	chooseAllToAll
+	chooseAllToAllv
+	chooseBroadcast // 2 ranks: the split cross-memory copy
+	numChosen
+)
+
+// chosenOp maps a record's kind to its chosen operation (-1: none).
+func chosenOp(kind uint64) int {
+	switch kind {
+	case kindAllGather:
+		return chooseAllGather
+	case kindAllToAll:
+		return chooseAllToAll
+	case kindAllToAllv:
+		return chooseAllToAllv
+	case kindBroadcast:
+		return chooseBroadcast
+	}
+	return -1
+}
+
+// The vote in a record's desc: voteValid when the leader had estimates of
+// both paths, voteCMA its choice, and the size class it is for.
+const (
+	voteValid      = 1 << 24
+	voteCMA        = 1 << 25
+	voteClassShift = 26 // 6 bits
+	voteBits       = 0xff << 24
+)
+
+// choosePath decides whether this rank's data in an AllGather, AllToAll,
+// AllToAllv or 2-rank Broadcast (op, a choose* constant) may be read out
+// of (or, Broadcast's peer, written into) its process (a.useCMA), where
+// that is possible at all, and returns the size class to record the
+// call's time under (timed false: nothing to choose). size is the bytes
+// per peer, the same on every rank; AllToAllv's differ between ranks, so
+// it passes -1 and has one class. The leader (rank leader) publishes its
+// vote.
+func (a *Arena) choosePath(op, size, leader int) (k int, timed bool) {
+	if !a.cma || size >= 0 && size < cmaFloor {
 		return 0, false
 	}
-	k, a.useCMA = a.paths.pick(total)
+	if size >= 0 {
+		k = bits.Len(uint(size))
+	}
+	c := &a.paths.cls[op][k]
+	a.useCMA = c.pick()
+	if a.rank == leader {
+		if v := c.vote(); v != 0 {
+			a.cur.id.desc |= v | uint64(k)<<voteClassShift
+			a.agreed(op, k, v)
+		}
+	}
 	return k, true
+}
+
+// takeVote stores the vote in a leader's record (desc) as the agreed path
+// of its operation and class.
+func (a *Arena) takeVote(desc uint64) {
+	if op := chosenOp(desc & 0xff); op >= 0 {
+		a.agreed(op, int(desc>>voteClassShift&63), desc)
+	}
+}
+
+// chosenNames names the chosen operations in the log.
+var chosenNames = [numChosen]string{"allgather", "alltoall", "alltoallv", "broadcast"}
+
+// agreed takes a vote (desc) for op's class k, and logs a change of path
+// (GOCOLL_DEBUG): what the ranks chose on this machine, with this rank's
+// estimates.
+func (a *Arena) agreed(op, k int, desc uint64) {
+	c := &a.paths.cls[op][k]
+	was := c.agreed
+	c.agree(desc)
+	if c.agreed != was && a.log.Enabled(context.Background(), slog.LevelDebug) {
+		path := "slots"
+		if c.agreed == 2 {
+			path = "cross-memory"
+		}
+		from := 0 // bytes per peer the class starts at (AllToAllv: one class)
+		if k > 0 {
+			from = 1 << (k - 1)
+		}
+		a.log.Debug("shmcoll: path chosen", "rank", a.rank, "op", chosenNames[op], "from_bytes", from,
+			"path", path, "slots_ns", c.est(0), "cma_ns", c.est(1))
+	}
 }
 
 // pathStart begins timing a call whose path choosePath chose (timed), so
@@ -247,68 +324,99 @@ func (a *Arena) pathStart(timed bool) time.Time {
 	return time.Now()
 }
 
-// pathEnd records a timed call that succeeded under size class k.
-func (a *Arena) pathEnd(k int, timed bool, start time.Time, err error) {
-	if timed && err == nil {
-		a.paths.record(k, a.useCMA, time.Since(start))
+// pathEnd records a timed call that succeeded under size class k, unless
+// it read registered memory in place, which no choice changes.
+func (a *Arena) pathEnd(op, k int, timed bool, start time.Time, err error) {
+	if timed && err == nil && !a.regRead {
+		a.paths.cls[op][k].record(a.useCMA, time.Since(start))
 	}
 }
 
-// pathChooser learns, per size class, whether this rank's 2-rank
-// allgathers and alltoall(v)s run faster with its blocks read out of its
-// process or copied through its slot. Which wins depends on how far apart
-// the two cores are, and a VM's vCPUs move between sibling hyperthreads
-// and separate cores while a job runs (with them close the slots were
-// faster from 16 KiB to 1 MiB, with them far the cross-memory copy from
-// 256 KiB). So it is measured: each choice keeps an estimate of this rank's
-// call time that falls at once to a faster call and rises by an eighth of
-// the difference on a slower one (a call that waited for a late peer says
-// little about the path), the faster is taken (the slots only if more
-// than 10 % faster), and every exploreEvery-th call of a class tries the
-// other. Both ranks count the calls of a class alike (they make the same
-// calls), so they try it in the same call and time both ranks on it.
-// Either rank's choice is safe alone: a peer reads whatever a rank's
-// record offers.
+// pathChooser holds, per chosen operation and size class, this rank's
+// recent call times on each path and the path the ranks agreed
+// on (see choosePath).
 type pathChooser struct {
-	est   [64][2]int64 // ns; [k][0] the slots, [k][1] cross-memory; 0: no call yet
-	calls [64]uint32
+	cls [numChosen][64]pathClass
 }
 
-const exploreEvery = 8
+// pathClass is one operation's size class. Each path's estimate is the
+// least of its last estWindow call times: a call that waited for a late
+// peer says little about the path, and both paths' estimates come from as
+// many calls, however rarely one of them runs (an estimate that kept the
+// best call ever of the path tried every exploreEvery-th call would favour
+// it over the one that runs all the time). A path that became slower is
+// abandoned once its last estWindow calls were slow.
+type pathClass struct {
+	last   [2][estWindow]int64 // ns; [0] the slots, [1] cross-memory; 0: no call
+	n      [2]uint8            // calls recorded per path, modulo estWindow
+	calls  uint32              // calls so far, the same on every rank
+	agreed uint8               // the leader's last valid vote: 0 none, 1 the slots, 2 cross-memory
+}
 
-// pick returns total's size class and whether its call uses cross-memory
-// copies: first those, then the slots once, then the faster.
-func (p *pathChooser) pick(total int) (k int, cma bool) {
-	k = bits.Len(uint(total))
-	c := p.calls[k]
-	p.calls[k]++
-	switch e := p.est[k]; {
-	case e[1] == 0:
-		return k, true
-	case e[0] == 0:
-		return k, false
-	default:
-		// The slots only when clearly faster: where the two are about
-		// even, ranks whose estimates wobble across each other would
-		// choose differently, and a call with one rank on each path
-		// goes piece by piece, slower than either.
-		cma := e[0]*10 > e[1]*9
-		return k, cma != (c%exploreEvery == exploreEvery-1)
+// estWindow is how many of a path's last calls its estimate covers.
+const estWindow = 4
+
+// est is path i's estimate (0: no call yet).
+func (c *pathClass) est(i int) int64 {
+	var m int64
+	for _, v := range c.last[i] {
+		if v != 0 && (m == 0 || v < m) {
+			m = v
+		}
+	}
+	return m
+}
+
+// pick says whether the next call uses cross-memory copies: the first
+// call does, the second goes through the slots, later ones take the
+// agreed path (cross-memory while there is none), except every
+// exploreEvery-th, which tries the other so that the leader's estimate of
+// it stays fresh. It depends only on what every rank has alike.
+func (c *pathClass) pick() bool {
+	n := c.calls
+	c.calls++
+	switch n {
+	case 0:
+		return true
+	case 1:
+		return false
+	}
+	return (c.agreed != 1) != (n%exploreEvery == exploreEvery-1)
+}
+
+// vote is the leader's choice from its estimates, as desc bits: none until
+// it timed both paths; the slots only when clearly faster (where the two
+// are about even, the vote would flip back and forth on noise).
+func (c *pathClass) vote() uint64 {
+	slots, cma := c.est(0), c.est(1)
+	if slots == 0 || cma == 0 {
+		return 0
+	}
+	if slots*slotsDen <= cma*slotsNum {
+		return voteValid
+	}
+	return voteValid | voteCMA
+}
+
+// agree takes the leader's desc: its vote, if valid, is the agreed path.
+func (c *pathClass) agree(desc uint64) {
+	if desc&voteValid == 0 {
+		return
+	}
+	c.agreed = 1
+	if desc&voteCMA != 0 {
+		c.agreed = 2
 	}
 }
 
-// record takes a call of class k that took d.
-func (p *pathChooser) record(k int, cma bool, d time.Duration) {
+// record takes a call that took d on the path cma says.
+func (c *pathClass) record(cma bool, d time.Duration) {
 	i := 0
 	if cma {
 		i = 1
 	}
-	v, ns := &p.est[k][i], max(d.Nanoseconds(), 1)
-	if *v == 0 || ns < *v {
-		*v = ns
-	} else {
-		*v += (ns - *v) / 8
-	}
+	c.last[i][c.n[i]%estWindow] = max(d.Nanoseconds(), 1)
+	c.n[i]++
 }
 
 // copyBlock is copyIn's piece size for ranks processes on this machine.
@@ -318,6 +426,3 @@ func copyBlock(ranks int) int {
 	}
 	return math.MaxInt
 }
-
-// cachedBlock is below memmove's non-temporal threshold (1 MiB).
-const cachedBlock = 512 << 10

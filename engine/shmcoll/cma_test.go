@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"math/rand"
 	"os"
 	"runtime"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -55,21 +53,21 @@ func cmaCases(n int) []tcase {
 
 // TestCMA: every rank turns cross-memory reads on at the first barrier
 // exactly when the process may use them, the collectives that use them
-// deliver the reference results, and they did use them, unless the ranks
-// outnumber the cores (cmaMin).
+// deliver the reference results, and they did use them (the first call of
+// a size class always tries them, at any rank count).
 func TestCMA(t *testing.T) {
 	want := canCMA()
 	for _, n := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			w := newWorld(t, n, cmaSlot)
 			checkWorld(t, w, cmaCases(n), 1)
-			used := want && n <= runtime.NumCPU()
+			used := want
 			for r, a := range w.arenas {
 				if a.cma != want {
 					t.Errorf("rank %d: cross-memory reads %v, process_vm_readv works: %v", r, a.cma, want)
 				}
 				if used != (a.cmaReads > 0) {
-					t.Errorf("rank %d: %d process_vm_readv copies made; %d ranks, %d cores", r, a.cmaReads, n, runtime.NumCPU())
+					t.Errorf("rank %d: %d process_vm_readv copies made; %d ranks, allowed %v", r, a.cmaReads, n, want)
 				}
 				// A 2-rank broadcast's root writes half of the data.
 				if isRoot := r == n-1; want && n == 2 && isRoot != (a.cmaWrites > 0) {
@@ -77,45 +75,6 @@ func TestCMA(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestCMAMax: with 2 ranks, a call that reads cmaMax bytes or more of each
-// peer goes through the slots, not out of the peer's process, without
-// asking the path chooser (whose first pick of a size class is the
-// cross-memory copy). (The test lowers the bound; the default is too large
-// to run here often.)
-func TestCMAMax(t *testing.T) {
-	if !canCMA() {
-		t.Skip("process_vm_readv is not allowed here")
-	}
-	const max = 1 << 20 // bytes each rank reads of its peer
-	w := newWorld(t, 2, cmaSlot)
-	if got := w.arenas[0].cmaMax; got <= max {
-		t.Fatalf("cmaMax %d, want it above the test's %d", got, max)
-	}
-	for _, a := range w.arenas {
-		a.cmaMax = max
-	}
-	cases := []tcase{
-		{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4, root: 1}, // the first call decides
-		{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: max / 4, root: 1},
-		{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: max / 4},
-		{kind: "alltoall", dt: kernel.Float32, op: kernel.Sum, count: max / 4},
-	}
-	checkWorld(t, w, cases, 1)
-	runVCalls(t, w, []*vLayout{newVLayout(rand.New(rand.NewSource(1)), 2, func(i, j int) int { return max })}, nil)
-	for r, a := range w.arenas {
-		if !a.cma || a.cmaReads != 0 || a.cmaWrites != 0 {
-			t.Errorf("rank %d: cross-memory copies on: %v, %d reads, %d writes; want on, none made", r, a.cma, a.cmaReads, a.cmaWrites)
-		}
-	}
-	// Just below the bound they are made.
-	checkWorld(t, w, []tcase{{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: max/4 - 1}}, 1)
-	for r, a := range w.arenas {
-		if a.cmaReads == 0 {
-			t.Errorf("rank %d: no cross-memory read below the bound", r)
-		}
 	}
 }
 
@@ -128,6 +87,14 @@ func TestNoCMA(t *testing.T) {
 	for r, a := range w.arenas {
 		if a.cma || a.cmaReads != 0 {
 			t.Errorf("rank %d: cross-memory reads on (%d copies) though rank 1 said no", r, a.cmaReads)
+		}
+		// The override wins before any timing: no call was counted.
+		for op := range a.paths.cls {
+			for k, c := range a.paths.cls[op] {
+				if c.calls != 0 || c.est(0) != 0 || c.est(1) != 0 {
+					t.Errorf("rank %d: op %d class %d timed with cross-memory reads off: %+v", r, op, k, c)
+				}
+			}
 		}
 	}
 }
@@ -241,74 +208,178 @@ func TestStoreGate(t *testing.T) {
 	})
 }
 
-// TestPathChooser: the first call of a size class copies out of the
-// process, the second through the slots, then the faster estimate wins but
-// every exploreEvery-th call tries the other; an estimate falls at once to
-// a faster call and rises by an eighth of the difference on a slower one.
+// TestPathChooser pins the chooser's rules as data: the first call of a
+// class copies out of the process, the second through the slots, then the
+// agreed path, with every exploreEvery-th call on the other; the leader
+// votes only once it timed both paths, for the slots only when they are
+// 10 % faster; an estimate is the least of the path's last estWindow calls,
+// so that a path that became slower is abandoned.
 func TestPathChooser(t *testing.T) {
-	var p pathChooser
-	k, cma := p.pick(64 << 10)
-	if k != bits.Len(64<<10) || !cma {
-		t.Fatalf("first pick: class %d, cross-memory %v; want %d, true", k, cma, bits.Len(64<<10))
+	type step struct {
+		pick   bool   // expected path of the call (true: cross-memory)
+		took   int64  // ns the call took on it
+		vote   uint64 // expected vote at the call's start (the leader's)
+		agreed uint8  // expected agreed path after the call
 	}
-	p.record(k, true, 200)
-	if _, cma := p.pick(64 << 10); cma {
-		t.Fatal("second pick: cross-memory again; want the slots once")
+	const v, vc = voteValid, voteValid | voteCMA
+	// The slots take 100, the copies 200: after the two first calls the
+	// vote is the slots, taken from the third call's barrier on, and the
+	// calls explore the copies at exploreEvery-1 and 2*exploreEvery-1.
+	steps := []step{
+		{pick: true, took: 200, vote: 0, agreed: 0},
+		{pick: false, took: 100, vote: 0, agreed: 0},
+		{pick: true, took: 200, vote: v, agreed: 1}, // no agreement at its start yet
 	}
-	p.record(k, false, 100)
-	var tried []int
-	for c := 2; c < 2+2*exploreEvery; c++ {
-		if _, cma := p.pick(64 << 10); cma {
-			tried = append(tried, c)
+	for n := 3; n < 2*exploreEvery; n++ {
+		explore := n%exploreEvery == exploreEvery-1
+		took := int64(100)
+		if explore {
+			took = 200
+		}
+		steps = append(steps, step{pick: explore, took: took, vote: v, agreed: 1})
+	}
+	// The slots become slower (the cores moved apart): 900 per call. Their
+	// estimate is the least of their last estWindow calls: after
+	// estWindow slow calls it is 900, the next call's vote flips, and the
+	// one after it takes the copies.
+	for range estWindow {
+		steps = append(steps, step{pick: false, took: 900, vote: v, agreed: 1})
+	}
+	steps = append(steps,
+		step{pick: false, took: 900, vote: vc, agreed: 2},
+		step{pick: true, took: 200, vote: vc, agreed: 2},
+	)
+	var c pathClass
+	for i, s := range steps {
+		got := c.pick()
+		vote := c.vote()
+		if got != s.pick || vote != s.vote {
+			t.Fatalf("call %d: cross-memory %v, vote %#x; want %v, %#x (estimates %d, %d)", i, got, vote, s.pick, s.vote, c.est(0), c.est(1))
+		}
+		c.agree(vote | 7) // (other desc bits do not matter)
+		c.record(got, time.Duration(s.took))
+		if c.agreed != s.agreed {
+			t.Fatalf("call %d: agreed %d, want %d", i, c.agreed, s.agreed)
 		}
 	}
-	if want := []int{exploreEvery - 1, 2*exploreEvery - 1}; !slices.Equal(tried, want) {
-		t.Errorf("slots faster: cross-memory in calls %v, want %v", tried, want)
+	// The estimate rules: the least of the last estWindow calls.
+	var e pathClass
+	e.record(false, 100)
+	e.record(false, 900)
+	if got := e.est(0); got != 100 {
+		t.Errorf("estimate after a slower call %d, want 100", got)
 	}
-	// The slots get slower (the cores moved apart): their estimate rises
-	// an eighth of the way per call, and the choice flips once it passes
-	// the other.
-	p.record(k, false, 900)
-	if got := p.est[k][0]; got != 100+(900-100)/8 {
-		t.Errorf("estimate after a slower call %d, want %d", got, 100+(900-100)/8)
+	for range estWindow - 1 {
+		e.record(false, 900)
 	}
-	p.record(k, false, 50)
-	if got := p.est[k][0]; got != 50 {
+	if got := e.est(0); got != 900 {
+		t.Errorf("estimate after %d slower calls %d, want 900", estWindow, got)
+	}
+	e.record(false, 50)
+	if got := e.est(0); got != 50 {
 		t.Errorf("estimate after a faster call %d, want 50", got)
 	}
-	p.est[k][0], p.calls[k] = 300, 0
-	for range exploreEvery - 1 {
-		if _, cma := p.pick(64 << 10); !cma {
-			t.Fatal("cross-memory faster, slots picked outside exploration")
-		}
+	// Within 10 %, the copies keep the vote.
+	setEst(&e, 91, 100)
+	if got := e.vote(); got != vc {
+		t.Errorf("slots 9 %% faster: vote %#x, want cross-memory", got)
 	}
-	// Classes are apart.
-	if _, cma := p.pick(1 << 20); !cma {
-		t.Error("a new class did not start with cross-memory copies")
+	setEst(&e, 90, 100)
+	if got := e.vote(); got != v {
+		t.Errorf("slots 10 %% faster: vote %#x, want the slots", got)
+	}
+	// An invalid vote leaves the agreement alone.
+	e.agreed = 2
+	e.agree(voteCMA)
+	if e.agreed != 2 {
+		t.Errorf("invalid vote changed the agreement to %d", e.agreed)
 	}
 }
 
-// TestPathChosen: a 2-rank allgather whose ranks learned that the slots are
-// faster for its size copies nothing out of processes, except in the call
-// that tries the other way.
-func TestPathChosen(t *testing.T) {
+// setEst makes c's estimates slots and cma, as if every call of its window
+// took that long.
+func setEst(c *pathClass, slots, cma int64) {
+	for i := range estWindow {
+		c.last[0][i], c.last[1][i] = slots, cma
+	}
+}
+
+// TestPathAgreed: ranks whose own estimates point different ways still
+// take the same path in every call, the leader's (rank 0's), except in
+// the calls that explore; the ranks' votes are not part of the records'
+// comparison. Run at 2 and 3 ranks, AllGather and AllToAll, and for a
+// 2-rank Broadcast, whose leader is the root's peer: with root 1, rank 0.
+func TestPathAgreed(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	for _, n := range []int{2, 3} {
+		for _, kind := range []string{"allgather", "alltoall", "broadcast"} {
+			if kind == "broadcast" && n != 2 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/n=%d", kind, n), func(t *testing.T) {
+				w := newWorld(t, n, cmaSlot)
+				const count = (64 << 10) / 4 // a 64 KiB block per rank
+				// The first call decides cross-memory copies.
+				checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
+				op := map[string]int{"allgather": chooseAllGather, "alltoall": chooseAllToAll, "broadcast": chooseBroadcast}[kind]
+				k := bits.Len(count * 4)
+				for _, a := range w.arenas {
+					a.paths.cls[op][k].calls = 2 // past the first two calls
+				}
+				for call := 2; call < 2+2*exploreEvery; call++ {
+					before := make([]int, n)
+					for r, a := range w.arenas {
+						before[r] = a.cmaReads + a.cmaWrites
+						// What each rank measured (not timed here: set
+						// before every call).
+						if c := &a.paths.cls[op][k]; r == 0 {
+							setEst(c, 1, 1<<40) // the slots far faster
+						} else {
+							setEst(c, 1<<40, 1) // the other way round
+						}
+					}
+					checkWorld(t, w, []tcase{{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: count, root: n - 1}}, 1)
+					// Call 2 has no agreement yet (cross-memory); from
+					// call 3 the leader's vote, the slots, but for the
+					// exploring calls.
+					want := call == 2 || call%exploreEvery == exploreEvery-1
+					for r, a := range w.arenas {
+						if got := a.cmaReads+a.cmaWrites > before[r]; got != want {
+							t.Fatalf("call %d, rank %d: cross-memory reads %v, want %v", call, r, got, want)
+						}
+						if got := a.paths.cls[op][k].agreed; call > 2 && got != 1 {
+							t.Fatalf("call %d, rank %d: agreed %d, want the slots (1)", call, r, got)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPathRegisteredUntimed: a call in which a rank's registered buffer is
+// read in place counts for the exploration schedule on every rank but
+// gives no rank an estimate: that path is taken whatever the choice.
+func TestPathRegisteredUntimed(t *testing.T) {
 	if !canCMA() {
 		t.Skip("process_vm_readv is not allowed here")
 	}
 	w := newWorld(t, 2, cmaSlot)
-	const count = (64 << 10) / 4 // a 64 KiB block per rank
-	// The first call decides cross-memory copies.
+	const count = (64 << 10) / 4 // 64 KiB per rank: registered memory is read in place
 	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
-	k := bits.Len(count * 4)
-	for _, a := range w.arenas {
-		a.paths.est[k] = [2]int64{1, 1 << 40} // the slots far faster
-		a.paths.calls[k] = 0
+	cases := []tcase{
+		{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: count, reg: true},
+		{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: count, root: 0, reg: true},
 	}
-	for c := range exploreEvery {
-		checkWorld(t, w, []tcase{{kind: "allgather", dt: kernel.Float32, op: kernel.Sum, count: count}}, 1)
-		for r, a := range w.arenas {
-			if tries := c == exploreEvery-1; tries != (a.cmaReads > 0) {
-				t.Fatalf("call %d, rank %d: %d cross-memory reads (the call tries them: %v)", c, r, a.cmaReads, tries)
+	checkWorld(t, w, cases, 3)
+	k := bits.Len(count * 4)
+	for r, a := range w.arenas {
+		for _, op := range []int{chooseAllGather, chooseBroadcast} {
+			c := &a.paths.cls[op][k]
+			if c.calls == 0 || c.est(0) != 0 || c.est(1) != 0 {
+				t.Errorf("rank %d, op %d: %d calls counted, estimates %d, %d; want calls, no estimate", r, op, c.calls, c.est(0), c.est(1))
 			}
 		}
 	}

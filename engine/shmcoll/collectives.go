@@ -11,18 +11,6 @@ import (
 )
 
 const (
-	// AllReduce and Reduce take the one-barrier path, where every rank (the
-	// root) folds all n slots, while n × bytes <= smallBytes (smallBytes2
-	// at 2 ranks); above, the two-barrier reduce-scatter path, which
-	// measured faster from there (at 4 ranks they tie near n × bytes =
-	// 64 KiB).
-	smallBytes = 64 << 10
-	// At 2 ranks the two-barrier path wins from 16 KiB buffers, with the
-	// cores close and far (gocoll_bench, one-barrier against two-barrier).
-	// Below, the one-barrier path keeps the latency of one round trip
-	// where the cores are close; far, the two-barrier path was faster
-	// there too, which the choice cannot know.
-	smallBytes2 = 16 << 10
 	// foldBlock is the block the folds work in, so that partial results
 	// stay in L1/L2 while all n operands stream through.
 	foldBlock = 32 << 10
@@ -223,7 +211,18 @@ func (a *Arena) Broadcast(ctx context.Context, c Call, buf []byte, root int) err
 	if a.size == 1 {
 		return nil
 	}
+	k, timed := 0, false
+	if a.size == 2 {
+		// The root learns its peer's last vote at the latest here, when
+		// it waits for the peer to finish the previous call (settle).
+		if err := a.settle(ctx); err != nil {
+			return err
+		}
+		k, timed = a.choosePath(chooseBroadcast, len(buf), 1-root)
+	}
+	start := a.pathStart(timed)
 	gate, err := a.broadcast(ctx, buf, root)
+	a.pathEnd(chooseBroadcast, k, timed, start, err)
 	if err != nil && gate != 0 {
 		// The root may be writing into buf (bcastSplit): wait until it
 		// no longer does before the caller gets buf back.
@@ -250,7 +249,7 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 			switch {
 			case reg != nil:
 				a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
-			case a.size == 2 && a.publishAddr(buf, len(buf), len(buf)):
+			case a.size == 2 && a.publishAddr(buf, len(buf)):
 				// Only for one reader: with more, the one copy into
 				// the slot serves them all, and their copies out of the
 				// shared, cache-warm slot beat as many kernel copies,
@@ -259,13 +258,14 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 			default:
 				a.copyShared(a.me.slots[set], buf[off:off+m])
 			}
-		} else if a.size == 2 && a.publishAddr(buf, len(buf), len(buf)) {
+		} else if a.size == 2 && a.publishAddr(buf, len(buf)) {
 			gate = a.phase + 1 // the root may write half of it (bcastSplit)
 		}
 		if err := a.barrierFrom(ctx, root); err != nil {
 			return gate, err
 		}
 		if rec := a.segs[root].recs[a.phase&1]; rec.reg != 0 || rec.addr != 0 {
+			a.regRead = a.regRead || rec.reg != 0
 			// The root's buf is registered memory or readable out of its
 			// process: copy all of it in one go, then wait until every
 			// rank did (closing barrier).
@@ -319,10 +319,10 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 	if a.size == 1 {
 		return nil
 	}
-	k, timed := a.choosePath(b)
+	k, timed := a.choosePath(chooseAllGather, b, 0)
 	start := a.pathStart(timed)
 	err := a.allGather(ctx, send, recv)
-	a.pathEnd(k, timed, start, err)
+	a.pathEnd(chooseAllGather, k, timed, start, err)
 	return err
 }
 
@@ -344,9 +344,10 @@ func (a *Arena) allGather(ctx context.Context, send, recv []byte) error {
 		switch {
 		case reg != nil:
 			a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
-		case a.size == 2 && a.publishAddr(send, m, b):
-			// (Only for one reader, as in Broadcast: with three
-			// readers of each block the slot measured faster.)
+		case a.publishAddr(send, m):
+			// (With more than one reader per block the slot was faster
+			// on the project's VM (docs/tuning.md); the chooser measures
+			// it here.)
 		default:
 			a.copyIn(a.me.slots[set], send[off:off+m])
 		}
@@ -357,7 +358,10 @@ func (a *Arena) allGather(ctx context.Context, send, recv []byte) error {
 		if whole {
 			m = b
 		}
-		anyReg = anyReg || off == 0 && a.anyReg()
+		if off == 0 {
+			anyReg = a.anyReg()
+			a.noteRegistered()
+		}
 		if err := a.fetchBlocks(recv, b, off, m, set, -off, off, uint64(b)); err != nil {
 			return err
 		}
@@ -484,13 +488,16 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	if a.size == 1 {
 		return nil
 	}
-	timed, k := false, 0
-	if !same(send, recv) { // (in place, this rank's blocks are never read out of its process)
-		k, timed = a.choosePath(b)
+	k, timed := a.choosePath(chooseAllToAll, b, 0)
+	if same(send, recv) {
+		// In place, this rank's blocks are never read out of its
+		// process; it still counted the call (choosePath), as every
+		// rank must, but its time says nothing about the path.
+		timed = false
 	}
 	start := a.pathStart(timed)
 	err := a.allToAll(ctx, send, recv)
-	a.pathEnd(k, timed, start, err)
+	a.pathEnd(chooseAllToAll, k, timed, start, err)
 	return err
 }
 
@@ -520,7 +527,10 @@ func (a *Arena) allToAll(ctx context.Context, send, recv []byte) error {
 		if whole {
 			m = b
 		}
-		anyReg = anyReg || off == 0 && a.anyReg()
+		if off == 0 {
+			anyReg = a.anyReg()
+			a.noteRegistered()
+		}
 		// This rank's block of a peer's send, bytes [lo, lo+m): in its slot
 		// at [at, at+m), in place in its registered buffer, or in its
 		// process.
@@ -562,6 +572,15 @@ func (a *Arena) anyReg() bool {
 		}
 	}
 	return false
+}
+
+// noteRegistered notes, after a call's first barrier, whether some rank
+// published registered memory, which its peers read in place whatever
+// the chosen path: the call's time then says nothing about the choice.
+func (a *Arena) noteRegistered() {
+	for _, s := range a.segs {
+		a.regRead = a.regRead || s.recs[a.phase&1].reg != 0
+	}
 }
 
 // allDirect says whether every rank published its whole buffer at the
@@ -736,7 +755,7 @@ func (a *Arena) stage(mine, send []byte, blk, off, m, bs int, reg *regAlloc, reg
 		a.cur.reg, a.cur.regOff = reg.id, uint64(regOff)
 		return
 	}
-	if direct && a.publishAddr(send, m, blk) {
+	if direct && a.publishAddr(send, m) {
 		return
 	}
 	for j := range a.size {

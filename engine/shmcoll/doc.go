@@ -139,26 +139,25 @@
 // first barrier all ranks turn CMA on only if all probes succeeded, so a
 // seccomp profile that forbids the call (Docker's default) or
 // Config.NoCMA on any rank leaves everything on the slots. With CMA on,
-// AllToAll (not in place) publishes addresses when a peer's part of the
-// piece is at least 8 KiB, and so do AllGather and Broadcast's root for 2
-// ranks: wherever each published byte has one reader. Not where the ranks
-// outnumber the cores (cmaMin: there the slots were twice as fast), nor,
-// with 2 ranks, from 8 MiB per peer (cmaMax). Below that, a 2-rank
-// AllGather's or AllToAll's rank times its calls both ways and takes the
-// faster (pathChooser): the answer depends on how far apart the two cores
-// are, which on a VM changes while a job runs. These calls then close with
-// the barrier registered buffers need. A 2-rank Broadcast's peer publishes
-// its address too, and the root, idle otherwise, writes the second half
-// into it with process_vm_writev while the peer reads the first (the
-// store gate in the peer's segment keeps a failing peer from returning
-// while the root writes). One copy instead of two took a 2-rank 1 MiB
-// AllGather, AllToAll or Broadcast to about half its time. Not used:
-// Broadcast and AllGather with more than one reader per block (each
-// reader's kernel copy pins the owner's pages; the owner's one copy into
-// the shared slot served all readers better in every case measured) and
-// the reductions (an AllReduce that copies peers' chunks out of their
-// processes and their results out of their recv buffers was about even at
-// 2 ranks and slower at 4).
+// AllGather, AllToAll (not in place), AllToAllv and a 2-rank Broadcast may
+// publish addresses when a peer's part of the piece is at least cmaFloor
+// (8 KiB), and whether they do is measured, not set: the ranks time their
+// calls per operation and size class at every rank count, and every rank
+// follows one leader's vote, carried in its call record (choosePath; see
+// docs/tuning.md). The answer depends on how far apart the cores are,
+// how many ranks share a core and how the kernel pins pages, which on a VM
+// changes while a job runs. These calls then close with the barrier
+// registered buffers need. A 2-rank Broadcast's peer publishes its address
+// too, and the root, idle otherwise, writes the second half into it with
+// process_vm_writev while the peer reads the first (the store gate in the
+// peer's segment keeps a failing peer from returning while the root
+// writes). One copy instead of two took a 2-rank 1 MiB AllGather, AllToAll
+// or Broadcast to about half its time (docs/performance.md). Not used:
+// Broadcast with more than one reader (each reader's kernel copy pins the
+// owner's pages; the owner's one copy into the shared slot served all
+// readers better in every case measured) and the reductions (an AllReduce
+// that copies peers' chunks out of their processes and their results out
+// of their recv buffers was about even at 2 ranks and slower at 4).
 //
 // # Waiting
 //

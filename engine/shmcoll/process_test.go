@@ -49,6 +49,32 @@ func (groupMaker) GroupRoles() map[string]transporttest.Role[transporttest.Group
 			p.Say("HASHES %s", b.String())
 			return nil
 		}),
+		// Calls whose path the ranks choose by their own timing: each
+		// reports the path it took in every call (P: cross-memory, S:
+		// the slots) and the hashes of what it received.
+		"paths": arena(func(ctx context.Context, a *Arena, p *transporttest.Parent) error {
+			var cases []tcase
+			for i := range 3 * exploreEvery {
+				for _, kind := range []string{"allgather", "alltoall", "broadcast"} {
+					cases = append(cases, tcase{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: (32 << 10) / 4, root: i % a.Size()})
+				}
+			}
+			var paths, hashes strings.Builder
+			for i, c := range cases {
+				h, err := runCase(ctx, a, uint64(i+1), c)
+				if err != nil {
+					return err
+				}
+				path := byte('S')
+				if a.useCMA {
+					path = 'P'
+				}
+				paths.WriteByte(path)
+				fmt.Fprintf(&hashes, "%x,", h)
+			}
+			p.Say("PATHS %s %s", paths.String(), hashes.String())
+			return nil
+		}),
 		// Rank 0 broadcasts and exits at once; the others come later.
 		"bcast-exit": arena(func(ctx context.Context, a *Arena, p *transporttest.Parent) error {
 			// Not the first call: that one waits for everyone (it decides
@@ -181,6 +207,36 @@ func TestProcesses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProcessPathsAgree: ranks in separate processes, each timing its own
+// calls, take the same path in every call (the leader's vote), and the
+// data arrives alike on every path.
+func TestProcessPathsAgree(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	for _, n := range []int{2, 3} {
+		_, kids := transporttest.StartGroup(t, groupMaker{}, roles(n, "paths"))
+		var first []string
+		for r, c := range kids {
+			got := strings.Fields(c.ExpectWithin(t, "PATHS", 2*time.Minute))
+			if r == 0 {
+				first = got
+				continue
+			}
+			if len(got) != 2 || got[0] != first[0] {
+				t.Errorf("%d ranks: rank %d took paths %v, rank 0 %v", n, r, got[0], first[0])
+			}
+			// allgather and broadcast deliver the same bytes everywhere.
+			h, h0 := strings.Split(got[1], ","), strings.Split(first[1], ",")
+			for i := range h {
+				if i%3 != 1 && h[i] != h0[i] {
+					t.Errorf("%d ranks: call %d: rank %d received other bytes than rank 0", n, i, r)
+				}
+			}
+		}
 	}
 }
 

@@ -45,6 +45,14 @@ type callID struct {
 	seq, sig, nbytes, desc uint64
 }
 
+// sameCall says whether two records name the same call: all but the path
+// vote, which only the leader publishes (choosePath).
+func sameCall(x, y callID) bool {
+	x.desc &^= voteBits
+	y.desc &^= voteBits
+	return x == y
+}
+
 // record is what a rank publishes for the call it runs at a phase: the
 // call, and where its send buffer of the current piece lies when that is
 // registered memory (reg: allocation id, 0 for none; regOff: byte offset of
