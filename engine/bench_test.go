@@ -122,3 +122,27 @@ func BenchmarkAllToAll(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkOneRank is the issue path's own cost: a one-rank communicator
+// checks, chooses and copies, nothing more (compare instruction counts
+// under callgrind, which load does not change).
+func BenchmarkOneRank(b *testing.B) {
+	c := newLocal(b, 1, Options{})[0]
+	s, r := make([]byte, 4096), make([]byte, 4096)
+	for _, tc := range []struct {
+		name string
+		f    func() error
+	}{
+		{"allreduce", func() error { return c.AllReduce(s, r, 1024, Float32, Sum) }},
+		{"allgather", func() error { return c.AllGather(s, r, 1024, Float32) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if err := tc.f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
