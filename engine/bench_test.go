@@ -129,13 +129,7 @@ func BenchmarkAllToAll(b *testing.B) {
 func BenchmarkOneRank(b *testing.B) {
 	c := newLocal(b, 1, Options{})[0]
 	s, r := make([]byte, 4096), make([]byte, 4096)
-	for _, tc := range []struct {
-		name string
-		f    func() error
-	}{
-		{"allreduce", func() error { return c.AllReduce(s, r, 1024, Float32, Sum) }},
-		{"allgather", func() error { return c.AllGather(s, r, 1024, Float32) }},
-	} {
+	for _, tc := range oneRankCalls(c, s, r) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
