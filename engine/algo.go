@@ -9,8 +9,9 @@ import (
 )
 
 // An algorithm is an entry of the registry: a collective, a name (what
-// GOCOLL_ALGO and logs call it), the builder of its schedule, whether it can
-// run a call, and whether the size rules pick it by default. The choice for
+// GOCOLL_ALGO and logs call it), how it runs a call (its schedule's builder,
+// or the shared-memory arena), whether it can run a call, and whether the
+// size rules pick it by default. The choice for
 // a call walks the table in order, so the order of a collective's entries is
 // its order of preference.
 type algorithm struct {
@@ -20,6 +21,9 @@ type algorithm struct {
 	// (package shmcoll), which read each other's memory instead of
 	// exchanging messages.
 	build sched.Builder
+	// run runs a call: scheduled for the entries with a builder, a
+	// function of the arena for the others.
+	run runFunc
 	// can says whether the algorithm can run the call at all.
 	can func(s shape) bool
 	// auto says whether the size rules pick it when nothing earlier did.
@@ -86,64 +90,76 @@ func builder(coll sched.Coll, name string) sched.Builder {
 	return e.Build
 }
 
+// byName is the registry entry that runs the catalogue's schedule coll/name.
+func byName(coll sched.Coll, name string, can, auto func(shape) bool) algorithm {
+	return algorithm{coll: coll, name: name, build: builder(coll, name), run: scheduled, can: can, auto: auto}
+}
+
+// inArena is the registry entry "shm" that runs coll by run in the
+// shared-memory arena, wherever can allows (first in its collective's
+// order: preferred whenever it can run).
+func inArena(coll sched.Coll, run runFunc, can func(shape) bool) algorithm {
+	return algorithm{coll: coll, name: "shm", run: run, can: can, auto: always}
+}
+
 var registry = []algorithm{
-	{sched.AllReduce, "shm", nil, onlyShm, always},
-	{sched.AllReduce, "hier", builder(sched.AllReduce, "hier"), hier, hierAuto},
-	{sched.AllReduce, "rd", builder(sched.AllReduce, "rd"), always, func(s shape) bool { return s.bytes <= smallAllreduce }},
-	{sched.AllReduce, "ring", builder(sched.AllReduce, "ring"), always, func(s shape) bool { return s.bytes >= largeAllreduce && !s.pow2() }},
-	{sched.AllReduce, "hd", builder(sched.AllReduce, "hd"), always, always},
-	{sched.AllReduce, "dbtree", builder(sched.AllReduce, "dbtree"), always, never},
+	inArena(sched.AllReduce, shmAllReduce, onlyShm),
+	byName(sched.AllReduce, "hier", hier, hierAuto),
+	byName(sched.AllReduce, "rd", always, func(s shape) bool { return s.bytes <= smallAllreduce }),
+	byName(sched.AllReduce, "ring", always, func(s shape) bool { return s.bytes >= largeAllreduce && !s.pow2() }),
+	byName(sched.AllReduce, "hd", always, always),
+	byName(sched.AllReduce, "dbtree", always, never),
 
-	{sched.Reduce, "shm", nil, onlyShm, always},
-	{sched.Reduce, "tree", builder(sched.Reduce, "tree"), always, func(s shape) bool { return s.bytes <= smallAllreduce }},
-	{sched.Reduce, "hd", builder(sched.Reduce, "hd"), always, always},
+	inArena(sched.Reduce, shmReduce, onlyShm),
+	byName(sched.Reduce, "tree", always, func(s shape) bool { return s.bytes <= smallAllreduce }),
+	byName(sched.Reduce, "hd", always, always),
 
-	{sched.Broadcast, "shm", nil, onlyShm, always},
-	{sched.Broadcast, "hier", builder(sched.Broadcast, "hier"), hier, hierAuto},
-	{sched.Broadcast, "tree", builder(sched.Broadcast, "tree"), always, func(s shape) bool { return s.bytes <= smallBroadcast || s.n <= 2 }},
-	{sched.Broadcast, "pipeline", builder(sched.Broadcast, "pipeline"), always, always},
+	inArena(sched.Broadcast, shmBroadcast, onlyShm),
+	byName(sched.Broadcast, "hier", hier, hierAuto),
+	byName(sched.Broadcast, "tree", always, func(s shape) bool { return s.bytes <= smallBroadcast || s.n <= 2 }),
+	byName(sched.Broadcast, "pipeline", always, always),
 
-	{sched.AllGather, "shm", nil, onlyShm, always},
-	{sched.AllGather, "hier", builder(sched.AllGather, "hier"), hier, hierAuto},
-	{sched.AllGather, "ring", builder(sched.AllGather, "ring"), always, always},
+	inArena(sched.AllGather, shmAllGather, onlyShm),
+	byName(sched.AllGather, "hier", hier, hierAuto),
+	byName(sched.AllGather, "ring", always, always),
 
-	{sched.ReduceScatter, "shm", nil, onlyShm, always},
-	{sched.ReduceScatter, "hier", builder(sched.ReduceScatter, "hier"), hier, hierAuto},
-	{sched.ReduceScatter, "ring", builder(sched.ReduceScatter, "ring"), always, always},
-	{sched.ReduceScatter, "hd", builder(sched.ReduceScatter, "hd"), always, never},
+	inArena(sched.ReduceScatter, shmReduceScatter, onlyShm),
+	byName(sched.ReduceScatter, "hier", hier, hierAuto),
+	byName(sched.ReduceScatter, "ring", always, always),
+	byName(sched.ReduceScatter, "hd", always, never),
 
-	{sched.AllToAll, "shm", nil, onlyShm, always},
+	inArena(sched.AllToAll, shmAllToAll, onlyShm),
 	// The aggregation of docs/design/aggregated-alltoall.md with one repacking rank per host, which
 	// also relays: the fewest messages of all (36 on 4 hosts × 4 ranks,
 	// Bruck 64, pairwise 240), every byte sent three times.
-	{sched.AllToAll, "aggregate-leader", builder(sched.AllToAll, "aggregate-leader"), always, leaderAuto},
-	{sched.AllToAll, "bruck", builder(sched.AllToAll, "bruck"), always, bruckAuto},
-	{sched.AllToAll, "pairwise", builder(sched.AllToAll, "pairwise"), always, always},
+	byName(sched.AllToAll, "aggregate-leader", always, leaderAuto),
+	byName(sched.AllToAll, "bruck", always, bruckAuto),
+	byName(sched.AllToAll, "pairwise", always, always),
 	// The same aggregation with the sub-matrices spread over the
 	// ranks (about 2√N messages per rank, every byte sent twice): measured
 	// never clearly ahead of the leader form or Bruck, so by name only.
-	{sched.AllToAll, "aggregate", builder(sched.AllToAll, "aggregate"), always, never},
+	byName(sched.AllToAll, "aggregate", always, never),
 	// The same under its control tree, which pairs sub-groups
 	// as their ranks arrive (engine/tree.go): by name only.
-	{sched.AllToAll, "aggregate-tree", builder(sched.AllToAll, "aggregate-tree"), always, never},
+	byName(sched.AllToAll, "aggregate-tree", always, never),
 
 	// Through the arena's slots, a column per rank, its owner's block sizes
 	// in a line beside the slots (one barrier per column-wide piece; the
 	// pairwise schedule over the shared-memory transport, which ran before,
 	// took an order of magnitude longer than AllToAll for small calls and
 	// allocated per call).
-	{sched.AllToAllv, "shm", nil, shmV, always},
-	{sched.AllToAllv, "pairwise", builder(sched.AllToAllv, "pairwise"), always, always},
+	inArena(sched.AllToAllv, shmAllToAllv, shmV),
+	byName(sched.AllToAllv, "pairwise", always, always),
 	// Aggregation with the block sizes in the messages (block mode).
-	{sched.AllToAllv, "aggregate", builder(sched.AllToAllv, "aggregate"), always, never},
-	{sched.AllToAllv, "aggregate-tree", builder(sched.AllToAllv, "aggregate-tree"), always, never},
+	byName(sched.AllToAllv, "aggregate", always, never),
+	byName(sched.AllToAllv, "aggregate-tree", always, never),
 
-	{sched.AllToAllw, "pairwise", builder(sched.AllToAllw, "pairwise"), always, always},
-	{sched.AllToAllw, "aggregate", builder(sched.AllToAllw, "aggregate"), always, never},
-	{sched.AllToAllw, "aggregate-tree", builder(sched.AllToAllw, "aggregate-tree"), always, never},
+	byName(sched.AllToAllw, "pairwise", always, always),
+	byName(sched.AllToAllw, "aggregate", always, never),
+	byName(sched.AllToAllw, "aggregate-tree", always, never),
 
-	{sched.Barrier, "shm", nil, onlyShm, always},
-	{sched.Barrier, "dissemination", builder(sched.Barrier, "dissemination"), always, always},
+	inArena(sched.Barrier, shmBarrier, onlyShm),
+	byName(sched.Barrier, "dissemination", always, always),
 }
 
 func never(shape) bool { return false }

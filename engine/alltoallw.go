@@ -72,13 +72,12 @@ func (c *Comm) allToAllwReq(send []byte, sdispls []int, sendtypes []BlockType, r
 	if err := checkRuns(send, lay.in, recv, lay.work); err != nil {
 		return Request{}, err
 	}
-	a := c.choose(sched.AllToAllw, 0)
-	sig := signature(sched.AllToAllw, noType, 0, 0, -1, a.name)
-	p := c.params(sched.AllToAllw, Uint8, 1, 0, -1)
-	return c.newReq(sched.AllToAllw, a, noType, sent, func(x *execCtx) error {
-		x.start(sig, a, 0)
-		return x.scheduleBlocks(a, p, lay)
-	})
+	return c.call(sched.AllToAllw, args{send: send, recv: recv, dt: noType, root: -1, n: sent, lay: lay})
+}
+
+// schedAllToAllw runs its schedule (on one rank too: see execCtx.alone).
+func schedAllToAllw(x *execCtx, k args) error {
+	return x.scheduleBlocks(k.a, x.c.params(sched.AllToAllw, Uint8, 1, 0, -1), k.lay)
 }
 
 // spanOf checks block i of one side and returns where it lies in buf.

@@ -122,3 +122,21 @@ func BenchmarkAllToAll(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkOneRank is the issue path's own cost: a one-rank communicator
+// checks, chooses and copies, nothing more (compare instruction counts
+// under callgrind, which load does not change).
+func BenchmarkOneRank(b *testing.B) {
+	c := newLocal(b, 1, Options{})[0]
+	s, r := make([]byte, 4096), make([]byte, 4096)
+	for _, tc := range oneRankCalls(c, s, r) {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if err := tc.f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

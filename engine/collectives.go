@@ -2,9 +2,7 @@ package engine
 
 import (
 	"cmp"
-	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"unsafe"
 
@@ -131,25 +129,16 @@ func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp)
 		return Request{}, err
 	}
 	send, recv = send[:n], recv[:n]
-	a := c.choose(sched.AllReduce, n)
-	sig := signature(sched.AllReduce, dt, count, op, -1, a.name)
-	return newCall(sched.AllReduce, execAllReduce, args{a: a, sig: sig, send: send, recv: recv, count: count, dt: dt, op: op, root: -1, n: n, inPlace: inPlace})
+	return c.call(sched.AllReduce, args{send: send, recv: recv, count: count, dt: dt, op: op, root: -1, n: n, inPlace: inPlace})
 }
 
-func execAllReduce(x *execCtx, k args) error {
-	c := x.c
-	x.start(k.sig, k.a, k.n)
-	if k.a.build == nil {
-		return x.shm(c.arena.AllReduce(x.light(), x.call(), k.send, k.recv, k.dt, k.op))
-	}
-	p := c.params(sched.AllReduce, k.dt, k.count, k.op, -1)
-	switch {
-	case c.size == 1 || k.n == 0:
-		if !k.inPlace {
-			copy(k.recv, k.send)
-		}
-		return nil
-	case k.inPlace:
+func shmAllReduce(x *execCtx, k args) error {
+	return x.shm(x.c.arena.AllReduce(x.light(), x.call(), k.send, k.recv, k.dt, k.op))
+}
+
+func schedAllReduce(x *execCtx, k args) error {
+	p := x.c.params(sched.AllReduce, k.dt, k.count, k.op, -1)
+	if k.inPlace {
 		return x.schedule(k.a, p, k.recv, nil, k.dt, k.op)
 	}
 	return x.scheduleFrom(k.a, p, k.recv, k.send, 0, k.n, k.dt, k.op)
@@ -188,31 +177,20 @@ func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, ro
 		recv = recv[:n]
 	}
 	send = send[:n]
-	a := c.choose(sched.Reduce, n)
-	sig := signature(sched.Reduce, dt, count, op, root, a.name)
-	return newCall(sched.Reduce, execReduce, args{a: a, sig: sig, send: send, recv: recv, count: count, dt: dt, op: op, root: root, n: n, inPlace: inPlace})
+	return c.call(sched.Reduce, args{send: send, recv: recv, count: count, dt: dt, op: op, root: root, n: n, inPlace: inPlace})
 }
 
-func execReduce(x *execCtx, k args) error {
+func shmReduce(x *execCtx, k args) error {
+	return x.shm(x.c.arena.Reduce(x.light(), x.call(), k.send, k.recv, k.dt, k.op, k.root))
+}
+
+func schedReduce(x *execCtx, k args) error {
 	c := x.c
-	x.start(k.sig, k.a, k.n)
-	if k.a.build == nil {
-		return x.shm(c.arena.Reduce(x.light(), x.call(), k.send, k.recv, k.dt, k.op, k.root))
-	}
 	// acc is where this rank accumulates: the result buffer on the root,
 	// scratch elsewhere (the user's send buffer is read-only).
 	acc, keep := k.recv, k.n
 	if c.rank != k.root {
 		acc, keep = x.scratchBuf(1, k.n), 0
-	}
-	if c.size == 1 || k.n == 0 {
-		if !k.inPlace {
-			copy(acc, k.send)
-		}
-		if k.op == Avg && c.rank == k.root {
-			kernel.DivideBy(acc, k.dt, c.size)
-		}
-		return nil
 	}
 	p := c.params(sched.Reduce, k.dt, k.count, k.op, k.root)
 	if k.inPlace {
@@ -257,24 +235,17 @@ func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int)
 		send = send[:n]
 	}
 	recv = recv[:n]
-	a := c.choose(sched.Broadcast, n)
-	sig := signature(sched.Broadcast, dt, count, 0, root, a.name)
-	return newCall(sched.Broadcast, execBroadcast, args{a: a, sig: sig, send: send, recv: recv, count: count, dt: dt, root: root, n: n, inPlace: inPlace})
+	return c.call(sched.Broadcast, args{send: send, recv: recv, count: count, dt: dt, root: root, n: n, inPlace: inPlace})
 }
 
-func execBroadcast(x *execCtx, k args) error {
-	c := x.c
-	x.start(k.sig, k.a, k.n)
-	if c.rank == k.root && !k.inPlace {
-		copy(k.recv, k.send)
-	}
-	if k.a.build == nil {
-		return x.shm(c.arena.Broadcast(x.light(), x.call(), k.recv, k.root))
-	}
-	if c.size == 1 || k.n == 0 {
-		return nil
-	}
-	return x.schedule(k.a, c.params(sched.Broadcast, k.dt, k.count, 0, k.root), k.recv, nil, k.dt, 0)
+func shmBroadcast(x *execCtx, k args) error {
+	x.alone(&k) // the root's own copy, where every algorithm starts
+	return x.shm(x.c.arena.Broadcast(x.light(), x.call(), k.recv, k.root))
+}
+
+func schedBroadcast(x *execCtx, k args) error {
+	x.alone(&k) // the root's own copy, where every algorithm starts
+	return x.schedule(k.a, x.c.params(sched.Broadcast, k.dt, k.count, 0, k.root), k.recv, nil, k.dt, 0)
 }
 
 // AllGather concatenates every rank's sendcount elements, in rank order,
@@ -304,24 +275,16 @@ func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (Requ
 		return Request{}, err
 	}
 	send, recv = send[:block], recv[:block*c.size]
-	a := c.choose(sched.AllGather, block*c.size)
-	sig := signature(sched.AllGather, dt, sendcount, 0, -1, a.name)
-	return newCall(sched.AllGather, execAllGather, args{a: a, sig: sig, send: send, recv: recv, count: sendcount, dt: dt, root: -1, n: block * c.size, block: block, inPlace: inPlace})
+	return c.call(sched.AllGather, args{send: send, recv: recv, count: sendcount, dt: dt, root: -1, n: block * c.size, block: block, inPlace: inPlace})
 }
 
-func execAllGather(x *execCtx, k args) error {
-	c := x.c
-	x.start(k.sig, k.a, k.n)
-	if k.a.build == nil {
-		return x.shm(c.arena.AllGather(x.light(), x.call(), k.send, k.recv))
-	}
-	if !k.inPlace {
-		copy(k.recv[k.block*c.rank:], k.send)
-	}
-	if c.size == 1 || k.block == 0 {
-		return nil
-	}
-	return x.schedule(k.a, c.params(sched.AllGather, k.dt, k.count, 0, -1), k.recv, nil, k.dt, 0)
+func shmAllGather(x *execCtx, k args) error {
+	return x.shm(x.c.arena.AllGather(x.light(), x.call(), k.send, k.recv))
+}
+
+func schedAllGather(x *execCtx, k args) error {
+	x.alone(&k) // this rank's own block, where the schedules start
+	return x.schedule(k.a, x.c.params(sched.AllGather, k.dt, k.count, 0, -1), k.recv, nil, k.dt, 0)
 }
 
 // ReduceScatter combines size*recvcount elements from every rank with op and
@@ -352,36 +315,27 @@ func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, o
 		return Request{}, invalidArg("send and receive buffers overlap without being in place")
 	}
 	send, recv = send[:block*c.size], recv[:block]
-	a := c.choose(sched.ReduceScatter, block*c.size)
-	sig := signature(sched.ReduceScatter, dt, recvcount, op, -1, a.name)
-	return newCall(sched.ReduceScatter, execReduceScatter, args{a: a, sig: sig, send: send, recv: recv, count: recvcount, dt: dt, op: op, root: -1, n: block * c.size, block: block, inPlace: inPlace})
+	return c.call(sched.ReduceScatter, args{send: send, recv: recv, count: recvcount, dt: dt, op: op, root: -1, n: block * c.size, block: block, inPlace: inPlace})
 }
 
-func execReduceScatter(x *execCtx, k args) error {
+func shmReduceScatter(x *execCtx, k args) error {
+	return x.shm(x.c.arena.ReduceScatter(x.light(), x.call(), k.send, k.recv, k.dt, k.op))
+}
+
+func schedReduceScatter(x *execCtx, k args) error {
 	c := x.c
-	x.start(k.sig, k.a, k.n)
-	if k.a.build == nil {
-		return x.shm(c.arena.ReduceScatter(x.light(), x.call(), k.send, k.recv, k.dt, k.op))
-	}
-	if k.block == 0 {
-		return nil
-	}
 	// Work on scratch that starts as a copy of send (made only where the
 	// schedule needs it): the user's send buffer is read-only.
 	work := x.scratchBuf(1, len(k.send))
 	lo, hi := k.block*c.rank, k.block*(c.rank+1)
-	if c.size > 1 {
-		if err := x.scheduleFrom(k.a, c.params(sched.ReduceScatter, k.dt, k.count, k.op, -1), work, k.send, lo, hi, k.dt, k.op); err != nil {
-			return err
-		}
-	} else {
-		copy(work[lo:hi], k.send[lo:hi])
+	if err := x.scheduleFrom(k.a, c.params(sched.ReduceScatter, k.dt, k.count, k.op, -1), work, k.send, lo, hi, k.dt, k.op); err != nil {
+		return err
 	}
 	mine := work[lo:hi]
 	if !k.inPlace {
 		copy(k.recv, mine)
 	} else {
-		copy(k.send[k.block*c.rank:], mine)
+		copy(k.send[lo:], mine)
 	}
 	return nil
 }
@@ -413,30 +367,20 @@ func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (Request, 
 		return Request{}, err
 	}
 	send, recv = send[:total], recv[:total]
-	a := c.choose(sched.AllToAll, total)
-	sig := signature(sched.AllToAll, dt, count, 0, -1, a.name)
-	return newCall(sched.AllToAll, execAllToAll, args{a: a, sig: sig, send: send, recv: recv, count: count, dt: dt, root: -1, n: total, block: block, inPlace: inPlace})
+	return c.call(sched.AllToAll, args{send: send, recv: recv, count: count, dt: dt, root: -1, n: total, block: block, inPlace: inPlace})
 }
 
-func execAllToAll(x *execCtx, k args) error {
-	c := x.c
-	x.start(k.sig, k.a, k.n)
-	if k.a.build == nil {
-		return x.shm(c.arena.AllToAll(x.light(), x.call(), k.send, k.recv))
-	}
-	if c.size == 1 {
-		copy(k.recv, k.send) // its own block is all there is (in place: a no-op)
-		return nil
-	}
+func shmAllToAll(x *execCtx, k args) error {
+	return x.shm(x.c.arena.AllToAll(x.light(), x.call(), k.send, k.recv))
+}
+
+func schedAllToAll(x *execCtx, k args) error {
 	src := k.send
 	if k.inPlace {
 		src = x.scratchBuf(1, k.n)
 		copy(src, k.send)
 	}
-	if k.block == 0 {
-		return nil
-	}
-	return x.schedule(k.a, c.params(sched.AllToAll, k.dt, k.count, 0, -1), k.recv, src, k.dt, 0)
+	return x.schedule(k.a, x.c.params(sched.AllToAll, k.dt, k.count, 0, -1), k.recv, src, k.dt, 0)
 }
 
 // AllToAllv is AllToAll with a count and a displacement (both in elements)
@@ -484,36 +428,30 @@ func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte,
 	if sl[c.rank].Len != rl[c.rank].Len {
 		return Request{}, invalidArg("counts differ: rank %d sends itself %d elements but expects %d", c.rank, sendcounts[c.rank], recvcounts[c.rank])
 	}
-	a := c.choose(sched.AllToAllv, 0)
-	sig := signature(sched.AllToAllv, dt, 0, 0, -1, a.name)
 	sent := 0
 	for i := range sl {
 		sent += sl[i].Len
 	}
-	if a.build == nil {
-		return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
-			x.start(sig, a, sent)
-			return x.shm(countsPeer(c.arena.AllToAllv(x.light(), x.call(), send, sl, recv, rl)))
-		})
+	lay := &blockLayout{send: send, recv: recv, sendBlocks: sl, recvBlocks: rl}
+	return c.call(sched.AllToAllv, args{send: send, recv: recv, dt: dt, root: -1, n: sent, lay: lay})
+}
+
+func shmAllToAllv(x *execCtx, k args) error {
+	return x.shm(countsPeer(x.c.arena.AllToAllv(x.light(), x.call(), k.send, k.lay.sendBlocks, k.recv, k.lay.recvBlocks)))
+}
+
+func schedAllToAllv(x *execCtx, k args) error {
+	c, lay := x.c, k.lay
+	p := c.params(sched.AllToAllv, k.dt, 0, 0, -1)
+	p.SendBlocks, p.RecvBlocks, p.Mine = lay.sendBlocks, lay.recvBlocks, c.rank
+	lay.in, lay.work = make([]span, c.size), make([]span, c.size)
+	for i, b := range lay.sendBlocks {
+		lay.in[i] = span{off: b.Off, n: b.Len, runs: 1}
 	}
-	if c.size == 1 { // its own block is all there is: no schedule to build (0.7 µs a call from C, against 0.3)
-		return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
-			x.start(sig, a, sent)
-			copy(recv[rl[0].Off:rl[0].Off+rl[0].Len], send[sl[0].Off:sl[0].Off+sl[0].Len])
-			return nil
-		})
+	for i, b := range lay.recvBlocks {
+		lay.work[i] = span{off: b.Off, n: b.Len, runs: 1}
 	}
-	p := c.params(sched.AllToAllv, dt, 0, 0, -1)
-	p.SendBlocks, p.RecvBlocks, p.Mine = sl, rl, c.rank
-	lay := &blockLayout{send: send, recv: recv, in: make([]span, c.size), work: make([]span, c.size)}
-	for i := range sl {
-		lay.in[i] = span{off: sl[i].Off, n: sl[i].Len, runs: 1}
-		lay.work[i] = span{off: rl[i].Off, n: rl[i].Len, runs: 1}
-	}
-	return c.newReq(sched.AllToAllv, a, dt, sent, func(x *execCtx) error {
-		x.start(sig, a, sent)
-		return x.scheduleBlocks(a, p, lay)
-	})
+	return x.scheduleBlocks(k.a, p, lay)
 }
 
 // overlappingBlocks finds two non-empty blocks of l that overlap: pairwise
@@ -595,21 +533,27 @@ func (c *Comm) IBarrier() (*Request, error) { return c.start(c.barrierReq()) }
 func (c *Comm) BarrierOp() Op { return c.op(c.barrierReq()) }
 
 func (c *Comm) barrierReq() (Request, error) {
-	a := c.choose(sched.Barrier, 0)
-	sig := signature(sched.Barrier, 0, 0, 0, -1, a.name)
-	return newCall(sched.Barrier, execBarrier, args{a: a, sig: sig, dt: noType, root: -1})
+	return c.call(sched.Barrier, args{dt: noType, root: -1})
 }
 
-func execBarrier(x *execCtx, k args) error {
-	c := x.c
-	x.start(k.sig, k.a, 0)
-	if k.a.build == nil {
-		return x.shm(c.arena.Barrier(x.light(), x.call()))
+func shmBarrier(x *execCtx, _ args) error { return x.shm(x.c.arena.Barrier(x.light(), x.call())) }
+
+func schedBarrier(x *execCtx, k args) error {
+	return x.schedule(k.a, x.c.params(sched.Barrier, 0, 0, 0, -1), nil, nil, 0, 0)
+}
+
+func init() {
+	collectives = [sched.NumColls]collective{
+		sched.AllReduce:     {scheduled: schedAllReduce, empty: true},
+		sched.Reduce:        {scheduled: schedReduce, empty: true},
+		sched.Broadcast:     {scheduled: schedBroadcast, empty: true},
+		sched.AllGather:     {scheduled: schedAllGather, empty: true},
+		sched.ReduceScatter: {scheduled: schedReduceScatter, empty: true},
+		sched.AllToAll:      {scheduled: schedAllToAll, empty: true},
+		sched.AllToAllv:     {scheduled: schedAllToAllv},
+		sched.AllToAllw:     {scheduled: schedAllToAllw},
+		sched.Barrier:       {scheduled: schedBarrier},
 	}
-	if c.size == 1 {
-		return nil
-	}
-	return x.schedule(k.a, c.params(sched.Barrier, 0, 0, 0, -1), nil, nil, 0, 0)
 }
 
 func firstErr(errs ...error) error {
@@ -619,22 +563,4 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-// start records the collective's signature and algorithm, and logs which
-// algorithm runs it: at INFO the first time the communicator uses it for
-// this collective, at DEBUG every time.
-func (x *execCtx) start(sig uint64, a *algorithm, bytes int) {
-	x.sig, x.algo, x.bytes = sig, a.name, bytes
-	// At the default level (WARN) this costs one level check, nothing more
-	// (a handler that drops INFO drops DEBUG too).
-	if !x.c.log.Enabled(context.Background(), slog.LevelInfo) {
-		return
-	}
-	if _, seen := x.c.announced.LoadOrStore(a, true); !seen {
-		x.c.log.Info("algorithm chosen", "op", x.op, "algo", a.name, "bytes", bytes)
-	}
-	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
-		x.c.log.Debug("collective", "op", x.op, "seq", x.seq, "algo", a.name, "bytes", bytes)
-	}
 }

@@ -111,29 +111,14 @@ type Request struct {
 	// the sender's rank before done closes.
 	anySrc bool
 	src    *int
-	// What runs it: exec on args (the collectives: a static function and
-	// plain values, so that a blocking call run inline allocates nothing),
-	// or run, a closure (point-to-point and the v/w all-to-alls, whose
-	// arguments do not fit args).
-	exec func(x *execCtx, k args) error
+	// What runs it: args (the collectives, through issue: plain values, so
+	// that a blocking call run inline allocates nothing), or run, a closure
+	// (point-to-point and the virtual allreduce, whose arguments do not fit
+	// args).
 	args args
 	run  func(x *execCtx) error
 	done chan struct{}
 	err  error
-}
-
-// args are a collective's arguments, checked and cut to size.
-type args struct {
-	a          *algorithm
-	sig        uint64
-	send, recv []byte
-	count      int // elements per rank, as the collective's count argument
-	dt         DataType
-	op         RedOp
-	root       int
-	n          int // bytes the flight recorder and logs report
-	block      int // bytes per rank's block, where blocks apply
-	inPlace    bool
 }
 
 // Test reports whether the operation finished, and its error if it did.
@@ -261,10 +246,10 @@ func (c *Comm) execute(r *Request, x *execCtx) {
 	x.deadline = began + min(c.opts.Timeout, math.MaxInt64-began)
 	c.flight.begin(x, r, began)
 	var err error
-	if r.exec != nil {
-		err = r.exec(x, r.args)
-	} else {
+	if r.run != nil {
 		err = r.run(x)
+	} else {
+		err = x.issue(&r.args)
 	}
 	if x.cancel != nil {
 		x.cancel()
@@ -414,12 +399,6 @@ func (o Op) Start() (*Request, error) {
 // (noType: none) by calling run.
 func (c *Comm) newReq(coll sched.Coll, a *algorithm, dt DataType, bytes int, run func(x *execCtx) error) (Request, error) {
 	return Request{op: coll.String(), algo: a.name, dt: dt, hasType: dt != noType, bytes: bytes, peer: -1, run: run}, nil
-}
-
-// newCall makes the request of a collective that exec runs on k (k.a, k.n
-// and k.dt name the algorithm, bytes and type).
-func newCall(coll sched.Coll, exec func(x *execCtx, k args) error, k args) (Request, error) {
-	return Request{op: coll.String(), algo: k.a.name, dt: k.dt, hasType: k.dt != noType, bytes: k.n, peer: -1, exec: exec, args: k}, nil
 }
 
 // noType stands for the datatype of a call that has none (barrier).

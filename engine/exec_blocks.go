@@ -65,6 +65,9 @@ func (s span) unpack(buf, src []byte) {
 type blockLayout struct {
 	send, recv []byte
 	in, work   []span
+	// AllToAllv's blocks in bytes, for the arena and the schedule's
+	// parameters (in and work are made from them when a schedule runs).
+	sendBlocks, recvBlocks []sched.Block
 }
 
 // blockState is what a block-mode run keeps besides the layout.

@@ -413,14 +413,12 @@ func TestInlineCallsAllocateNothing(t *testing.T) {
 	}
 }
 
-// TestOneRankCallsAllocateNothing: a communicator of one rank (a single
-// process run, say) copies and returns; no collective builds a schedule
-// for it. (AllToAllv, whose arguments are per-rank lists, is the exception
-// at every size.)
-func TestOneRankCallsAllocateNothing(t *testing.T) {
-	c := newLocal(t, 1, Options{})[0]
-	s, r := make([]byte, 4096), make([]byte, 4096)
-	for _, tc := range []struct {
+// oneRankCalls are a collective of each kind, 4 KiB, on the one-rank c.
+func oneRankCalls(c *Comm, s, r []byte) []struct {
+	name string
+	f    func() error
+} {
+	return []struct {
 		name string
 		f    func() error
 	}{
@@ -432,7 +430,17 @@ func TestOneRankCallsAllocateNothing(t *testing.T) {
 		{"alltoall", func() error { return c.AllToAll(s, r, 1024, Float32) }},
 		{"alltoall in place", func() error { return c.AllToAll(r, r, 1024, Float32) }},
 		{"barrier", c.Barrier},
-	} {
+	}
+}
+
+// TestOneRankCallsAllocateNothing: a communicator of one rank (a single
+// process run, say) copies and returns; no collective builds a schedule
+// for it. (AllToAllv, whose arguments are per-rank lists, is the exception
+// at every size.)
+func TestOneRankCallsAllocateNothing(t *testing.T) {
+	c := newLocal(t, 1, Options{})[0]
+	s, r := make([]byte, 4096), make([]byte, 4096)
+	for _, tc := range oneRankCalls(c, s, r) {
 		if got := testing.AllocsPerRun(100, func() {
 			if err := tc.f(); err != nil {
 				t.Fatal(err)
@@ -441,7 +449,7 @@ func TestOneRankCallsAllocateNothing(t *testing.T) {
 			t.Errorf("%s: %v allocations per call on one rank; want none", tc.name, got)
 		}
 	}
-	// alltoallv's count lists cost an allocation and its closure one; it
+	// alltoallv's block lists cost an allocation and their layout one; it
 	// builds no schedule.
 	counts, displs := []int{1024}, []int{0}
 	if got := testing.AllocsPerRun(100, func() {

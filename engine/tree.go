@@ -182,18 +182,20 @@ func (x *execCtx) runTree(p sched.Params, lay *blockLayout) error {
 	return nil
 }
 
+// controlEvent is a control message received from a neighbour, or why none was.
+type controlEvent struct {
+	from int
+	msg  []byte
+	err  error
+}
+
 // control runs this rank's node of the tree until it has sent and
 // received every control message, handing decisions to batches.
 func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.Decision) error {
 	me := x.rank()
 	node := tree.Node(me)
 	parent, children := tree.Parent(me), tree.Children(me)
-	type event struct {
-		from int
-		msg  []byte
-		err  error
-	}
-	events := make(chan event, len(children)+1)
+	events := make(chan controlEvent, len(children)+1)
 	sentUp, sentDown := 0, map[int]int{}
 	gotUp, gotDown := map[int]int{}, 0
 	outstanding := 0
@@ -201,7 +203,7 @@ func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.De
 		outstanding++
 		go func() {
 			msg, err := r.mailRecv(from, tag)
-			events <- event{from, msg, err}
+			events <- controlEvent{from, msg, err}
 		}()
 	}
 	// expect posts the next receive from each neighbour that has more to
@@ -221,25 +223,14 @@ func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.De
 	}
 	act := func(out []sched.Msg, decided []sched.Decision) error {
 		for _, m := range out {
-			var body []byte
-			var tag uint32
+			tag := tagUp | uint32(sentUp)
 			if m.Up {
-				body = make([]byte, 4*len(m.Ranks))
-				for i, q := range m.Ranks {
-					binary.LittleEndian.PutUint32(body[4*i:], uint32(q))
-				}
-				tag = tagUp | uint32(sentUp)
 				sentUp++
 			} else {
-				body = make([]byte, 8*len(m.Decisions))
-				for i, d := range m.Decisions {
-					binary.LittleEndian.PutUint32(body[8*i:], uint32(d.Sub))
-					binary.LittleEndian.PutUint32(body[8*i+4:], uint32(d.Rep))
-				}
 				tag = tagDown | uint32(sentDown[m.To])
 				sentDown[m.To]++
 			}
-			if err := r.sendMsg(m.To, int(tag), body); err != nil {
+			if err := r.sendMsg(m.To, int(tag), encodeControl(m)); err != nil {
 				return err
 			}
 		}
@@ -247,6 +238,15 @@ func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.De
 			batches <- slices.Clone(decided)
 		}
 		return nil
+	}
+	// stop fails the run and drains the other receives, which return
+	// once it stopped.
+	stop := func(err error) error {
+		r.fail(err)
+		for ; outstanding > 0; outstanding-- {
+			<-events
+		}
+		return err
 	}
 	if err := act(node.Arrive()); err != nil {
 		r.fail(err)
@@ -258,36 +258,21 @@ func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.De
 		outstanding--
 		posted[ev.from] = false
 		if ev.err != nil {
-			// Drain the other receives: they return once the run stops.
-			r.fail(ev.err)
-			for ; outstanding > 0; outstanding-- {
-				<-events
-			}
-			return ev.err
+			return stop(ev.err)
 		}
 		var out []sched.Msg
 		var decided []sched.Decision
 		var err error
 		if ev.from == parent {
 			gotDown++
-			ds := make([]sched.Decision, len(ev.msg)/8)
-			for i := range ds {
-				ds[i] = sched.Decision{Sub: int(binary.LittleEndian.Uint32(ev.msg[8*i:])), Rep: int(binary.LittleEndian.Uint32(ev.msg[8*i+4:]))}
-			}
-			if len(ev.msg)%8 != 0 || len(ds) == 0 {
-				err = fmt.Errorf("%w: a %d-byte decision message", transport.ErrProtocol, len(ev.msg))
-			} else {
+			var ds []sched.Decision
+			if ds, err = decodeDecisions(ev.msg); err == nil {
 				out, decided, err = node.Down(ds)
 			}
 		} else {
 			gotUp[ev.from]++
-			ranks := make([]int, len(ev.msg)/4)
-			for i := range ranks {
-				ranks[i] = int(binary.LittleEndian.Uint32(ev.msg[4*i:]))
-			}
-			if len(ev.msg)%4 != 0 || len(ranks) == 0 {
-				err = fmt.Errorf("%w: a %d-byte registration message", transport.ErrProtocol, len(ev.msg))
-			} else {
+			var ranks []int
+			if ranks, err = decodeRanks(ev.msg); err == nil {
 				out, decided, err = node.Up(ev.from, ranks)
 			}
 		}
@@ -296,14 +281,49 @@ func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.De
 			err = act(out, decided)
 		}
 		if err != nil {
-			err = &peerError{peer: ev.from, err: err}
-			r.fail(err)
-			for ; outstanding > 0; outstanding-- {
-				<-events
-			}
-			return err
+			return stop(&peerError{peer: ev.from, err: err})
 		}
 		expect()
 	}
 	return nil
+}
+
+// encodeControl is a control message's body: the ranks of a registration
+// (up), the decisions of a reply (down), 32-bit little-endian each.
+func encodeControl(m sched.Msg) []byte {
+	if m.Up {
+		body := make([]byte, 4*len(m.Ranks))
+		for i, q := range m.Ranks {
+			binary.LittleEndian.PutUint32(body[4*i:], uint32(q))
+		}
+		return body
+	}
+	body := make([]byte, 8*len(m.Decisions))
+	for i, d := range m.Decisions {
+		binary.LittleEndian.PutUint32(body[8*i:], uint32(d.Sub))
+		binary.LittleEndian.PutUint32(body[8*i+4:], uint32(d.Rep))
+	}
+	return body
+}
+
+func decodeDecisions(msg []byte) ([]sched.Decision, error) {
+	if len(msg)%8 != 0 || len(msg) == 0 {
+		return nil, fmt.Errorf("%w: a %d-byte decision message", transport.ErrProtocol, len(msg))
+	}
+	ds := make([]sched.Decision, len(msg)/8)
+	for i := range ds {
+		ds[i] = sched.Decision{Sub: int(binary.LittleEndian.Uint32(msg[8*i:])), Rep: int(binary.LittleEndian.Uint32(msg[8*i+4:]))}
+	}
+	return ds, nil
+}
+
+func decodeRanks(msg []byte) ([]int, error) {
+	if len(msg)%4 != 0 || len(msg) == 0 {
+		return nil, fmt.Errorf("%w: a %d-byte registration message", transport.ErrProtocol, len(msg))
+	}
+	ranks := make([]int, len(msg)/4)
+	for i := range ranks {
+		ranks[i] = int(binary.LittleEndian.Uint32(msg[4*i:]))
+	}
+	return ranks, nil
 }

@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/sched"
+)
+
+// The issue path of every collective: its constructor (collectives.go)
+// checks the arguments and cuts the buffers to size into args, call
+// chooses the algorithm and makes the request, and issue runs it, on the
+// caller's goroutine or the worker's: where no peer takes part, by the
+// collective's alone; otherwise by the algorithm's run, the shared-memory
+// arena or a schedule (the registry, algo.go). The blocking, I- and Op-
+// forms differ only in what they do with the request (Comm.run, start, op).
+
+// args are a collective's arguments, checked and cut to size.
+type args struct {
+	a          *algorithm
+	sig        uint64
+	send, recv []byte
+	count      int // elements per rank, as the collective's count argument
+	dt         DataType
+	op         RedOp
+	root       int
+	n          int // bytes the choice, the flight recorder and logs see
+	block      int // bytes per rank's block, where blocks apply
+	inPlace    bool
+	lay        *blockLayout // the v and w all-to-alls' blocks
+}
+
+// runFunc runs a checked call on this rank.
+type runFunc func(x *execCtx, k args) error
+
+// A collective is how its calls run by a schedule.
+type collective struct {
+	// scheduled runs a call by its algorithm's schedule (a.build).
+	scheduled runFunc
+	// empty: a call of no bytes exchanges nothing (all but the barrier).
+	empty bool
+}
+
+// collectives is each collective's entry, filled by collectives.go.
+var collectives [sched.NumColls]collective
+
+// call completes k (the algorithm for k.n bytes and the signature) into a
+// collective's request.
+func (c *Comm) call(coll sched.Coll, k args) (Request, error) {
+	k.a = c.choose(coll, k.n)
+	dt := k.dt
+	if dt == noType && coll != sched.AllToAllw {
+		dt = 0 // (the barrier's signature has always hashed type 0)
+	}
+	k.sig = signature(coll, dt, k.count, k.op, k.root, k.a.name)
+	return Request{op: coll.String(), algo: k.a.name, dt: k.dt, hasType: k.dt != noType, bytes: k.n, peer: -1, args: k}, nil
+}
+
+// issue runs a collective's request. The one-rank exit is here, before the
+// algorithm: the shared-memory arena exists only for two ranks or more.
+// k stays the request's: the run gets a copy, as a pointer passed to a
+// function value would move the request to the heap.
+func (x *execCtx) issue(k *args) error {
+	x.start(k.sig, k.a, k.n)
+	if x.c.size == 1 {
+		return x.alone(k)
+	}
+	return k.a.run(x, *k)
+}
+
+// scheduled is the run of the registry's schedule entries: a call of no
+// bytes has nothing to exchange.
+func scheduled(x *execCtx, k args) error {
+	d := &collectives[k.a.coll]
+	if k.n == 0 && d.empty {
+		return x.alone(&k)
+	}
+	return d.scheduled(x, k)
+}
+
+// alone does a call in which no peer takes part (a one-rank communicator,
+// or a call of no bytes): local copies at most. One switch rather than a
+// function per collective: called directly, k stays on the caller's stack.
+func (x *execCtx) alone(k *args) error {
+	c := x.c
+	switch k.a.coll {
+	case sched.AllReduce, sched.AllToAll:
+		if !k.inPlace {
+			copy(k.recv, k.send)
+		}
+	case sched.Reduce:
+		// Only the root has a result (an average over the ranks even of
+		// nothing, as the schedules' is).
+		if c.rank != k.root {
+			break
+		}
+		if !k.inPlace {
+			copy(k.recv, k.send)
+		}
+		if k.op == Avg {
+			kernel.DivideBy(k.recv, k.dt, c.size)
+		}
+	case sched.Broadcast:
+		if c.rank == k.root && !k.inPlace {
+			copy(k.recv, k.send)
+		}
+	case sched.AllGather:
+		if !k.inPlace {
+			copy(k.recv[k.block*c.rank:], k.send)
+		}
+	case sched.ReduceScatter:
+		if !k.inPlace { // (in place, its block already is the result)
+			copy(k.recv, k.send[k.block*c.rank:k.block*(c.rank+1)])
+		}
+	case sched.AllToAllv:
+		s, r := k.lay.sendBlocks[c.rank], k.lay.recvBlocks[c.rank]
+		copy(k.recv[r.Off:r.Off+r.Len], k.send[s.Off:s.Off+s.Len])
+	case sched.AllToAllw:
+		// Its schedule copies a rank's own block, strided or not.
+		return schedAllToAllw(x, *k)
+	}
+	return nil
+}
+
+// start records the collective's signature and algorithm, and logs which
+// algorithm runs it: at INFO the first time the communicator uses it for
+// this collective, at DEBUG every time.
+func (x *execCtx) start(sig uint64, a *algorithm, bytes int) {
+	x.sig, x.algo, x.bytes = sig, a.name, bytes
+	// At the default level (WARN) this costs one level check, nothing more
+	// (a handler that drops INFO drops DEBUG too).
+	if !x.c.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	if _, seen := x.c.announced.LoadOrStore(a, true); !seen {
+		x.c.log.Info("algorithm chosen", "op", x.op, "algo", a.name, "bytes", bytes)
+	}
+	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
+		x.c.log.Debug("collective", "op", x.op, "seq", x.seq, "algo", a.name, "bytes", bytes)
+	}
+}
