@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -45,7 +47,11 @@ var launcherVars = []string{
 // Rank 0's standard output goes to stdout as is, every other line gets a
 // "[rank r]" prefix. It waits for all of them and fails if any fails; once
 // one has failed the others get grace to notice, then are killed.
-func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace time.Duration) error {
+//
+// With elastic, a rank killed by a signal is reported and the others go on
+// (they shrink the job among themselves): the run succeeds if every rank
+// that was not killed succeeds.
+func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace time.Duration, elastic bool) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("-np: cannot find this program's executable: %w", err)
@@ -84,6 +90,12 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 			return fmt.Errorf("-np: starting rank %d: %w", r, err)
 		}
 		started++
+		if elastic {
+			// Whoever wants to try the elastic run kills one of these.
+			outMu.Lock()
+			fmt.Fprintf(stderr, "sgd: rank %d is pid %d\n", r, cmd.Process.Pid)
+			outMu.Unlock()
+		}
 	}
 	type exit struct {
 		rank int
@@ -94,6 +106,7 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 		go func() { exits <- exit{r, cmd.Wait()} }()
 	}
 	var failed []string
+	dead := 0
 	var kill <-chan time.Time
 	done := make([]bool, n)
 	for left := n; left > 0; {
@@ -101,7 +114,15 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 		case e := <-exits:
 			left--
 			done[e.rank] = true
-			if e.err != nil {
+			if e.err != nil && elastic && killed(e.err) {
+				dead++
+				outMu.Lock()
+				fmt.Fprintf(stderr, "sgd: rank %d died (%v); the job goes on without it\n", e.rank, e.err)
+				outMu.Unlock()
+				if dead == n {
+					failed = append(failed, "every rank died")
+				}
+			} else if e.err != nil {
 				failed = append(failed, fmt.Sprintf("rank %d: %v", e.rank, e.err))
 				if kill == nil {
 					kill = time.After(grace)
@@ -122,6 +143,16 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 		return fmt.Errorf("-np %d: %s", n, strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// killed says whether a child's exit error is a death by a signal.
+func killed(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 // cleanEnv drops the variables of any launcher we may run under.

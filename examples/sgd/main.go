@@ -101,6 +101,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.virtual.Devices, "virtual", 0, "train on M virtual devices placed in blocks over the ranks (results independent of the rank count)")
 	fs.IntVar(&o.virtual.MigrateAt, "migrate-at", 0, "with -virtual: before this global step, migrate the devices onto -migrate-to processes")
 	fs.IntVar(&o.virtual.MigrateTo, "migrate-to", 0, "with -migrate-at: how many processes (the first ones) keep the devices; the others leave")
+	fs.BoolVar(&o.virtual.Elastic, "elastic", false, "with -virtual: when rank processes die, the others shrink the job, recover the devices and go on (same final weights)")
+	fs.IntVar(&o.virtual.LogEvery, "log-every", 0, "with -virtual: print the loss every N steps (0: per epoch only)")
+	fs.IntVar(&o.virtual.MinRanks, "min-ranks", 1, "with -elastic: the fewest processes to go on with")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -133,6 +136,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-virtual, -migrate-at and -migrate-to must not be negative")
 	case o.virtual.Devices == 0 && (o.virtual.MigrateAt > 0 || o.virtual.MigrateTo > 0):
 		return nil, errors.New("-migrate-at and -migrate-to need -virtual")
+	case o.virtual.Elastic && (o.virtual.Devices == 0 || o.virtual.MigrateAt > 0):
+		return nil, errors.New("-elastic needs -virtual and does not go with -migrate-at")
 	case o.virtual.Devices > 0 && o.check:
 		return nil, errors.New("-check compares rank counts of plain data parallelism; with -virtual the runs agree to the bit (compare their losses)")
 	case (o.virtual.MigrateAt > 0) != (o.virtual.MigrateTo > 0) && !strings.Contains(o.compare, ":"):
@@ -232,7 +237,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "report: %s (%s)\n", path, time.Since(start).Round(time.Second))
 	}
-	fmt.Fprintf(stdout, "test accuracy: %.4f\n", runs[len(runs)-1].TestAcc)
+	last := runs[len(runs)-1]
+	fmt.Fprintf(stdout, "weights sha256 %s\n", last.WeightsSHA256)
+	fmt.Fprintf(stdout, "test accuracy: %.4f\n", last.TestAcc)
 	return nil
 }
 
@@ -316,6 +323,10 @@ func trainRank(c *engine.Comm, o *options, opts engine.Options, train, test *Dat
 	if res == nil {
 		return nil, nil // left the job in a migration
 	}
+	res.WeightsSHA256 = weightsHash(res.params)
+	if res.final == nil {
+		res.final = c
+	}
 	res.Data = "Fashion-MNIST (" + o.data + ")"
 	if o.synthetic {
 		res.Data = "synthetic (Gaussian blobs)"
@@ -383,7 +394,7 @@ func runProcesses(o *options, n int, stdout, stderr io.Writer) (*RunResult, erro
 	if o.virtual.MigrateAt > 0 { // this run's, which -compare may have changed
 		args = append(args, fmt.Sprintf("-migrate-at=%d", o.virtual.MigrateAt), fmt.Sprintf("-migrate-to=%d", o.virtual.MigrateTo))
 	}
-	if err := spawnRanks(n, args, nil, stdout, stderr, 10*time.Second); err != nil {
+	if err := spawnRanks(n, args, nil, stdout, stderr, 10*time.Second, o.virtual.Elastic); err != nil {
 		return nil, err
 	}
 	b, err := os.ReadFile(resultFile)
@@ -428,7 +439,15 @@ func runLaunched(o *options, opts engine.Options, launcher string, stdout io.Wri
 		_ = c.Destroy()
 		return err
 	}
-	if err := c.Destroy(); err != nil {
+	if res != nil && res.final != c {
+		// It survived lost ranks: the communicator it ended on is the
+		// job's; the one it started on failed on purpose.
+		if err := res.final.Destroy(); err != nil {
+			return err
+		}
+		_ = c.Destroy()
+		c = res.final
+	} else if err := c.Destroy(); err != nil {
 		return err
 	}
 	if c.Rank() != 0 || res == nil {
@@ -455,6 +474,7 @@ func runLaunched(o *options, opts engine.Options, launcher string, stdout io.Wri
 		fmt.Fprintf(stdout, "report: %s\n", path)
 	}
 	if o.result == "" { // else the parent (-np, -compare) has the last word
+		fmt.Fprintf(stdout, "weights sha256 %s\n", res.WeightsSHA256)
 		fmt.Fprintf(stdout, "test accuracy: %.4f\n", res.TestAcc)
 	}
 	return nil

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	hashLine = regexp.MustCompile(`(?m)^weights sha256 ([0-9a-f]{64})$`)
+	pidLine  = regexp.MustCompile(`^sgd: rank (\d+) is pid (\d+)$`)
+	stepLine = regexp.MustCompile(`^(?:\[rank \d+\] )?step (\d+) loss`)
+)
+
+// elasticArgs is a short synthetic run of 8 virtual devices.
+var elasticArgs = []string{"-virtual", "8", "-synthetic", "-train-limit", "4096", "-test-limit", "512", "-hidden", "64",
+	"-epochs", "3", "-report=", "-log-every", "1"}
+
+// runKilling runs the launcher with args and SIGKILLs rank victim's
+// process (from outside, by its pid) once rank 0 logged step killAt
+// (victim < 0: no kill). It returns the output and the exit error.
+func runKilling(t *testing.T, bin string, victim, killAt int, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = cleanEnv(os.Environ())
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { err := cmd.Wait(); pw.Close(); done <- err }()
+	var out strings.Builder
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		pid, killed := 0, false
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			out.WriteString(line + "\n")
+			if m := pidLine.FindStringSubmatch(line); m != nil && m[1] == strconv.Itoa(victim) {
+				pid, _ = strconv.Atoi(m[2])
+			}
+			if m := stepLine.FindStringSubmatch(line); m != nil && !killed && pid > 0 {
+				if s, _ := strconv.Atoi(m[1]); s >= killAt {
+					syscall.Kill(pid, syscall.SIGKILL) // a child of the launcher, by its pid
+					killed = true
+				}
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	select {
+	case err := <-done:
+		<-scanned
+		return out.String(), err
+	case <-time.After(120 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		<-scanned
+		t.Fatalf("%v did not finish in 120s; output:\n%s", args, out.String())
+		return "", nil
+	}
+}
+
+// TestElasticKill: SIGKILL one rank process of -np 4 -virtual 8 -elastic
+// (rank 2 early, rank 0 in the middle, rank 3 near the end); the job exits
+// 0 and prints the weights hash of the uninterrupted run.
+func TestElasticKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the training several times")
+	}
+	bin := sgdBinary(t)
+	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", "2"}, elasticArgs...)...)
+	want := hashLine.FindStringSubmatch(out)
+	if err != nil || want == nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, out)
+	}
+	for _, tc := range []struct{ victim, at int }{{2, 3}, {0, 40}, {3, 85}} {
+		out, err := runKilling(t, bin, tc.victim, tc.at, append([]string{"-np", "4", "-elastic"}, elasticArgs...)...)
+		got := hashLine.FindStringSubmatch(out)
+		if err != nil || got == nil || got[1] != want[1] {
+			t.Fatalf("rank %d killed at step %d: %v, hash %v, want %s\n%s", tc.victim, tc.at, err, got, want[1], out)
+		}
+		if !strings.Contains(out, "rank "+strconv.Itoa(tc.victim)+" died") || !strings.Contains(out, "lost rank(s)") {
+			t.Fatalf("rank %d killed at step %d: no death or recovery reported\n%s", tc.victim, tc.at, out)
+		}
+		if last := lastLineOf(out); !lastLine.MatchString(last) {
+			t.Fatalf("last line %q", last)
+		}
+		t.Logf("rank %d killed at step %d: %s", tc.victim, tc.at, regexp.MustCompile(`(?m)^.*lost rank\(s\).*$`).FindString(out))
+	}
+}
