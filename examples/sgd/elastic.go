@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gocoll/gocoll/engine"
@@ -21,11 +25,12 @@ import (
 // data depends only on (seed, device, step) and every reduction folds the
 // devices in order, the run ends with the weights of an uninterrupted one.
 type elastic struct {
-	c     *engine.Comm // the communicator the run is on now
-	orig  *engine.Comm // the one it started on (its owner destroys it)
-	out   io.Writer    // the log of whichever rank is rank 0
-	min   int
-	Stats []Recovery
+	c       *engine.Comm // the communicator the run is on now
+	orig    *engine.Comm // the one it started on (its owner destroys it)
+	out     io.Writer    // the log of whichever rank is rank 0
+	min     int
+	jobFile string // rank 0 writes the JoinInfo of c here
+	Stats   []Recovery
 }
 
 // Recovery is what one recovery cost, as this rank saw it.
@@ -83,6 +88,9 @@ func (el *elastic) recover(v *vppu.Comm, cause error, step int, what string) (in
 			continue
 		}
 		r.RecoverMS = 1e3 * time.Since(t).Seconds()
+		if err := el.publish(); err != nil {
+			return 0, err
+		}
 		r.Resumed, r.Ranks, r.Devices, r.Bytes = int(rec.Step), nc.Size(), rec.Lost, rec.Bytes
 		el.Stats = append(el.Stats, r)
 		if nc.Rank() == 0 {
@@ -92,6 +100,80 @@ func (el *elastic) recover(v *vppu.Comm, cause error, step int, what string) (in
 		return int(rec.Step), nil
 	}
 	return 0, fmt.Errorf("rank %d step %d: %d recoveries failed: %w", el.c.Rank(), step, maxAttempts, errors.Join(errs...))
+}
+
+// grow admits n joining processes at a step boundary: every member
+// grows the communicator and recovers the devices onto it (the balance
+// gives the joiners devices; their shared state is sent from a member).
+func (el *elastic) grow(v *vppu.Comm, n, step int) error {
+	start := time.Now()
+	old := el.c
+	nc, err := old.Grow(n)
+	if err != nil {
+		return fmt.Errorf("rank %d step %d: admitting %d joiners: %w", old.Rank(), step, n, err)
+	}
+	rec, err := v.Recover(nc, vppu.RecoverOptions{Step: uint64(step), MinRanks: el.min})
+	if err != nil {
+		el.c = nc // the caller shrinks the grown communicator
+		return fmt.Errorf("rank %d step %d: recovering onto the grown communicator: %w", nc.Rank(), step, err)
+	}
+	el.c = nc
+	if old != el.orig {
+		_ = old.Destroy()
+	}
+	if nc.Rank() == 0 {
+		fmt.Fprintf(el.out, "step %d: admitted %d joining process(es); %d processes go on: %.1f ms, %d bytes moved, placement %v\n",
+			step, n, nc.Size(), 1e3*time.Since(start).Seconds(), rec.Bytes, rec.Place)
+	}
+	return el.publish()
+}
+
+// publish writes the current communicator's JoinInfo to the job file,
+// with the pids of its members: a replacement for a dead process waits
+// for a file without that pid, so it never joins the communicator that
+// process was part of. It is a collective (the pids are all-gathered);
+// rank 0 writes, atomically, so a joiner never reads half of it.
+func (el *elastic) publish() error {
+	if el.jobFile == "" {
+		return nil
+	}
+	n := el.c.Size()
+	pids := make([]byte, 8*n)
+	if err := el.c.AllGather(binary.LittleEndian.AppendUint64(nil, uint64(os.Getpid())), pids, 8, engine.Uint8); err != nil {
+		return fmt.Errorf("rank %d: publishing the job: %w", el.c.Rank(), err)
+	}
+	if el.c.Rank() != 0 {
+		return nil
+	}
+	info, err := el.c.JoinInfo()
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\npids", info)
+	for r := range n {
+		fmt.Fprintf(&b, " %d", binary.LittleEndian.Uint64(pids[8*r:]))
+	}
+	b.WriteString("\n")
+	tmp := el.jobFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, el.jobFile)
+}
+
+// readJob reads a job file publish wrote: the join info, and whether the
+// process pid is among the members.
+func readJob(path string, pid int) (info string, member bool, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], "pids") {
+		return "", false, fmt.Errorf("job file %s: not what the job writes", path)
+	}
+	return lines[0], slices.Contains(strings.Fields(lines[1])[1:], strconv.Itoa(pid)), nil
 }
 
 // isPeerLoss says whether err is what a lost rank makes a collective

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -97,5 +98,31 @@ func TestElasticKill(t *testing.T) {
 			t.Fatalf("last line %q", last)
 		}
 		t.Logf("rank %d killed at step %d: %s", tc.victim, tc.at, regexp.MustCompile(`(?m)^.*lost rank\(s\).*$`).FindString(out))
+	}
+}
+
+// TestElasticRespawn: with -respawn the launcher starts a replacement for
+// the killed rank, which joins at a step boundary and receives devices:
+// 4 processes at the end, the hash of the uninterrupted run.
+func TestElasticRespawn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the training twice")
+	}
+	bin := sgdBinary(t)
+	args := slices.Clone(elasticArgs)
+	args[slices.Index(args, "-epochs")+1] = "5" // room for the replacement to start and join
+	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", "1"}, args...)...)
+	want := hashLine.FindStringSubmatch(out)
+	if err != nil || want == nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, out)
+	}
+	out, err = runKilling(t, bin, 1, 3, append([]string{"-np", "4", "-elastic", "-respawn"}, args...)...)
+	got := hashLine.FindStringSubmatch(out)
+	if err != nil || got == nil || got[1] != want[1] {
+		t.Fatalf("rank 1 killed, respawned: %v, hash %v, want %s\n%s", err, got, want[1], out)
+	}
+	if !strings.Contains(out, "admitted 1 joining process(es); 4 processes go on") ||
+		!regexp.MustCompile(`(?m)^epoch 5/5  8 virtual devices on 4 processes`).MatchString(out) {
+		t.Fatalf("the replacement was not admitted, or the job did not end on 4 processes\n%s", out)
 	}
 }

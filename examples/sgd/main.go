@@ -103,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.virtual.MigrateTo, "migrate-to", 0, "with -migrate-at: how many processes (the first ones) keep the devices; the others leave")
 	fs.BoolVar(&o.virtual.Elastic, "elastic", false, "with -virtual: when rank processes die, the others shrink the job, recover the devices and go on (same final weights)")
 	fs.IntVar(&o.virtual.LogEvery, "log-every", 0, "with -virtual: print the loss every N steps (0: per epoch only)")
+	fs.BoolVar(&o.virtual.Respawn, "respawn", false, "with -elastic and -np: start a replacement for each killed rank; it joins at a step boundary")
 	fs.IntVar(&o.virtual.MinRanks, "min-ranks", 1, "with -elastic: the fewest processes to go on with")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -138,6 +139,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-migrate-at and -migrate-to need -virtual")
 	case o.virtual.Elastic && (o.virtual.Devices == 0 || o.virtual.MigrateAt > 0):
 		return nil, errors.New("-elastic needs -virtual and does not go with -migrate-at")
+	case o.virtual.Respawn && !o.virtual.Elastic:
+		return nil, errors.New("-respawn needs -elastic")
 	case o.virtual.Devices > 0 && o.check:
 		return nil, errors.New("-check compares rank counts of plain data parallelism; with -virtual the runs agree to the bit (compare their losses)")
 	case (o.virtual.MigrateAt > 0) != (o.virtual.MigrateTo > 0) && !strings.Contains(o.compare, ":"):
@@ -169,6 +172,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	start := time.Now()
+	if os.Getenv(joinerVar) != "" {
+		return runLaunched(o, opts, "joiner", stdout, start)
+	}
 	if l := launcherEnv(os.Getenv); l != "" {
 		if o.np > 0 || o.local > 0 || o.compare != "" {
 			return fmt.Errorf("started by a launcher (%s): -np, -local and -compare do not apply; each process is one rank", l)
@@ -394,7 +400,11 @@ func runProcesses(o *options, n int, stdout, stderr io.Writer) (*RunResult, erro
 	if o.virtual.MigrateAt > 0 { // this run's, which -compare may have changed
 		args = append(args, fmt.Sprintf("-migrate-at=%d", o.virtual.MigrateAt), fmt.Sprintf("-migrate-to=%d", o.virtual.MigrateTo))
 	}
-	if err := spawnRanks(n, args, nil, stdout, stderr, 10*time.Second, o.virtual.Elastic); err != nil {
+	el := elasticLaunch{On: o.virtual.Elastic, Respawn: o.virtual.Respawn}
+	if el.Respawn {
+		el.JobFile = filepath.Join(dir, "job")
+	}
+	if err := spawnRanks(n, args, nil, stdout, stderr, 10*time.Second, el); err != nil {
 		return nil, err
 	}
 	b, err := os.ReadFile(resultFile)
@@ -429,10 +439,17 @@ func runLaunched(o *options, opts engine.Options, launcher string, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	c, err := engine.NewCommFromEnv(opts)
+	var c *engine.Comm
+	if launcher == "joiner" {
+		o.virtual.Joining = true
+		c, err = joinJob(os.Getenv(jobFileVar), opts)
+	} else {
+		c, err = engine.NewCommFromEnv(opts)
+	}
 	if err != nil {
 		return fmt.Errorf("joining the job (%s variables): %w", launcher, err)
 	}
+	o.virtual.JobFile = os.Getenv(jobFileVar)
 	res, err := trainRank(c, o, opts, train, test, stdout)
 	if err != nil {
 		c.Abort()

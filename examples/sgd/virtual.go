@@ -20,9 +20,12 @@ type VirtualConfig struct {
 	Devices   int
 	MigrateAt int
 	MigrateTo int
-	Elastic   bool // survive lost rank processes (see elastic.go)
-	MinRanks  int  // with Elastic: the fewest processes to go on with
-	LogEvery  int  // print the loss every this many steps (0: never)
+	Elastic   bool   // survive lost rank processes (see elastic.go)
+	MinRanks  int    // with Elastic: the fewest processes to go on with
+	Respawn   bool   // with Elastic: admit processes that join at a step boundary
+	JobFile   string // with Elastic: rank 0 keeps the job's JoinInfo here
+	Joining   bool   // this process joins a running job (engine.Join done)
+	LogEvery  int    // print the loss every this many steps (0: never)
 }
 
 // Migration describes the move of a run's virtual devices.
@@ -68,22 +71,44 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	if err != nil {
 		return nil, err
 	}
-	v, err := vppu.New(c, logical, vppu.Block(m, c.Size()))
-	if err != nil {
-		return nil, err
-	}
-	defer v.Destroy()
 	np := model.NumParams()
-	if err := v.RegisterShared("params", f64Bytes(flatten(model.ParamData(), np))); err != nil {
-		return nil, err
+	var v *vppu.Comm
+	joinedAt := 0
+	if vc.Joining {
+		// A replacement process: the members' Grow admitted it; its
+		// devices and their state come with the members' Recover.
+		var rec vppu.Recovery
+		if v, rec, err = vppu.Join(c, logical, vppu.RecoverOptions{MinRanks: vc.MinRanks}); err != nil {
+			return nil, err
+		}
+		defer v.Destroy()
+		if len(v.Local()) == 0 {
+			return nil, fmt.Errorf("rank %d joined but was given no virtual device", c.Rank())
+		}
+		joinedAt = int(rec.Step)
+	} else {
+		if v, err = vppu.New(c, logical, vppu.Block(m, c.Size())); err != nil {
+			return nil, err
+		}
+		defer v.Destroy()
+		if err := v.RegisterShared("params", f64Bytes(flatten(model.ParamData(), np))); err != nil {
+			return nil, err
+		}
+		if err := v.RegisterShared("velocity", make([]byte, 8*np)); err != nil {
+			return nil, err
+		}
+		// The global steps done: a process that receives devices checks that
+		// the state it got is that of the step it is at.
+		if err := v.RegisterShared("step", make([]byte, 8)); err != nil {
+			return nil, err
+		}
 	}
-	if err := v.RegisterShared("velocity", make([]byte, 8*np)); err != nil {
-		return nil, err
-	}
-	// The global steps done: a process that receives devices checks that
-	// the state it got is that of the step it is at.
-	if err := v.RegisterShared("step", make([]byte, 8)); err != nil {
-		return nil, err
+	// With -respawn each step's allreduce carries one more element: rank
+	// 0's count of waiting joiners (on its first device, times M so that
+	// the average is the count), so every rank decides alike to grow.
+	width := np + 1
+	if vc.Respawn {
+		width++
 	}
 	eval, err := cfg.evaluator(model, test)
 	if err != nil {
@@ -101,15 +126,18 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	// one array (which the virtual allreduce reads in place); avg is the
 	// average, every device's alike, written once.
 	var grads, avgs [][]byte
-	avg := make([]float64, np+1)
+	avg := make([]float64, width)
 	var comm, compute time.Duration
 	prof := newProfile(cfg.Profile)
-	seen, step := 0, 0
+	seen, step := joinedAt*cfg.Batch, joinedAt
 	clock := 0.0
 	total := cfg.Epochs * steps
 	var el *elastic
 	if vc.Elastic {
-		el = &elastic{c: c, orig: c, out: out, min: vc.MinRanks}
+		el = &elastic{c: c, orig: c, out: out, min: vc.MinRanks, jobFile: vc.JobFile}
+		if err := el.publish(); err != nil {
+			return nil, err
+		}
 	}
 	// survive handles a failed collective: without -elastic the run ends;
 	// with it, the survivors shrink, recover the devices and return the
@@ -134,7 +162,24 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	lossSum := 0.0
 	var perm []int
 	permEpoch := -1
+	joiners := 0 // waiting to join, as the last step's allreduce said
 	for step < total {
+		if joiners > 0 {
+			n := joiners
+			joiners = 0
+			if err := el.grow(v, n, step); err != nil {
+				if step, err = survive(err, "admitting joiners"); err != nil {
+					return nil, err
+				}
+			}
+			c = el.c
+			log = io.Discard
+			if c.Rank() == 0 {
+				log = out
+			}
+			grads = nil
+			continue
+		}
 		e, s := step/steps, step%steps
 		if e != permEpoch {
 			perm, permEpoch = sched.Epoch(e), e
@@ -159,10 +204,10 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		prof.Start()
 		local := v.Local()
 		if len(grads) != len(local) {
-			all := make([]byte, 8*(np+1)*len(local))
+			all := make([]byte, 8*width*len(local))
 			grads, avgs = make([][]byte, len(local)), make([][]byte, len(local))
 			for k := range grads {
-				grads[k] = all[8*(np+1)*k : 8*(np+1)*(k+1)]
+				grads[k] = all[8*width*k : 8*width*(k+1)]
 				avgs[k] = f64Bytes(avg)
 			}
 		}
@@ -192,7 +237,14 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		}
 		t1 := time.Now()
 		compute += t1.Sub(t)
-		if err := v.AllReduce(grads, avgs, np+1, engine.Float64, engine.Avg); err != nil {
+		if vc.Respawn {
+			g := f64s(grads[0])
+			g[np+1] = 0
+			if c.Rank() == 0 {
+				g[np+1] = float64(c.Joiners() * m)
+			}
+		}
+		if err := v.AllReduce(grads, avgs, width, engine.Float64, engine.Avg); err != nil {
 			if step, err = survive(err, "allreduce of the gradients"); err != nil {
 				return nil, err
 			}
@@ -210,6 +262,9 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		prof.Mark(phaseUpdate)
 		prof.Step()
 		loss := avg[np]
+		if vc.Respawn {
+			joiners = int(avg[np+1])
+		}
 		seen += cfg.Batch
 		step++
 		lossSum += loss
