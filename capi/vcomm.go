@@ -226,6 +226,47 @@ func capi_VCommMigrate(vc C.uintptr_t, place *C.int) C.int {
 	})
 }
 
+//export capi_VCommRegisterShared
+func capi_VCommRegisterShared(vc C.uintptr_t, bufName *C.char, buf unsafe.Pointer, size C.size_t) C.int {
+	return vcall("gocollVCommRegisterShared", vc, func(s *vcommState) error {
+		if bufName == nil {
+			return argErr("name is NULL")
+		}
+		b, err := buffer("buf", buf, size, 1, engine.Uint8)
+		if err != nil {
+			return err
+		}
+		return s.v.RegisterShared(C.GoString(bufName), b)
+	})
+}
+
+//export capi_VCommRecover
+func capi_VCommRecover(vc C.uintptr_t, newcomm C.uintptr_t, step C.uint64_t, minRanks C.int, place *C.int, agreed *C.uint64_t) C.int {
+	return vcall("gocollVCommRecover", vc, func(s *vcommState) error {
+		ns, err := handles.comm(uintptr(newcomm))
+		if err != nil {
+			return err
+		}
+		if minRanks < 0 {
+			return argErr("minRanks %d", int(minRanks))
+		}
+		opts := vppu.RecoverOptions{Step: uint64(step), MinRanks: int(minRanks)}
+		if place != nil {
+			opts.Place = placement(place, s.v.Size(), ns.c.Size())
+		}
+		rec, err := s.v.Recover(ns.c, opts)
+		if err != nil {
+			return err
+		}
+		s.parent = ns
+		s.release(false)
+		if agreed != nil {
+			*agreed = C.uint64_t(rec.Step)
+		}
+		return nil
+	})
+}
+
 //export capi_VCommDestroy
 func capi_VCommDestroy(vc C.uintptr_t) (rc C.int) {
 	const name = "gocollVCommDestroy"

@@ -12,13 +12,15 @@ import (
 )
 
 // ErrTooFewRanks is returned by Recover when the new parent communicator
-// has fewer processes than RecoverOptions.MinRanks.
-var ErrTooFewRanks = errors.New("too few processes left")
+// has fewer processes than RecoverOptions.MinRanks. It is an
+// engine.ErrInvalidUsage (the C library's gocollInvalidUsage).
+var ErrTooFewRanks = fmt.Errorf("%w: too few processes left", engine.ErrInvalidUsage)
 
 // ErrStateLost is returned by Recover when a lost device's state cannot
 // be restored: every process that held the shared state is gone, or a
 // device's own (non-shared) buffers died with it and no Rebuild was given.
-var ErrStateLost = errors.New("virtual device state lost")
+// It is an engine.ErrInvalidUsage.
+var ErrStateLost = fmt.Errorf("%w: virtual device state lost", engine.ErrInvalidUsage)
 
 // RecoverOptions tell Recover where the caller stands.
 type RecoverOptions struct {
