@@ -49,3 +49,48 @@ def test_too_few_ranks(library):
                     env={"GOCOLL_TIMEOUT": "10s", "VICTIM": "1", "KILL_AT": "5"})
     assert res[1].rc == -9, res[1]
     assert res[0].rc != 0 and "too few processes" in res[0].stderr, res[0]
+
+
+def _train_elastic(np_, kill=None, timeout=120):
+    """Run examples/train_elastic.py; kill=(rank, step): SIGKILL that rank's
+    process from outside once rank 0 logged that step."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from launch import BRIDGE, PYTHON
+
+    script = os.path.join(BRIDGE, "examples", "train_elastic.py")
+    p = subprocess.Popen([PYTHON, script, "-np", str(np_), "-virtual", "8", "--steps", "120", "--log-every", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines, pid = [], None
+    timer = threading.Timer(timeout, lambda: os.killpg(p.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            m = re.match(r"train_elastic: rank (\d+) is pid (\d+)", line)
+            if kill and m and int(m.group(1)) == kill[0]:
+                pid = int(m.group(2))
+            m = re.match(r"step (\d+) loss", line)
+            if kill and pid and m and int(m.group(1)) >= kill[1]:
+                os.kill(pid, signal.SIGKILL)
+                pid = None
+        rc = p.wait()
+    finally:
+        timer.cancel()
+    out = "".join(lines)
+    m = re.search(r"^weights sha256 ([0-9a-f]{64})$", out, re.M)
+    return rc, (m.group(1) if m else None), out
+
+
+def test_train_elastic_killed_rank(library):
+    rc, want, out = _train_elastic(1)
+    assert rc == 0 and want, out
+    rc, got, out = _train_elastic(4, kill=(1, 30))
+    assert rc == 0 and got == want, out
+    assert "rank 1 died (SIGKILL)" in out and "lost rank(s) [1]" in out, out
+    assert out.rstrip().splitlines()[-2].startswith("weights sha256"), out
