@@ -30,7 +30,10 @@ type elastic struct {
 	out     io.Writer    // the log of whichever rank is rank 0
 	min     int
 	jobFile string // rank 0 writes the JoinInfo of c here
-	Stats   []Recovery
+	// recovered is when the last recovery ended, until the step after it
+	// (stepDone) is done; zero otherwise.
+	recovered time.Time
+	Stats     []Recovery
 }
 
 // Recovery is what one recovery cost, as this rank saw it.
@@ -44,6 +47,11 @@ type Recovery struct {
 	RecoverMS float64 `json:"recover_ms"` // devices re-placed and state restored
 	Bytes     int64   `json:"bytes"`      // registered bytes sent between processes
 	Attempts  int     `json:"attempts"`   // shrink+recover rounds (more when a rank died during one)
+	// When the failed call returned (Unix ms, to set against the kill's
+	// time), and from the end of the recovery to the end of the first
+	// step after it.
+	DetectedUnixMS int64   `json:"detected_unix_ms"`
+	FirstStepMS    float64 `json:"first_step_ms"`
 }
 
 // maxAttempts bounds the shrink+recover rounds of one recovery: each lost
@@ -58,7 +66,7 @@ func (el *elastic) recover(v *vppu.Comm, cause error, step int, what string) (in
 		return 0, fmt.Errorf("rank %d step %d: %s: %w", el.c.Rank(), step, what, cause)
 	}
 	start := time.Now()
-	r := Recovery{Step: step}
+	r := Recovery{Step: step, DetectedUnixMS: start.UnixMilli()}
 	var errs []error
 	for r.Attempts < maxAttempts {
 		r.Attempts++
@@ -93,6 +101,7 @@ func (el *elastic) recover(v *vppu.Comm, cause error, step int, what string) (in
 		}
 		r.Resumed, r.Ranks, r.Devices, r.Bytes = int(rec.Step), nc.Size(), rec.Lost, rec.Bytes
 		el.Stats = append(el.Stats, r)
+		el.recovered = time.Now()
 		if nc.Rank() == 0 {
 			fmt.Fprintf(el.out, "step %d: lost rank(s) %v (%s failed); %d processes go on from step %d: shrink %.1f ms, recover %.1f ms, %d bytes moved, devices %v re-placed\n",
 				step, r.Lost, what, r.Ranks, r.Resumed, r.ShrinkMS, r.RecoverMS, r.Bytes, r.Devices)
@@ -100,6 +109,24 @@ func (el *elastic) recover(v *vppu.Comm, cause error, step int, what string) (in
 		return int(rec.Step), nil
 	}
 	return 0, fmt.Errorf("rank %d step %d: %d recoveries failed: %w", el.c.Rank(), step, maxAttempts, errors.Join(errs...))
+}
+
+// stepDone notes that a step finished: the first after a recovery gives
+// its FirstStepMS.
+func (el *elastic) stepDone() {
+	if el.recovered.IsZero() {
+		return
+	}
+	el.Stats[len(el.Stats)-1].FirstStepMS = 1e3 * time.Since(el.recovered).Seconds()
+	el.recovered = time.Time{}
+}
+
+// report prints what each recovery cost (rank 0 at the end).
+func (el *elastic) report(w io.Writer) {
+	for _, r := range el.Stats {
+		fmt.Fprintf(w, "recovery at step %d: lost %v, detected at %d (Unix ms), shrink %.1f ms, recover %.1f ms, first step %.1f ms, %d bytes moved, %d round(s), resumed at step %d on %d processes\n",
+			r.Step, r.Lost, r.DetectedUnixMS, r.ShrinkMS, r.RecoverMS, r.FirstStepMS, r.Bytes, r.Attempts, r.Resumed, r.Ranks)
+	}
 }
 
 // grow admits n joining processes at a step boundary: every member

@@ -265,6 +265,9 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		if vc.Respawn {
 			joiners = int(avg[np+1])
 		}
+		if el != nil {
+			el.stepDone()
+		}
 		seen += cfg.Batch
 		step++
 		lossSum += loss
@@ -303,6 +306,9 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		lossSum = 0
 	}
 	prof.Write(log, fmt.Sprintf("%d virtual devices on %d processes", m, hosts(v)))
+	if el != nil {
+		el.report(log)
+	}
 	for _, st := range res.Epochs {
 		res.TrainSeconds += st.Seconds
 	}
