@@ -89,7 +89,9 @@ func (el *elastic) recover(v *vppu.Comm, cause error, step int, what string) (in
 		}
 		rec, err := v.Recover(nc, vppu.RecoverOptions{Step: at, MinRanks: el.min})
 		if err != nil {
-			if errors.Is(err, vppu.ErrTooFewRanks) || errors.Is(err, vppu.ErrStateLost) || !isPeerLoss(err) {
+			// Bad input or lost state will not change by trying again;
+			// anything else is taken for another death during it.
+			if errors.Is(err, engine.ErrInvalidArgument) || errors.Is(err, engine.ErrInvalidUsage) || errors.Is(err, engine.ErrExcluded) {
 				return 0, fmt.Errorf("rank %d step %d: recovering: %w", nc.Rank(), step, err)
 			}
 			errs = append(errs, err) // another rank died during the recovery: shrink again
