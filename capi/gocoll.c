@@ -443,6 +443,11 @@ gocollResult_t gocollVCommRecover(gocollVComm_t vcomm, gocollComm_t newcomm, uin
   return (gocollResult_t)capi_VCommRecover(h(vcomm), h(newcomm), step, minRanks, (int*)place, agreedStep);
 }
 
+gocollResult_t gocollVCommJoin(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev, int minRanks,
+                               uint64_t* agreedStep) {
+  return (gocollResult_t)capi_VCommJoin((uintptr_t*)vcomm, h(comm), (char*)topology, ndev, minRanks, agreedStep);
+}
+
 gocollResult_t gocollVCommMigrate(gocollVComm_t vcomm, const int* place) {
   return (gocollResult_t)capi_VCommMigrate(h(vcomm), (int*)place);
 }

@@ -893,6 +893,17 @@ gocollResult_t gocollVCommRegisterShared(gocollVComm_t vcomm, const char* name, 
 gocollResult_t gocollVCommRecover(gocollVComm_t vcomm, gocollComm_t newcomm, uint64_t step, int minRanks,
                                   const int* place, uint64_t* agreedStep);
 
+/* The joining process's side of gocollVCommRecover: comm is what
+ * gocollCommJoin returned, the members call gocollVCommRecover on the
+ * communicator their gocollCommGrow made, with the same topology, ndev and
+ * minRanks. The new handle may host devices (the balance gives joiners
+ * some); their shared state arrives in memory the library allocated
+ * (gocollVCommGetBuffer; register your own with gocollVCommRegisterShared
+ * after copying it, if you like). *agreedStep (may be NULL) is the step
+ * the job goes on from. */
+gocollResult_t gocollVCommJoin(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev, int minRanks,
+                               uint64_t* agreedStep);
+
 /* Waits for the calls in flight and frees the handle and the buffers the
  * library allocated; the communicator stays. */
 gocollResult_t gocollVCommDestroy(gocollVComm_t vcomm);

@@ -267,6 +267,39 @@ func capi_VCommRecover(vc C.uintptr_t, newcomm C.uintptr_t, step C.uint64_t, min
 	})
 }
 
+//export capi_VCommJoin
+func capi_VCommJoin(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, minRanks C.int, agreed *C.uint64_t) (rc C.int) {
+	const name = "gocollVCommJoin"
+	defer guard(name, &rc)
+	cs, err := handles.comm(uintptr(comm))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	if out == nil || topo == nil {
+		return fail(name, cs, argErr("vcomm or topology is NULL"))
+	}
+	if ndev < 1 || ndev > 1<<20 || minRanks < 0 {
+		return fail(name, cs, argErr("%d virtual devices, minRanks %d", int(ndev), int(minRanks)))
+	}
+	l, err := vppu.ParseLogical(C.GoString(topo), int(ndev))
+	if err != nil {
+		return fail(name, cs, argErr("%v", err))
+	}
+	s := &vcommState{parent: cs, owned: map[unsafe.Pointer]bool{}}
+	v, rec, err := vppu.Join(cs.c, l, vppu.RecoverOptions{MinRanks: int(minRanks), Alloc: s.alloc})
+	if err != nil {
+		s.release(true)
+		return fail(name, cs, err)
+	}
+	s.v = v
+	v.SetAlloc(s.alloc)
+	if agreed != nil {
+		*agreed = C.uint64_t(rec.Step)
+	}
+	*out = C.uintptr_t(handles.addVComm(s))
+	return resSuccess
+}
+
 //export capi_VCommDestroy
 func capi_VCommDestroy(vc C.uintptr_t) (rc C.int) {
 	const name = "gocollVCommDestroy"

@@ -42,6 +42,9 @@ type RecoverOptions struct {
 	// e.g. a random state seeded by (seed, device, step). Nil: such a
 	// buffer makes Recover fail with ErrStateLost.
 	Rebuild func(dev int, name string, buf []byte, step uint64) error
+	// Alloc allocates the buffers arriving at a joining process (Join
+	// only; a Comm uses its SetAlloc). Nil: Go memory.
+	Alloc func(dev int, name string, n int) ([]byte, error)
 }
 
 // Recovery says what Recover did; it is the same on every rank.
@@ -120,6 +123,9 @@ func Join(newParent *engine.Comm, l Logical, opts RecoverOptions) (*Comm, Recove
 	}
 	c := &Comm{parent: newParent, logical: l, bufs: map[int]map[string][]byte{}, shared: map[string][]byte{}, subs: map[string]*engine.Comm{}}
 	c.alloc = func(_ int, _ string, n int) ([]byte, error) { return make([]byte, n), nil }
+	if opts.Alloc != nil {
+		c.alloc = opts.Alloc
+	}
 	rec, err := c.recover(newParent, opts, true)
 	if err != nil {
 		return nil, rec, fmt.Errorf("vppu: join on rank %d: %w", newParent.Rank(), err)

@@ -51,7 +51,7 @@ def test_too_few_ranks(library):
     assert res[0].rc != 0 and "too few processes" in res[0].stderr, res[0]
 
 
-def _train_elastic(np_, kill=None, timeout=120):
+def _train_elastic(np_, kill=None, timeout=120, steps=120, extra=()):
     """Run examples/train_elastic.py; kill=(rank, step): SIGKILL that rank's
     process from outside once rank 0 logged that step."""
     import os
@@ -64,7 +64,7 @@ def _train_elastic(np_, kill=None, timeout=120):
     from launch import BRIDGE, PYTHON
 
     script = os.path.join(BRIDGE, "examples", "train_elastic.py")
-    p = subprocess.Popen([PYTHON, script, "-np", str(np_), "-virtual", "8", "--steps", "120", "--log-every", "1"],
+    p = subprocess.Popen([PYTHON, script, "-np", str(np_), "-virtual", "8", "--steps", str(steps), "--log-every", "1"] + list(extra),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines, pid = [], None
     timer = threading.Timer(timeout, lambda: os.killpg(p.pid, signal.SIGKILL))
@@ -94,3 +94,12 @@ def test_train_elastic_killed_rank(library):
     assert rc == 0 and got == want, out
     assert "rank 1 died (SIGKILL)" in out and "lost rank(s) [1]" in out, out
     assert out.rstrip().splitlines()[-2].startswith("weights sha256"), out
+
+
+def test_train_elastic_respawn(library):
+    # Enough steps for a fresh interpreter to import torch and join.
+    rc, want, out = _train_elastic(1, steps=800)
+    assert rc == 0 and want, out
+    rc, got, out = _train_elastic(4, kill=(2, 20), steps=800, extra=["--respawn"])
+    assert rc == 0 and got == want, out
+    assert "admitted 1 process(es); 4 go on" in out, out
