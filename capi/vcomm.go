@@ -79,6 +79,22 @@ func placement(place *C.int, m, size int) vppu.Place {
 	return out
 }
 
+// logicalArg checks a create or join call's output pointer and reads its
+// topology of ndev devices.
+func logicalArg(out *C.uintptr_t, topo *C.char, ndev C.int) (vppu.Logical, error) {
+	if out == nil || topo == nil {
+		return vppu.Logical{}, argErr("vcomm or topology is NULL")
+	}
+	if ndev < 1 || ndev > 1<<20 {
+		return vppu.Logical{}, argErr("%d virtual devices", int(ndev))
+	}
+	l, err := vppu.ParseLogical(C.GoString(topo), int(ndev))
+	if err != nil {
+		return vppu.Logical{}, argErr("%v", err)
+	}
+	return l, nil
+}
+
 //export capi_VCommCreate
 func capi_VCommCreate(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, place *C.int) (rc C.int) {
 	const name = "gocollVCommCreate"
@@ -87,15 +103,9 @@ func capi_VCommCreate(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.i
 	if err != nil {
 		return fail(name, nil, err)
 	}
-	if out == nil || topo == nil {
-		return fail(name, cs, argErr("vcomm or topology is NULL"))
-	}
-	if ndev < 1 || ndev > 1<<20 {
-		return fail(name, cs, argErr("%d virtual devices", int(ndev)))
-	}
-	l, err := vppu.ParseLogical(C.GoString(topo), int(ndev))
+	l, err := logicalArg(out, topo, ndev)
 	if err != nil {
-		return fail(name, cs, argErr("%v", err))
+		return fail(name, cs, err)
 	}
 	v, err := vppu.New(cs.c, l, placement(place, int(ndev), cs.c.Size()))
 	if err != nil {
@@ -275,15 +285,12 @@ func capi_VCommJoin(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int
 	if err != nil {
 		return fail(name, nil, err)
 	}
-	if out == nil || topo == nil {
-		return fail(name, cs, argErr("vcomm or topology is NULL"))
+	l, err := logicalArg(out, topo, ndev)
+	if err == nil && minRanks < 0 {
+		err = argErr("minRanks %d", int(minRanks))
 	}
-	if ndev < 1 || ndev > 1<<20 || minRanks < 0 {
-		return fail(name, cs, argErr("%d virtual devices, minRanks %d", int(ndev), int(minRanks)))
-	}
-	l, err := vppu.ParseLogical(C.GoString(topo), int(ndev))
 	if err != nil {
-		return fail(name, cs, argErr("%v", err))
+		return fail(name, cs, err)
 	}
 	s := &vcommState{parent: cs, owned: map[unsafe.Pointer]bool{}}
 	v, rec, err := vppu.Join(cs.c, l, vppu.RecoverOptions{MinRanks: int(minRanks), Alloc: s.alloc})

@@ -1,9 +1,7 @@
 package vppu
 
 import (
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -349,10 +347,7 @@ func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recov
 			if x.dev < 0 {
 				arrivedShared[x.name] = buf
 			} else {
-				if arrived[x.dev] == nil {
-					arrived[x.dev] = map[string][]byte{}
-				}
-				arrived[x.dev][x.name] = buf
+				put(arrived, x.dev, x.name, buf)
 			}
 			if x.size == 0 {
 				continue
@@ -364,14 +359,8 @@ func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recov
 			reqs = append(reqs, r)
 		}
 	}
-	var errs []error
-	for _, r := range reqs {
-		if err := r.Wait(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return rec, errors.Join(errs...)
+	if err := waitAll(reqs); err != nil {
+		return rec, err
 	}
 	// Own buffers that cannot be copied are rebuilt at the agreed step.
 	rebuilt := map[int]map[string][]byte{}
@@ -393,10 +382,7 @@ func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recov
 			if err := opts.Rebuild(v, name, buf, step); err != nil {
 				return rec, fmt.Errorf("rebuilding device %d buffer %q at step %d: %w", v, name, step, err)
 			}
-			if rebuilt[v] == nil {
-				rebuilt[v] = map[string][]byte{}
-			}
-			rebuilt[v][name] = buf
+			put(rebuilt, v, name, buf)
 		}
 	}
 	// Commit: the new parent, the arrived state, the new placement.
@@ -430,32 +416,19 @@ func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recov
 	return rec, nil
 }
 
-// gatherDescs all-gathers every rank's description (lengths, then the
-// padded JSON).
+// gatherDescs all-gathers every rank's description (as JSON).
 func gatherDescs(np *engine.Comm, d recoverDesc) ([]recoverDesc, error) {
 	mine, err := json.Marshal(d)
 	if err != nil {
 		return nil, err
 	}
-	n := np.Size()
-	lens := make([]byte, 8*n)
-	if err := np.AllGather(binary.LittleEndian.AppendUint64(nil, uint64(len(mine))), lens, 8, engine.Uint8); err != nil {
+	blobs, err := allGatherBlobs(np, mine)
+	if err != nil {
 		return nil, err
 	}
-	width := 0
-	for r := range n {
-		width = max(width, int(binary.LittleEndian.Uint64(lens[8*r:])))
-	}
-	padded := make([]byte, width)
-	copy(padded, mine)
-	all := make([]byte, width*n)
-	if err := np.AllGather(padded, all, width, engine.Uint8); err != nil {
-		return nil, err
-	}
-	out := make([]recoverDesc, n)
-	for r := range n {
-		l := int(binary.LittleEndian.Uint64(lens[8*r:]))
-		if l > width || json.Unmarshal(all[r*width:r*width+l], &out[r]) != nil {
+	out := make([]recoverDesc, len(blobs))
+	for r, b := range blobs {
+		if json.Unmarshal(b, &out[r]) != nil {
 			return nil, fmt.Errorf("rank %d sent a damaged description", r)
 		}
 	}
