@@ -190,7 +190,7 @@ func logicalHash(l Logical) uint64 {
 func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recovery, error) {
 	n, me := np.Size(), np.Rank()
 	if opts.MinRanks > 0 && n < opts.MinRanks {
-		return Recovery{}, fmt.Errorf("%w: %d processes, the job needs at least %d", ErrTooFewRanks, n, opts.MinRanks)
+		return Recovery{}, fmt.Errorf("%w: %d process(es), the job needs at least %d", ErrTooFewRanks, n, opts.MinRanks)
 	}
 	if opts.Place != nil {
 		if err := checkPlace(np, c.logical.M, opts.Place); err != nil {
