@@ -28,6 +28,22 @@ var elasticArgs = []string{"-virtual", "8", "-synthetic", "-train-limit", "4096"
 // process (from outside, by its pid) once rank 0 logged step killAt
 // (victim < 0: no kill). It returns the output and the exit error.
 func runKilling(t *testing.T, bin string, victim, killAt int, args ...string) (string, error) {
+	var kills []kill
+	if victim >= 0 {
+		kills = []kill{{victim, killAt, 0}}
+	}
+	return runKills(t, bin, kills, args...)
+}
+
+// kill is a rank to SIGKILL once rank 0 logged step at, after waiting
+// delay (from the kill before, or from that step's line).
+type kill struct {
+	rank, at int
+	delay    time.Duration
+}
+
+// runKills is runKilling with several kills, in order.
+func runKills(t *testing.T, bin string, kills []kill, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = cleanEnv(os.Environ())
@@ -42,19 +58,25 @@ func runKilling(t *testing.T, bin string, victim, killAt int, args ...string) (s
 	scanned := make(chan struct{})
 	go func() {
 		defer close(scanned)
-		pid, killed := 0, false
+		pids := map[int]int{}
+		next := 0
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			line := sc.Text()
 			out.WriteString(line + "\n")
-			if m := pidLine.FindStringSubmatch(line); m != nil && m[1] == strconv.Itoa(victim) {
-				pid, _ = strconv.Atoi(m[2])
+			if m := pidLine.FindStringSubmatch(line); m != nil {
+				r, _ := strconv.Atoi(m[1])
+				pids[r], _ = strconv.Atoi(m[2])
 			}
-			if m := stepLine.FindStringSubmatch(line); m != nil && !killed && pid > 0 {
-				if s, _ := strconv.Atoi(m[1]); s >= killAt {
-					syscall.Kill(pid, syscall.SIGKILL) // a child of the launcher, by its pid
-					killed = true
+			m := stepLine.FindStringSubmatch(line)
+			for m != nil && next < len(kills) {
+				k := kills[next]
+				if s, _ := strconv.Atoi(m[1]); s < k.at || pids[k.rank] == 0 {
+					break
 				}
+				time.Sleep(k.delay)
+				syscall.Kill(pids[k.rank], syscall.SIGKILL) // a child of the launcher, by its pid
+				next++
 			}
 		}
 		io.Copy(io.Discard, pr)
@@ -124,5 +146,30 @@ func TestElasticRespawn(t *testing.T) {
 	if !strings.Contains(out, "admitted 1 joining process(es); 4 processes go on") ||
 		!regexp.MustCompile(`(?m)^epoch 5/5  8 virtual devices on 4 processes`).MatchString(out) {
 		t.Fatalf("the replacement was not admitted, or the job did not end on 4 processes\n%s", out)
+	}
+}
+
+// TestElasticDoubleKill: a second rank is SIGKILLed while the survivors
+// of the first recover (the shrink then connects without it, or runs a
+// second round): the two left finish with the uninterrupted run's hash.
+func TestElasticDoubleKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the training twice")
+	}
+	bin := sgdBinary(t)
+	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", "1"}, elasticArgs...)...)
+	want := hashLine.FindStringSubmatch(out)
+	if err != nil || want == nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, out)
+	}
+	for _, delay := range []time.Duration{20 * time.Millisecond, 60 * time.Millisecond} {
+		out, err = runKills(t, bin, []kill{{3, 10, 0}, {1, 10, delay}}, append([]string{"-np", "4", "-elastic"}, elasticArgs...)...)
+		got := hashLine.FindStringSubmatch(out)
+		if err != nil || got == nil || got[1] != want[1] {
+			t.Fatalf("ranks 3 and 1 killed %v apart: %v, hash %v, want %s\n%s", delay, err, got, want[1], out)
+		}
+		if !regexp.MustCompile(`(?m)^epoch 3/3  8 virtual devices on 2 processes`).MatchString(out) {
+			t.Fatalf("the job did not end on 2 processes\n%s", out)
+		}
 	}
 }
