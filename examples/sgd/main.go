@@ -13,6 +13,10 @@
 //	sgd -np 4 -virtual 8 -migrate-at 1000 -migrate-to 2
 //	                           8 virtual devices on 4 processes, moved onto
 //	                           2 of them before step 1000 (vppu)
+//	sgd -np 4 -virtual 8 -elastic [-respawn]
+//	                           8 virtual devices that survive a killed rank
+//	                           process (docs/elastic.md); -respawn starts a
+//	                           replacement that joins
 //	sgd -virtual 8 -migrate-at 1000 -compare 2,4,4:2
 //	                           the three side by side ("4:2": 4 processes
 //	                           migrating to 2)
@@ -21,7 +25,8 @@
 //
 // Under a launcher (torchrun, Open MPI, Slurm, or GOCOLL_RANK/GOCOLL_SIZE/
 // GOCOLL_ROOT_ADDR) each process is one rank and joins with
-// engine.NewCommFromEnv. The last line printed is "test accuracy: 0.xxxx".
+// engine.NewCommFromEnv. The last lines printed are "weights sha256 <hex>"
+// and "test accuracy: 0.xxxx".
 package main
 
 import (
