@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/gocoll/gocoll/engine"
@@ -142,5 +144,66 @@ func TestRebalance(t *testing.T) {
 		if got := Rebalance(tc.owner, tc.n); !slices.Equal(got, tc.want) {
 			t.Errorf("Rebalance(%v, %d) = %v, want %v", tc.owner, tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestRecoverCycles: 30 shrink+recover cycles on a healthy job (every
+// rank goes on, the devices stay) leave the goroutines where the first
+// cycle left them: the old sub-communicators are destroyed each time.
+func TestRecoverCycles(t *testing.T) {
+	const m, count, cycles = 6, 64, 30
+	l, _ := ParseLogical("ring", m)
+	var baseline int
+	var mu sync.Mutex
+	errs := onRanks(t, 3, func(pc *engine.Comm) error {
+		c, err := New(pc, l, Block(m, 3))
+		if err != nil {
+			return err
+		}
+		defer c.Destroy()
+		if err := c.RegisterShared("w", make([]byte, 64)); err != nil {
+			return err
+		}
+		cur := pc
+		for i := range cycles {
+			np, err := cur.Shrink(nil)
+			if err != nil {
+				return fmt.Errorf("cycle %d: %w", i, err)
+			}
+			rec, err := c.Recover(np, RecoverOptions{Step: uint64(i), MinRanks: 3})
+			if err != nil {
+				return fmt.Errorf("cycle %d: %w", i, err)
+			}
+			if rec.Step != uint64(i) || len(rec.Lost) != 0 || rec.Bytes != 0 || !slices.Equal(rec.Place, Block(m, 3)) {
+				return fmt.Errorf("cycle %d: %+v", i, rec)
+			}
+			if cur != pc {
+				cur.Destroy()
+			}
+			cur = np
+			local := c.Local()
+			bufs := make([][]byte, len(local))
+			for k, v := range local {
+				bufs[k] = contribution(i, v, count)
+			}
+			if err := c.AllReduce(bufs, bufs, count, engine.Float32, engine.Sum); err != nil {
+				return fmt.Errorf("cycle %d: %w", i, err)
+			}
+			if i == 1 && pc.Rank() == 0 {
+				mu.Lock()
+				baseline = runtime.NumGoroutine()
+				mu.Unlock()
+			}
+		}
+		if cur != pc {
+			c.Destroy()
+			cur.Destroy()
+		}
+		return nil
+	})
+	noErrors(t, errs)
+	// The other ranks may be a cycle apart at the baseline: allow their share.
+	if n := runtime.NumGoroutine(); n > baseline+20 {
+		t.Errorf("%d goroutines after %d cycles, %d after the second", n, cycles, baseline)
 	}
 }
