@@ -235,10 +235,15 @@ func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recov
 			return Recovery{}, fmt.Errorf("rank %d sent a damaged description", r)
 		}
 		for k, v := range x.Local {
-			if v < 0 || v >= m || owner[v] >= 0 {
-				return Recovery{}, fmt.Errorf("%w: device %d claimed by rank %d and by another or out of range", engine.ErrInvalidArgument, v, r)
+			if v < 0 || v >= m {
+				return Recovery{}, fmt.Errorf("%w: rank %d hosts device %d of %d", engine.ErrInvalidArgument, r, v, m)
 			}
-			owner[v], own[v] = r, x.Own[k]
+			// A device two ranks claim (a migration that a death cut
+			// short after some ranks switched to the new placement)
+			// stays with the lower: both hold its state.
+			if owner[v] < 0 {
+				owner[v], own[v] = r, x.Own[k]
+			}
 		}
 		if len(x.Local) > 0 && (src < 0 || x.Step > step) {
 			src, step = r, x.Step

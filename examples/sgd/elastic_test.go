@@ -173,3 +173,28 @@ func TestElasticDoubleKill(t *testing.T) {
 		}
 	}
 }
+
+// TestElasticKillDuringMigration: with -migrate-at 40 -migrate-to 2, rank
+// 1 (which keeps devices) is SIGKILLed as the migration starts; the
+// survivors recover, migrate again onto 2 processes and end with the
+// hash of the uninterrupted run.
+func TestElasticKillDuringMigration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the training twice")
+	}
+	bin := sgdBinary(t)
+	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", "1"}, elasticArgs...)...)
+	want := hashLine.FindStringSubmatch(out)
+	if err != nil || want == nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, out)
+	}
+	out, err = runKilling(t, bin, 1, 40, append([]string{"-np", "4", "-elastic", "-migrate-at", "40", "-migrate-to", "2"}, elasticArgs...)...)
+	got := hashLine.FindStringSubmatch(out)
+	if err != nil || got == nil || got[1] != want[1] {
+		t.Fatalf("rank 1 killed at the migration: %v, hash %v, want %s\n%s", err, got, want[1], out)
+	}
+	if !strings.Contains(out, "rank 1 died") || !regexp.MustCompile(`(?m)migrated 8 virtual devices from \d to 2 processes`).MatchString(out) {
+		t.Fatalf("no death or no migration reported\n%s", out)
+	}
+	t.Log(regexp.MustCompile(`(?m)^.*(lost rank\(s\)|migrated).*$`).FindAllString(out, -1))
+}

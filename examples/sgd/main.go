@@ -142,10 +142,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-virtual, -migrate-at and -migrate-to must not be negative")
 	case o.virtual.Devices == 0 && (o.virtual.MigrateAt > 0 || o.virtual.MigrateTo > 0):
 		return nil, errors.New("-migrate-at and -migrate-to need -virtual")
-	case o.virtual.Elastic && (o.virtual.Devices == 0 || o.virtual.MigrateAt > 0):
-		return nil, errors.New("-elastic needs -virtual and does not go with -migrate-at")
-	case o.virtual.Respawn && !o.virtual.Elastic:
-		return nil, errors.New("-respawn needs -elastic")
+	case o.virtual.Elastic && o.virtual.Devices == 0:
+		return nil, errors.New("-elastic needs -virtual")
+	case o.virtual.Respawn && (!o.virtual.Elastic || o.virtual.MigrateAt > 0):
+		return nil, errors.New("-respawn needs -elastic and does not go with -migrate-at (processes that leave in the migration stop answering the job)")
 	case o.virtual.Devices > 0 && o.check:
 		return nil, errors.New("-check compares rank counts of plain data parallelism; with -virtual the runs agree to the bit (compare their losses)")
 	case (o.virtual.MigrateAt > 0) != (o.virtual.MigrateTo > 0) && !strings.Contains(o.compare, ":"):

@@ -184,10 +184,17 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		if e != permEpoch {
 			perm, permEpoch = sched.Epoch(e), e
 		}
-		if vc.MigrateAt > 0 && step == vc.MigrateAt {
-			mig, err := migrate(v, c, vc.MigrateTo, np)
+		if vc.MigrateAt > 0 && step == vc.MigrateAt && res.Migration == nil {
+			// After a lost rank there may be fewer processes than asked.
+			mig, err := migrate(v, c, min(vc.MigrateTo, c.Size()), np)
 			if err != nil {
-				return nil, err
+				// A rank lost during the move: recover onto the survivors
+				// (all of them), then migrate again.
+				if step, err = survive(err, "migration"); err != nil {
+					return nil, err
+				}
+				grads = nil
+				continue
 			}
 			mig.Step = step
 			res.Migration = mig
