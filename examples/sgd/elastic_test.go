@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -94,6 +95,28 @@ func runKills(t *testing.T, bin string, kills []kill, args ...string) (string, e
 	}
 }
 
+// uninterrupted runs the training on np processes without a kill and
+// returns its weights hash.
+func uninterrupted(t *testing.T, bin string, np int, args ...string) string {
+	t.Helper()
+	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", strconv.Itoa(np)}, args...)...)
+	want := hashLine.FindStringSubmatch(out)
+	if err != nil || want == nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, out)
+	}
+	return want[1]
+}
+
+// sameHash fails the test unless the run (what) exited 0 with the weights
+// hash want.
+func sameHash(t *testing.T, what, out string, err error, want string) {
+	t.Helper()
+	got := hashLine.FindStringSubmatch(out)
+	if err != nil || got == nil || got[1] != want {
+		t.Fatalf("%s: %v, hash %v, want %s\n%s", what, err, got, want, out)
+	}
+}
+
 // TestElasticKill: SIGKILL one rank process of -np 4 -virtual 8 -elastic
 // (rank 2 early, rank 0 in the middle, rank 3 near the end); the job exits
 // 0 and prints the weights hash of the uninterrupted run.
@@ -102,17 +125,10 @@ func TestElasticKill(t *testing.T) {
 		t.Skip("runs the training several times")
 	}
 	bin := sgdBinary(t)
-	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", "2"}, elasticArgs...)...)
-	want := hashLine.FindStringSubmatch(out)
-	if err != nil || want == nil {
-		t.Fatalf("uninterrupted run: %v\n%s", err, out)
-	}
+	want := uninterrupted(t, bin, 2, elasticArgs...)
 	for _, tc := range []struct{ victim, at int }{{2, 3}, {0, 40}, {3, 85}} {
 		out, err := runKilling(t, bin, tc.victim, tc.at, append([]string{"-np", "4", "-elastic"}, elasticArgs...)...)
-		got := hashLine.FindStringSubmatch(out)
-		if err != nil || got == nil || got[1] != want[1] {
-			t.Fatalf("rank %d killed at step %d: %v, hash %v, want %s\n%s", tc.victim, tc.at, err, got, want[1], out)
-		}
+		sameHash(t, fmt.Sprintf("rank %d killed at step %d", tc.victim, tc.at), out, err, want)
 		if !strings.Contains(out, "rank "+strconv.Itoa(tc.victim)+" died") || !strings.Contains(out, "lost rank(s)") {
 			t.Fatalf("rank %d killed at step %d: no death or recovery reported\n%s", tc.victim, tc.at, out)
 		}
@@ -133,16 +149,9 @@ func TestElasticRespawn(t *testing.T) {
 	bin := sgdBinary(t)
 	args := slices.Clone(elasticArgs)
 	args[slices.Index(args, "-epochs")+1] = "5" // room for the replacement to start and join
-	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", "1"}, args...)...)
-	want := hashLine.FindStringSubmatch(out)
-	if err != nil || want == nil {
-		t.Fatalf("uninterrupted run: %v\n%s", err, out)
-	}
-	out, err = runKilling(t, bin, 1, 3, append([]string{"-np", "4", "-elastic", "-respawn"}, args...)...)
-	got := hashLine.FindStringSubmatch(out)
-	if err != nil || got == nil || got[1] != want[1] {
-		t.Fatalf("rank 1 killed, respawned: %v, hash %v, want %s\n%s", err, got, want[1], out)
-	}
+	want := uninterrupted(t, bin, 1, args...)
+	out, err := runKilling(t, bin, 1, 3, append([]string{"-np", "4", "-elastic", "-respawn"}, args...)...)
+	sameHash(t, "rank 1 killed, respawned", out, err, want)
 	if !strings.Contains(out, "admitted 1 joining process(es); 4 processes go on") ||
 		!regexp.MustCompile(`(?m)^epoch 5/5  8 virtual devices on 4 processes`).MatchString(out) {
 		t.Fatalf("the replacement was not admitted, or the job did not end on 4 processes\n%s", out)
@@ -157,17 +166,10 @@ func TestElasticDoubleKill(t *testing.T) {
 		t.Skip("runs the training twice")
 	}
 	bin := sgdBinary(t)
-	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", "1"}, elasticArgs...)...)
-	want := hashLine.FindStringSubmatch(out)
-	if err != nil || want == nil {
-		t.Fatalf("uninterrupted run: %v\n%s", err, out)
-	}
+	want := uninterrupted(t, bin, 1, elasticArgs...)
 	for _, delay := range []time.Duration{20 * time.Millisecond, 60 * time.Millisecond} {
-		out, err = runKills(t, bin, []kill{{3, 10, 0}, {1, 10, delay}}, append([]string{"-np", "4", "-elastic"}, elasticArgs...)...)
-		got := hashLine.FindStringSubmatch(out)
-		if err != nil || got == nil || got[1] != want[1] {
-			t.Fatalf("ranks 3 and 1 killed %v apart: %v, hash %v, want %s\n%s", delay, err, got, want[1], out)
-		}
+		out, err := runKills(t, bin, []kill{{3, 10, 0}, {1, 10, delay}}, append([]string{"-np", "4", "-elastic"}, elasticArgs...)...)
+		sameHash(t, fmt.Sprintf("ranks 3 and 1 killed %v apart", delay), out, err, want)
 		if !regexp.MustCompile(`(?m)^epoch 3/3  8 virtual devices on 2 processes`).MatchString(out) {
 			t.Fatalf("the job did not end on 2 processes\n%s", out)
 		}
@@ -183,16 +185,9 @@ func TestElasticKillDuringMigration(t *testing.T) {
 		t.Skip("runs the training twice")
 	}
 	bin := sgdBinary(t)
-	out, err := runKilling(t, bin, -1, 0, append([]string{"-np", "1"}, elasticArgs...)...)
-	want := hashLine.FindStringSubmatch(out)
-	if err != nil || want == nil {
-		t.Fatalf("uninterrupted run: %v\n%s", err, out)
-	}
-	out, err = runKilling(t, bin, 1, 40, append([]string{"-np", "4", "-elastic", "-migrate-at", "40", "-migrate-to", "2"}, elasticArgs...)...)
-	got := hashLine.FindStringSubmatch(out)
-	if err != nil || got == nil || got[1] != want[1] {
-		t.Fatalf("rank 1 killed at the migration: %v, hash %v, want %s\n%s", err, got, want[1], out)
-	}
+	want := uninterrupted(t, bin, 1, elasticArgs...)
+	out, err := runKilling(t, bin, 1, 40, append([]string{"-np", "4", "-elastic", "-migrate-at", "40", "-migrate-to", "2"}, elasticArgs...)...)
+	sameHash(t, "rank 1 killed at the migration", out, err, want)
 	if !strings.Contains(out, "rank 1 died") || !regexp.MustCompile(`(?m)migrated 8 virtual devices from \d to 2 processes`).MatchString(out) {
 		t.Fatalf("no death or no migration reported\n%s", out)
 	}
