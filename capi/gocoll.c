@@ -449,6 +449,20 @@ gocollResult_t gocollVCommGetBuffer(gocollVComm_t vcomm, int dev, const char* na
   return (gocollResult_t)capi_VCommGetBuffer(h(vcomm), dev, (char*)name, buf, size);
 }
 
+gocollResult_t gocollVCommRegisterShared(gocollVComm_t vcomm, const char* name, void* buf, size_t size) {
+  return (gocollResult_t)capi_VCommRegisterShared(h(vcomm), (char*)name, buf, size);
+}
+
+gocollResult_t gocollVCommRecover(gocollVComm_t vcomm, gocollComm_t newcomm, uint64_t step, int minRanks,
+                                  const int* place, uint64_t* agreedStep) {
+  return (gocollResult_t)capi_VCommRecover(h(vcomm), h(newcomm), step, minRanks, (int*)place, agreedStep);
+}
+
+gocollResult_t gocollVCommJoin(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev, int minRanks,
+                               uint64_t* agreedStep) {
+  return (gocollResult_t)capi_VCommJoin((uintptr_t*)vcomm, h(comm), (char*)topology, ndev, minRanks, agreedStep);
+}
+
 gocollResult_t gocollVCommMigrate(gocollVComm_t vcomm, const int* place) {
   return (gocollResult_t)capi_VCommMigrate(h(vcomm), (int*)place);
 }

@@ -87,6 +87,7 @@
 #define GOCOLL_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -894,6 +895,41 @@ gocollResult_t gocollVCommGetBuffer(gocollVComm_t vcomm, int dev, const char* na
  * move makes the others fail (gocollRemoteError or gocollTimeout), and the
  * handle is then only good for gocollVCommDestroy. */
 gocollResult_t gocollVCommMigrate(gocollVComm_t vcomm, const int* place);
+
+/* Registers buf as state every local device holds alike (parameters,
+ * momentum, a step counter), kept once on this rank: a migration or a
+ * recovery sends one copy to a rank that has none. A name is either shared
+ * or per device (gocollVCommRegister). */
+gocollResult_t gocollVCommRegisterShared(gocollVComm_t vcomm, const char* name, void* buf, size_t size);
+
+/* After ranks died (or joined): moves the virtual devices onto newcomm,
+ * made from the handle's communicator by gocollCommShrink (or
+ * gocollCommGrow), and makes it the handle's communicator. Every rank of
+ * newcomm calls it. Surviving devices stay where they are (place NULL;
+ * else device v goes to rank place[v] of newcomm), a lost device goes to a
+ * survivor with the shared state (gocollVCommRegisterShared) it already
+ * has or gets from a live holder. step is how many steps this rank's
+ * shared state has completed; ranks may differ by one (a reduction that
+ * reached some ranks only): every rank ends with the state of the highest,
+ * stored in *agreedStep (may be NULL), and goes on from there. A lost
+ * device's own buffers (gocollVCommRegister) cannot be restored:
+ * gocollInvalidUsage, as are fewer than minRanks ranks in newcomm (0: any).
+ * A rank dying during it gives gocollRemoteError or gocollTimeout on the
+ * others: shrink again and call it again on the smaller communicator. The
+ * old communicator stays the caller's (destroy it). */
+gocollResult_t gocollVCommRecover(gocollVComm_t vcomm, gocollComm_t newcomm, uint64_t step, int minRanks,
+                                  const int* place, uint64_t* agreedStep);
+
+/* The joining process's side of gocollVCommRecover: comm is what
+ * gocollCommJoin returned, the members call gocollVCommRecover on the
+ * communicator their gocollCommGrow made, with the same topology, ndev and
+ * minRanks. The new handle may host devices (the balance gives joiners
+ * some); their shared state arrives in memory the library allocated
+ * (gocollVCommGetBuffer; register your own with gocollVCommRegisterShared
+ * after copying it, if you like). *agreedStep (may be NULL) is the step
+ * the job goes on from. */
+gocollResult_t gocollVCommJoin(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev, int minRanks,
+                               uint64_t* agreedStep);
 
 /* Waits for the calls in flight and frees the handle and the buffers the
  * library allocated; the communicator stays. */

@@ -79,6 +79,22 @@ func placement(place *C.int, m, size int) vppu.Place {
 	return out
 }
 
+// logicalArg checks a create or join call's output pointer and reads its
+// topology of ndev devices.
+func logicalArg(out *C.uintptr_t, topo *C.char, ndev C.int) (vppu.Logical, error) {
+	if out == nil || topo == nil {
+		return vppu.Logical{}, argErr("vcomm or topology is NULL")
+	}
+	if ndev < 1 || ndev > 1<<20 {
+		return vppu.Logical{}, argErr("%d virtual devices", int(ndev))
+	}
+	l, err := vppu.ParseLogical(C.GoString(topo), int(ndev))
+	if err != nil {
+		return vppu.Logical{}, argErr("%v", err)
+	}
+	return l, nil
+}
+
 //export capi_VCommCreate
 func capi_VCommCreate(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, place *C.int) (rc C.int) {
 	const name = "gocollVCommCreate"
@@ -87,15 +103,9 @@ func capi_VCommCreate(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.i
 	if err != nil {
 		return fail(name, nil, err)
 	}
-	if out == nil || topo == nil {
-		return fail(name, cs, argErr("vcomm or topology is NULL"))
-	}
-	if ndev < 1 || ndev > 1<<20 {
-		return fail(name, cs, argErr("%d virtual devices", int(ndev)))
-	}
-	l, err := vppu.ParseLogical(C.GoString(topo), int(ndev))
+	l, err := logicalArg(out, topo, ndev)
 	if err != nil {
-		return fail(name, cs, argErr("%v", err))
+		return fail(name, cs, err)
 	}
 	v, err := vppu.New(cs.c, l, placement(place, int(ndev), cs.c.Size()))
 	if err != nil {
@@ -224,6 +234,77 @@ func capi_VCommMigrate(vc C.uintptr_t, place *C.int) C.int {
 		s.release(false)
 		return nil
 	})
+}
+
+//export capi_VCommRegisterShared
+func capi_VCommRegisterShared(vc C.uintptr_t, bufName *C.char, buf unsafe.Pointer, size C.size_t) C.int {
+	return vcall("gocollVCommRegisterShared", vc, func(s *vcommState) error {
+		if bufName == nil {
+			return argErr("name is NULL")
+		}
+		b, err := buffer("buf", buf, size, 1, engine.Uint8)
+		if err != nil {
+			return err
+		}
+		return s.v.RegisterShared(C.GoString(bufName), b)
+	})
+}
+
+//export capi_VCommRecover
+func capi_VCommRecover(vc C.uintptr_t, newcomm C.uintptr_t, step C.uint64_t, minRanks C.int, place *C.int, agreed *C.uint64_t) C.int {
+	return vcall("gocollVCommRecover", vc, func(s *vcommState) error {
+		ns, err := handles.comm(uintptr(newcomm))
+		if err != nil {
+			return err
+		}
+		if minRanks < 0 {
+			return argErr("minRanks %d", int(minRanks))
+		}
+		opts := vppu.RecoverOptions{Step: uint64(step), MinRanks: int(minRanks)}
+		if place != nil {
+			opts.Place = placement(place, s.v.Size(), ns.c.Size())
+		}
+		rec, err := s.v.Recover(ns.c, opts)
+		if err != nil {
+			return err
+		}
+		s.parent = ns
+		s.release(false)
+		if agreed != nil {
+			*agreed = C.uint64_t(rec.Step)
+		}
+		return nil
+	})
+}
+
+//export capi_VCommJoin
+func capi_VCommJoin(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, minRanks C.int, agreed *C.uint64_t) (rc C.int) {
+	const name = "gocollVCommJoin"
+	defer guard(name, &rc)
+	cs, err := handles.comm(uintptr(comm))
+	if err != nil {
+		return fail(name, nil, err)
+	}
+	l, err := logicalArg(out, topo, ndev)
+	if err == nil && minRanks < 0 {
+		err = argErr("minRanks %d", int(minRanks))
+	}
+	if err != nil {
+		return fail(name, cs, err)
+	}
+	s := &vcommState{parent: cs, owned: map[unsafe.Pointer]bool{}}
+	v, rec, err := vppu.Join(cs.c, l, vppu.RecoverOptions{MinRanks: int(minRanks), Alloc: s.alloc})
+	if err != nil {
+		s.release(true)
+		return fail(name, cs, err)
+	}
+	s.v = v
+	v.SetAlloc(s.alloc)
+	if agreed != nil {
+		*agreed = C.uint64_t(rec.Step)
+	}
+	*out = C.uintptr_t(handles.addVComm(s))
+	return resSuccess
 }
 
 //export capi_VCommDestroy

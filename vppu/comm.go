@@ -409,19 +409,8 @@ func (c *Comm) move(to Place) error {
 	}
 	alloc := c.alloc
 	c.mu.Unlock()
-	n := c.parent.Size()
-	lens := make([]byte, 8*n)
-	if err := c.parent.AllGather(binary.LittleEndian.AppendUint64(nil, uint64(len(desc))), lens, 8, engine.Uint8); err != nil {
-		return err
-	}
-	width := 0
-	for r := range n {
-		width = max(width, int(binary.LittleEndian.Uint64(lens[8*r:])))
-	}
-	padded := make([]byte, width)
-	copy(padded, desc)
-	descs := make([]byte, width*n)
-	if err := c.parent.AllGather(padded, descs, width, engine.Uint8); err != nil {
+	descs, err := allGatherBlobs(c.parent, desc)
+	if err != nil {
 		return err
 	}
 	type moving struct {
@@ -432,8 +421,7 @@ func (c *Comm) move(to Place) error {
 		shared   bool
 	}
 	var moves []moving
-	for r := range n {
-		d := descs[r*width : r*width+int(binary.LittleEndian.Uint64(lens[8*r:]))]
+	for r, d := range descs {
 		for len(d) > 0 {
 			if len(d) < 8 {
 				return fmt.Errorf("rank %d sent a damaged buffer list", r)
@@ -487,10 +475,7 @@ func (c *Comm) move(to Place) error {
 			if m.shared {
 				arrivedShared[m.name] = buf
 			} else {
-				if arrived[m.dev] == nil {
-					arrived[m.dev] = map[string][]byte{}
-				}
-				arrived[m.dev][m.name] = buf
+				put(arrived, m.dev, m.name, buf)
 			}
 			if m.size == 0 {
 				continue
@@ -502,14 +487,8 @@ func (c *Comm) move(to Place) error {
 			reqs = append(reqs, r)
 		}
 	}
-	var errs []error
-	for _, r := range reqs {
-		if err := r.Wait(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if err := waitAll(reqs); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	for v, bs := range arrived {
@@ -518,6 +497,54 @@ func (c *Comm) move(to Place) error {
 	maps.Copy(c.shared, arrivedShared)
 	c.mu.Unlock()
 	return nil
+}
+
+// allGatherBlobs gathers every rank's blob, of any length: the lengths
+// first, then the blobs padded to the longest.
+func allGatherBlobs(c *engine.Comm, mine []byte) ([][]byte, error) {
+	n := c.Size()
+	lens := make([]byte, 8*n)
+	if err := c.AllGather(binary.LittleEndian.AppendUint64(nil, uint64(len(mine))), lens, 8, engine.Uint8); err != nil {
+		return nil, err
+	}
+	width := 0
+	for r := range n {
+		width = max(width, int(binary.LittleEndian.Uint64(lens[8*r:])))
+	}
+	padded := make([]byte, width)
+	copy(padded, mine)
+	all := make([]byte, width*n)
+	if err := c.AllGather(padded, all, width, engine.Uint8); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, n)
+	for r := range n {
+		l := int(binary.LittleEndian.Uint64(lens[8*r:]))
+		if l > width {
+			return nil, fmt.Errorf("rank %d sent a damaged length", r)
+		}
+		out[r] = all[r*width : r*width+l]
+	}
+	return out, nil
+}
+
+// waitAll waits for every request and joins their errors.
+func waitAll(reqs []*engine.Request) error {
+	var errs []error
+	for _, r := range reqs {
+		if err := r.Wait(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// put files buf as device dev's buffer name in m.
+func put(m map[int]map[string][]byte, dev int, name string, buf []byte) {
+	if m[dev] == nil {
+		m[dev] = map[string][]byte{}
+	}
+	m[dev][name] = buf
 }
 
 // carriesShared says whether device v brings the shared buffers along

@@ -71,3 +71,63 @@ func TestShrinkAfterKill(t *testing.T) {
 		})
 	}
 }
+
+// TestVCommRecoverAfterKill: 8 virtual devices over 4 C ranks train a
+// shared vector; one rank is SIGKILLed after step 10, the others shrink,
+// are refused a recovery onto fewer than minRanks, gocollVCommRecover and
+// finish: their final bytes equal a 2-rank uninterrupted run's.
+func TestVCommRecoverAfterKill(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	run := func(n, victim int) []*harness.Proc {
+		port, err := harness.FreePortPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		common := []string{"GOCOLL_TIMEOUT=10s"}
+		if victim >= 0 {
+			common = append(common, fmt.Sprintf("GOCOLL_TEST_VICTIM=%d", victim))
+		}
+		procs := make([]*harness.Proc, n)
+		for r := range procs {
+			env := harness.Env(append(harness.TorchrunEnv(r, n, port), common...)...)
+			if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["elastic"], "vrecover"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if victim >= 0 {
+			if _, err := procs[victim].WaitLine(ctx, "READY"); err != nil {
+				t.Fatal(err)
+			}
+			if err := procs[victim].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for r, p := range procs {
+			if err := p.Wait(); err != nil && r != victim {
+				t.Fatalf("rank %d: %v\n%s", r, err, p.Output())
+			}
+		}
+		return procs
+	}
+	final := func(p *harness.Proc) string {
+		for _, l := range strings.Split(p.Stdout(), "\n") {
+			if strings.HasPrefix(l, "W ") {
+				return l
+			}
+		}
+		return ""
+	}
+	want := final(run(2, -1)[0])
+	if want == "" {
+		t.Fatal("the uninterrupted run printed no checksum")
+	}
+	for r, p := range run(4, 2) {
+		if r == 2 {
+			continue
+		}
+		if got := final(p); got != want || !strings.Contains(p.Stdout(), "RECOVERED size=3") {
+			t.Errorf("rank %d: %q, want %q\n%s", r, got, want, p.Output())
+		}
+	}
+}

@@ -2,15 +2,22 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/gocoll/gocoll/engine"
 )
 
 // launcherEnv names the launcher whose variables describe this process's
@@ -45,7 +52,13 @@ var launcherVars = []string{
 // Rank 0's standard output goes to stdout as is, every other line gets a
 // "[rank r]" prefix. It waits for all of them and fails if any fails; once
 // one has failed the others get grace to notice, then are killed.
-func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace time.Duration) error {
+//
+// With el.On, a rank killed by a signal is reported and the others go on
+// (they shrink the job among themselves): the run succeeds if every rank
+// that was not killed succeeds. With el.Respawn a replacement process is
+// started for it, which joins the job (joinJob) through el.JobFile; a
+// replacement that fails is reported, and is not the job's failure.
+func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace time.Duration, el elasticLaunch) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("-np: cannot find this program's executable: %w", err)
@@ -56,6 +69,19 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 	}
 	base := cleanEnv(os.Environ())
 	base = append(base, extraEnv...)
+	if el.Respawn {
+		// A joiner needs the job's secret: every rank derives it from
+		// GOCOLL_SECRET, fresh for the job unless the user set one.
+		if os.Getenv("GOCOLL_SECRET") == "" {
+			var b [16]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return err
+			}
+			base = append(base, "GOCOLL_SECRET="+hex.EncodeToString(b[:]))
+		}
+		base = append(base, jobFileVar+"="+el.JobFile)
+	}
+	joinerEnv := slices.Clone(base) // a joiner has no rank variables
 	base = append(base, "GOCOLL_SIZE="+strconv.Itoa(n), "GOCOLL_ROOT_ADDR=127.0.0.1:"+strconv.Itoa(port))
 
 	var outMu sync.Mutex // one line at a time on the shared outputs
@@ -84,6 +110,12 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 			return fmt.Errorf("-np: starting rank %d: %w", r, err)
 		}
 		started++
+		if el.On {
+			// Whoever wants to try the elastic run kills one of these.
+			outMu.Lock()
+			fmt.Fprintf(stderr, "sgd: rank %d is pid %d\n", r, cmd.Process.Pid)
+			outMu.Unlock()
+		}
 	}
 	type exit struct {
 		rank int
@@ -94,18 +126,58 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 		go func() { exits <- exit{r, cmd.Wait()} }()
 	}
 	var failed []string
+	dead, replacements := 0, 0
 	var kill <-chan time.Time
 	done := make([]bool, n)
+	say := func(format string, a ...any) {
+		outMu.Lock()
+		fmt.Fprintf(stderr, format, a...)
+		outMu.Unlock()
+	}
 	for left := n; left > 0; {
 		select {
 		case e := <-exits:
 			left--
 			done[e.rank] = true
-			if e.err != nil {
+			switch {
+			case e.rank >= n && e.err != nil:
+				say("sgd: replacement %d failed (%v); the job goes on without it\n", e.rank-n, e.err)
+			case e.rank >= n:
+			case e.err != nil && el.On && killed(e.err):
+				dead++
+				say("sgd: rank %d died (%v); the job goes on without it\n", e.rank, e.err)
+				if dead == n {
+					failed = append(failed, "every rank died")
+				}
+				if el.Respawn && kill == nil && dead < n {
+					cmd := exec.Command(exe, args...)
+					cmd.Env = append(slices.Clone(joinerEnv), joinerVar+"=1", replacesVar+"="+strconv.Itoa(cmds[e.rank].Process.Pid))
+					id := n + replacements
+					ow := &prefixWriter{mu: &outMu, w: stdout, prefix: fmt.Sprintf("[new %d] ", replacements)}
+					ew := &prefixWriter{mu: &outMu, w: stderr, prefix: fmt.Sprintf("[new %d] ", replacements)}
+					writers = append(writers, ow, ew)
+					cmd.Stdout, cmd.Stderr = ow, ew
+					if err := cmd.Start(); err != nil {
+						say("sgd: starting a replacement for rank %d: %v\n", e.rank, err)
+						continue
+					}
+					say("sgd: replacement %d for rank %d is pid %d\n", replacements, e.rank, cmd.Process.Pid)
+					replacements++
+					cmds = append(cmds, cmd)
+					done = append(done, false)
+					left++
+					go func() { exits <- exit{id, cmd.Wait()} }()
+				}
+			case e.err != nil:
 				failed = append(failed, fmt.Sprintf("rank %d: %v", e.rank, e.err))
 				if kill == nil {
 					kill = time.After(grace)
 				}
+			}
+			if left > 0 && left == replacements-finishedReplacements(done, n) && !anyRunning(done[:n]) {
+				// Every member finished: a replacement still waiting to
+				// join will not be admitted any more.
+				kill = time.After(grace)
 			}
 		case <-kill:
 			for r, cmd := range cmds {
@@ -122,6 +194,75 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 		return fmt.Errorf("-np %d: %s", n, strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// elasticLaunch is how spawnRanks treats ranks that die.
+type elasticLaunch struct {
+	On, Respawn bool
+	JobFile     string // with Respawn: where rank 0 keeps the join info
+}
+
+// The variables of a replacement process: it joins the job whose join
+// info is in the job file.
+const (
+	joinerVar   = "SGD_JOINER"
+	jobFileVar  = "SGD_JOB_FILE"
+	replacesVar = "SGD_REPLACES_PID" // the dead process a joiner replaces
+)
+
+func finishedReplacements(done []bool, n int) int {
+	k := 0
+	for _, d := range done[n:] {
+		if d {
+			k++
+		}
+	}
+	return k
+}
+
+func anyRunning(done []bool) bool { return slices.Contains(done, false) }
+
+// joinJob is a replacement process joining the job: the job file holds
+// the join info of the job's current communicator (rank 0 rewrites it
+// after every recovery, so a stale one is read again until the deadline).
+func joinJob(jobFile string, opts engine.Options) (*engine.Comm, error) {
+	secret, err := engine.JoinSecret(nil, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = engine.DefaultTimeout
+	}
+	deadline := time.Now().Add(opts.Timeout)
+	dead, _ := strconv.Atoi(os.Getenv(replacesVar))
+	var last error
+	for time.Now().Before(deadline) {
+		info, stale, err := readJob(jobFile, dead)
+		switch {
+		case err != nil:
+			last = err
+		case stale:
+			last = fmt.Errorf("the job has not yet recovered from the death of pid %d", dead)
+		default:
+			c, err := engine.Join(info, secret, opts)
+			if err == nil {
+				return c, nil
+			}
+			last = err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("joining through %s: %w", jobFile, last)
+}
+
+// killed says whether a child's exit error is a death by a signal.
+func killed(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 // cleanEnv drops the variables of any launcher we may run under.

@@ -13,6 +13,10 @@
 //	sgd -np 4 -virtual 8 -migrate-at 1000 -migrate-to 2
 //	                           8 virtual devices on 4 processes, moved onto
 //	                           2 of them before step 1000 (vppu)
+//	sgd -np 4 -virtual 8 -elastic [-respawn]
+//	                           8 virtual devices that survive a killed rank
+//	                           process (docs/elastic.md); -respawn starts a
+//	                           replacement that joins
 //	sgd -virtual 8 -migrate-at 1000 -compare 2,4,4:2
 //	                           the three side by side ("4:2": 4 processes
 //	                           migrating to 2)
@@ -21,7 +25,8 @@
 //
 // Under a launcher (torchrun, Open MPI, Slurm, or GOCOLL_RANK/GOCOLL_SIZE/
 // GOCOLL_ROOT_ADDR) each process is one rank and joins with
-// engine.NewCommFromEnv. The last line printed is "test accuracy: 0.xxxx".
+// engine.NewCommFromEnv. The last lines printed are "weights sha256 <hex>"
+// and "test accuracy: 0.xxxx".
 package main
 
 import (
@@ -101,6 +106,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.virtual.Devices, "virtual", 0, "train on M virtual devices placed in blocks over the ranks (results independent of the rank count)")
 	fs.IntVar(&o.virtual.MigrateAt, "migrate-at", 0, "with -virtual: before this global step, migrate the devices onto -migrate-to processes")
 	fs.IntVar(&o.virtual.MigrateTo, "migrate-to", 0, "with -migrate-at: how many processes (the first ones) keep the devices; the others leave")
+	fs.BoolVar(&o.virtual.Elastic, "elastic", false, "with -virtual: when rank processes die, the others shrink the job, recover the devices and go on (same final weights)")
+	fs.IntVar(&o.virtual.LogEvery, "log-every", 0, "with -virtual: print the loss every N steps (0: per epoch only)")
+	fs.BoolVar(&o.virtual.Respawn, "respawn", false, "with -elastic and -np: start a replacement for each killed rank; it joins at a step boundary")
+	fs.IntVar(&o.virtual.MinRanks, "min-ranks", 1, "with -elastic: the fewest processes to go on with")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -133,6 +142,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-virtual, -migrate-at and -migrate-to must not be negative")
 	case o.virtual.Devices == 0 && (o.virtual.MigrateAt > 0 || o.virtual.MigrateTo > 0):
 		return nil, errors.New("-migrate-at and -migrate-to need -virtual")
+	case o.virtual.Elastic && o.virtual.Devices == 0:
+		return nil, errors.New("-elastic needs -virtual")
+	case o.virtual.Respawn && (!o.virtual.Elastic || o.virtual.MigrateAt > 0):
+		return nil, errors.New("-respawn needs -elastic and does not go with -migrate-at (processes that leave in the migration stop answering the job)")
 	case o.virtual.Devices > 0 && o.check:
 		return nil, errors.New("-check compares rank counts of plain data parallelism; with -virtual the runs agree to the bit (compare their losses)")
 	case (o.virtual.MigrateAt > 0) != (o.virtual.MigrateTo > 0) && !strings.Contains(o.compare, ":"):
@@ -164,6 +177,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	start := time.Now()
+	if os.Getenv(joinerVar) != "" {
+		return runLaunched(o, opts, "joiner", stdout, start)
+	}
 	if l := launcherEnv(os.Getenv); l != "" {
 		if o.np > 0 || o.local > 0 || o.compare != "" {
 			return fmt.Errorf("started by a launcher (%s): -np, -local and -compare do not apply; each process is one rank", l)
@@ -232,7 +248,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "report: %s (%s)\n", path, time.Since(start).Round(time.Second))
 	}
-	fmt.Fprintf(stdout, "test accuracy: %.4f\n", runs[len(runs)-1].TestAcc)
+	last := runs[len(runs)-1]
+	fmt.Fprintf(stdout, "weights sha256 %s\n", last.WeightsSHA256)
+	fmt.Fprintf(stdout, "test accuracy: %.4f\n", last.TestAcc)
 	return nil
 }
 
@@ -316,6 +334,10 @@ func trainRank(c *engine.Comm, o *options, opts engine.Options, train, test *Dat
 	if res == nil {
 		return nil, nil // left the job in a migration
 	}
+	res.WeightsSHA256 = weightsHash(res.params)
+	if res.final == nil {
+		res.final = c
+	}
 	res.Data = "Fashion-MNIST (" + o.data + ")"
 	if o.synthetic {
 		res.Data = "synthetic (Gaussian blobs)"
@@ -383,7 +405,11 @@ func runProcesses(o *options, n int, stdout, stderr io.Writer) (*RunResult, erro
 	if o.virtual.MigrateAt > 0 { // this run's, which -compare may have changed
 		args = append(args, fmt.Sprintf("-migrate-at=%d", o.virtual.MigrateAt), fmt.Sprintf("-migrate-to=%d", o.virtual.MigrateTo))
 	}
-	if err := spawnRanks(n, args, nil, stdout, stderr, 10*time.Second); err != nil {
+	el := elasticLaunch{On: o.virtual.Elastic, Respawn: o.virtual.Respawn}
+	if el.Respawn {
+		el.JobFile = filepath.Join(dir, "job")
+	}
+	if err := spawnRanks(n, args, nil, stdout, stderr, 10*time.Second, el); err != nil {
 		return nil, err
 	}
 	b, err := os.ReadFile(resultFile)
@@ -418,17 +444,32 @@ func runLaunched(o *options, opts engine.Options, launcher string, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	c, err := engine.NewCommFromEnv(opts)
+	var c *engine.Comm
+	if launcher == "joiner" {
+		o.virtual.Joining = true
+		c, err = joinJob(os.Getenv(jobFileVar), opts)
+	} else {
+		c, err = engine.NewCommFromEnv(opts)
+	}
 	if err != nil {
 		return fmt.Errorf("joining the job (%s variables): %w", launcher, err)
 	}
+	o.virtual.JobFile = os.Getenv(jobFileVar)
 	res, err := trainRank(c, o, opts, train, test, stdout)
 	if err != nil {
 		c.Abort()
 		_ = c.Destroy()
 		return err
 	}
-	if err := c.Destroy(); err != nil {
+	if res != nil && res.final != c {
+		// It survived lost ranks: the communicator it ended on is the
+		// job's; the one it started on failed on purpose.
+		if err := res.final.Destroy(); err != nil {
+			return err
+		}
+		_ = c.Destroy()
+		c = res.final
+	} else if err := c.Destroy(); err != nil {
 		return err
 	}
 	if c.Rank() != 0 || res == nil {
@@ -455,6 +496,7 @@ func runLaunched(o *options, opts engine.Options, launcher string, stdout io.Wri
 		fmt.Fprintf(stdout, "report: %s\n", path)
 	}
 	if o.result == "" { // else the parent (-np, -compare) has the last word
+		fmt.Fprintf(stdout, "weights sha256 %s\n", res.WeightsSHA256)
 		fmt.Fprintf(stdout, "test accuracy: %.4f\n", res.TestAcc)
 	}
 	return nil

@@ -84,7 +84,13 @@ type RunResult struct {
 	Virtual   int        `json:"virtual,omitempty"`
 	Migration *Migration `json:"migration,omitempty"`
 
-	params [][]float64 // final parameters (not serialised)
+	// -elastic: the recoveries from lost ranks, as rank 0 at the end saw them.
+	Recoveries []Recovery `json:"recoveries,omitempty"`
+	// The sha256 of the final parameters (weightsHash).
+	WeightsSHA256 string `json:"weights_sha256"`
+
+	params [][]float64  // final parameters (not serialised)
+	final  *engine.Comm // the communicator the run ended on (-elastic: after shrinks)
 }
 
 func (cfg Config) sizes(d *Dataset) []int {

@@ -20,6 +20,12 @@ type VirtualConfig struct {
 	Devices   int
 	MigrateAt int
 	MigrateTo int
+	Elastic   bool   // survive lost rank processes (see elastic.go)
+	MinRanks  int    // with Elastic: the fewest processes to go on with
+	Respawn   bool   // with Elastic: admit processes that join at a step boundary
+	JobFile   string // with Elastic: rank 0 keeps the job's JoinInfo here
+	Joining   bool   // this process joins a running job (engine.Join done)
+	LogEvery  int    // print the loss every this many steps (0: never)
 }
 
 // Migration describes the move of a run's virtual devices.
@@ -49,7 +55,11 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	if vc.MigrateAt > 0 && (vc.MigrateTo < 1 || vc.MigrateTo > c.Size()) {
 		return nil, fmt.Errorf("-migrate-to %d: want 1..%d processes", vc.MigrateTo, c.Size())
 	}
-	if log == nil || c.Rank() != 0 {
+	if log == nil {
+		log = io.Discard
+	}
+	out := log
+	if c.Rank() != 0 {
 		log = io.Discard
 	}
 	model, err := NewMLP(cfg.sizes(train), cfg.Batch/m, cfg.Seed)
@@ -61,22 +71,44 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	if err != nil {
 		return nil, err
 	}
-	v, err := vppu.New(c, logical, vppu.Block(m, c.Size()))
-	if err != nil {
-		return nil, err
-	}
-	defer v.Destroy()
 	np := model.NumParams()
-	if err := v.RegisterShared("params", f64Bytes(flatten(model.ParamData(), np))); err != nil {
-		return nil, err
+	var v *vppu.Comm
+	joinedAt := 0
+	if vc.Joining {
+		// A replacement process: the members' Grow admitted it; its
+		// devices and their state come with the members' Recover.
+		var rec vppu.Recovery
+		if v, rec, err = vppu.Join(c, logical, vppu.RecoverOptions{MinRanks: vc.MinRanks}); err != nil {
+			return nil, err
+		}
+		defer v.Destroy()
+		if len(v.Local()) == 0 {
+			return nil, fmt.Errorf("rank %d joined but was given no virtual device", c.Rank())
+		}
+		joinedAt = int(rec.Step)
+	} else {
+		if v, err = vppu.New(c, logical, vppu.Block(m, c.Size())); err != nil {
+			return nil, err
+		}
+		defer v.Destroy()
+		if err := v.RegisterShared("params", f64Bytes(flatten(model.ParamData(), np))); err != nil {
+			return nil, err
+		}
+		if err := v.RegisterShared("velocity", make([]byte, 8*np)); err != nil {
+			return nil, err
+		}
+		// The global steps done: a process that receives devices checks that
+		// the state it got is that of the step it is at.
+		if err := v.RegisterShared("step", make([]byte, 8)); err != nil {
+			return nil, err
+		}
 	}
-	if err := v.RegisterShared("velocity", make([]byte, 8*np)); err != nil {
-		return nil, err
-	}
-	// The global steps done: a process that receives devices checks that
-	// the state it got is that of the step it is at.
-	if err := v.RegisterShared("step", make([]byte, 8)); err != nil {
-		return nil, err
+	// With -respawn each step's allreduce carries one more element: rank
+	// 0's count of waiting joiners (on its first device, times M so that
+	// the average is the count), so every rank decides alike to grow.
+	width := np + 1
+	if vc.Respawn {
+		width++
 	}
 	eval, err := cfg.evaluator(model, test)
 	if err != nil {
@@ -94,87 +126,164 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	// one array (which the virtual allreduce reads in place); avg is the
 	// average, every device's alike, written once.
 	var grads, avgs [][]byte
-	avg := make([]float64, np+1)
+	avg := make([]float64, width)
 	var comm, compute time.Duration
 	prof := newProfile(cfg.Profile)
-	seen, step := 0, 0
+	seen, step := joinedAt*cfg.Batch, joinedAt
 	clock := 0.0
-	for e := 0; e < cfg.Epochs; e++ {
-		epochStart, comm0, compute0 := time.Now(), comm, compute
-		perm := sched.Epoch(e)
-		lossSum := 0.0
-		for s := 0; s < steps; s++ {
-			if vc.MigrateAt > 0 && step == vc.MigrateAt {
-				mig, err := migrate(v, c, vc.MigrateTo, np)
-				if err != nil {
+	total := cfg.Epochs * steps
+	var el *elastic
+	if vc.Elastic {
+		el = &elastic{c: c, orig: c, out: out, min: vc.MinRanks, jobFile: vc.JobFile}
+		if err := el.publish(); err != nil {
+			return nil, err
+		}
+	}
+	// survive handles a failed collective: without -elastic the run ends;
+	// with it, the survivors shrink, recover the devices and return the
+	// step they all are at now.
+	survive := func(err error, what string) (int, error) {
+		if el == nil {
+			return 0, fmt.Errorf("rank %d step %d: %s: %w", c.Rank(), step, what, err)
+		}
+		at, rerr := el.recover(v, err, step, what)
+		if rerr != nil {
+			return 0, rerr
+		}
+		c = el.c
+		if c.Rank() == 0 {
+			log = out
+		} else {
+			log = io.Discard
+		}
+		return at, nil
+	}
+	epochStart, comm0, compute0 := time.Now(), comm, compute
+	lossSum := 0.0
+	var perm []int
+	permEpoch := -1
+	joiners := 0 // waiting to join, as the last step's allreduce said
+	for step < total {
+		if joiners > 0 {
+			n := joiners
+			joiners = 0
+			if err := el.grow(v, n, step); err != nil {
+				if step, err = survive(err, "admitting joiners"); err != nil {
 					return nil, err
 				}
-				mig.Step = step
-				res.Migration = mig
-				fmt.Fprintf(log, "step %d: migrated %d virtual devices from %d to %d processes in %.1f ms (%.1f MB of parameters and momentum moved)\n",
-					step, m, mig.From, mig.To, 1e3*mig.Seconds, float64(mig.Bytes)/1e6)
-				if len(v.Local()) == 0 {
-					return nil, nil
-				}
-				if b, _ := v.Buffer(v.Local()[0], "step"); binary.LittleEndian.Uint64(b) != uint64(step) {
-					return nil, fmt.Errorf("rank %d: the migrated state is that of step %d, not %d", c.Rank(), binary.LittleEndian.Uint64(b), step)
-				}
 			}
-			t := time.Now()
-			prof.Start()
-			local := v.Local()
-			if len(grads) != len(local) {
-				all := make([]byte, 8*(np+1)*len(local))
-				grads, avgs = make([][]byte, len(local)), make([][]byte, len(local))
-				for k := range grads {
-					grads[k] = all[8*(np+1)*k : 8*(np+1)*(k+1)]
-					avgs[k] = f64Bytes(avg)
-				}
+			c = el.c
+			log = io.Discard
+			if c.Rank() == 0 {
+				log = out
 			}
-			params, velocity := deviceVec(v, local[0], "params"), deviceVec(v, local[0], "velocity")
-			unflatten(model.ParamData(), params)
-			prof.Mark(phaseParams)
-			for k, d := range local {
-				model.Load(train, sched.Shard(perm, s, d, m))
-				prof.Mark(phaseLoad)
-				loss, err := model.Backward()
-				if err != nil {
+			grads = nil
+			continue
+		}
+		e, s := step/steps, step%steps
+		if e != permEpoch {
+			perm, permEpoch = sched.Epoch(e), e
+		}
+		if vc.MigrateAt > 0 && step == vc.MigrateAt && res.Migration == nil {
+			// After a lost rank there may be fewer processes than asked.
+			mig, err := migrate(v, c, min(vc.MigrateTo, c.Size()), np)
+			if err != nil {
+				// A rank lost during the move: recover onto the survivors
+				// (all of them), then migrate again.
+				if step, err = survive(err, "migration"); err != nil {
 					return nil, err
 				}
-				prof.Mark(phaseBackward)
-				gd, err := gradData(learn)
-				if err != nil {
-					return nil, err
-				}
-				g := f64s(grads[k])
-				off := 0
-				for _, x := range gd {
-					off += copy(g[off:], x)
-					clear(x) // Gorgonia adds each pass's gradient to the last
-				}
-				g[np] = loss
-				prof.Mark(phaseGradCopy)
+				grads = nil
+				continue
 			}
-			t1 := time.Now()
-			compute += t1.Sub(t)
-			if err := v.AllReduce(grads, avgs, np+1, engine.Float64, engine.Avg); err != nil {
-				return nil, fmt.Errorf("rank %d step %d: %w", c.Rank(), step, err)
+			mig.Step = step
+			res.Migration = mig
+			fmt.Fprintf(log, "step %d: migrated %d virtual devices from %d to %d processes in %.1f ms (%.1f MB of parameters and momentum moved)\n",
+				step, m, mig.From, mig.To, 1e3*mig.Seconds, float64(mig.Bytes)/1e6)
+			if len(v.Local()) == 0 {
+				return nil, nil
 			}
-			t2 := time.Now()
-			comm += t2.Sub(t1)
-			prof.Mark(phaseAllReduce)
-			update(params, velocity, avg[:np], cfg.LR, cfg.Momentum)
-			if b, _ := v.Buffer(local[0], "step"); len(b) == 8 {
-				binary.LittleEndian.PutUint64(b, uint64(step+1))
+			if b, _ := v.Buffer(v.Local()[0], "step"); binary.LittleEndian.Uint64(b) != uint64(step) {
+				return nil, fmt.Errorf("rank %d: the migrated state is that of step %d, not %d", c.Rank(), binary.LittleEndian.Uint64(b), step)
 			}
-			compute += time.Since(t2)
-			prof.Mark(phaseUpdate)
-			prof.Step()
-			loss := avg[np]
-			seen += cfg.Batch
-			step++
-			lossSum += loss
-			res.Curve = append(res.Curve, CurvePoint{Samples: seen, Loss: loss, Seconds: clock + time.Since(epochStart).Seconds()})
+		}
+		t := time.Now()
+		prof.Start()
+		local := v.Local()
+		if len(grads) != len(local) {
+			all := make([]byte, 8*width*len(local))
+			grads, avgs = make([][]byte, len(local)), make([][]byte, len(local))
+			for k := range grads {
+				grads[k] = all[8*width*k : 8*width*(k+1)]
+				avgs[k] = f64Bytes(avg)
+			}
+		}
+		params, velocity := deviceVec(v, local[0], "params"), deviceVec(v, local[0], "velocity")
+		unflatten(model.ParamData(), params)
+		prof.Mark(phaseParams)
+		for k, d := range local {
+			model.Load(train, sched.Shard(perm, s, d, m))
+			prof.Mark(phaseLoad)
+			loss, err := model.Backward()
+			if err != nil {
+				return nil, err
+			}
+			prof.Mark(phaseBackward)
+			gd, err := gradData(learn)
+			if err != nil {
+				return nil, err
+			}
+			g := f64s(grads[k])
+			off := 0
+			for _, x := range gd {
+				off += copy(g[off:], x)
+				clear(x) // Gorgonia adds each pass's gradient to the last
+			}
+			g[np] = loss
+			prof.Mark(phaseGradCopy)
+		}
+		t1 := time.Now()
+		compute += t1.Sub(t)
+		if vc.Respawn {
+			g := f64s(grads[0])
+			g[np+1] = 0
+			if c.Rank() == 0 {
+				g[np+1] = float64(c.Joiners() * m)
+			}
+		}
+		if err := v.AllReduce(grads, avgs, width, engine.Float64, engine.Avg); err != nil {
+			if step, err = survive(err, "allreduce of the gradients"); err != nil {
+				return nil, err
+			}
+			grads = nil // the devices of this rank may have changed
+			continue
+		}
+		t2 := time.Now()
+		comm += t2.Sub(t1)
+		prof.Mark(phaseAllReduce)
+		update(params, velocity, avg[:np], cfg.LR, cfg.Momentum)
+		if b, _ := v.Buffer(local[0], "step"); len(b) == 8 {
+			binary.LittleEndian.PutUint64(b, uint64(step+1))
+		}
+		compute += time.Since(t2)
+		prof.Mark(phaseUpdate)
+		prof.Step()
+		loss := avg[np]
+		if vc.Respawn {
+			joiners = int(avg[np+1])
+		}
+		if el != nil {
+			el.stepDone()
+		}
+		seen += cfg.Batch
+		step++
+		lossSum += loss
+		res.Curve = append(res.Curve, CurvePoint{Samples: seen, Loss: loss, Seconds: clock + time.Since(epochStart).Seconds()})
+		if vc.LogEvery > 0 && step%vc.LogEvery == 0 {
+			fmt.Fprintf(log, "step %d loss %.4f\n", step, loss)
+		}
+		if step%steps != 0 {
+			continue
 		}
 		secs := time.Since(epochStart).Seconds()
 		clock += secs
@@ -183,17 +292,30 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 			Seconds: secs, SamplesPerSec: float64(steps*cfg.Batch) / secs,
 			CommSeconds: (comm - comm0).Seconds(), ComputeSecs: (compute - compute0).Seconds(),
 		}
-		if eval != nil {
-			unflatten(model.ParamData(), deviceVec(v, v.Local()[0], "params"))
-			if st.TestLoss, st.TestAcc, err = evaluateVirtual(v, eval, test); err != nil {
-				return nil, err
+		// With -elastic only the last epoch is evaluated: a recovery then
+		// has one kind of collective to settle, the step's.
+		if eval != nil && (el == nil || step == total) {
+			for {
+				unflatten(model.ParamData(), deviceVec(v, v.Local()[0], "params"))
+				var err error
+				if st.TestLoss, st.TestAcc, err = evaluateVirtual(v, eval, test); err == nil {
+					break
+				}
+				if _, err = survive(err, "evaluation"); err != nil {
+					return nil, err
+				}
 			}
 		}
 		res.Epochs = append(res.Epochs, st)
 		fmt.Fprintf(log, "epoch %d/%d  %d virtual devices on %d processes  train loss %.4f  test loss %.4f  test acc %.4f  %6.0f samples/s\n",
 			st.Epoch, cfg.Epochs, m, hosts(v), st.TrainLoss, st.TestLoss, st.TestAcc, st.SamplesPerSec)
+		epochStart, comm0, compute0 = time.Now(), comm, compute
+		lossSum = 0
 	}
 	prof.Write(log, fmt.Sprintf("%d virtual devices on %d processes", m, hosts(v)))
+	if el != nil {
+		el.report(log)
+	}
 	for _, st := range res.Epochs {
 		res.TrainSeconds += st.Seconds
 	}
@@ -211,6 +333,10 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	unflatten(model.ParamData(), deviceVec(v, v.Local()[0], "params"))
 	for _, p := range model.ParamData() {
 		res.params = append(res.params, slices.Clone(p))
+	}
+	res.final = c
+	if el != nil {
+		res.Recoveries = el.Stats
 	}
 	return res, nil
 }

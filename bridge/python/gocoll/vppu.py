@@ -212,6 +212,7 @@ class VirtualComm(_Handle):
                                                 self._place(place)), "gocollVCommCreate", comm._handle())
         self._h = h.value
         self._mine = {}  # (device, name) -> the caller's registered object
+        self._shared = {}  # name -> the caller's object registered shared
 
     def _place(self, place):
         if place is None:
@@ -268,6 +269,55 @@ class VirtualComm(_Handle):
                     "gocollVCommRegister")
         self._mine[(int(dev), name)] = array
 
+    def register_shared(self, name, array):
+        """Attach ``array`` (kept alive here, not copied) to every local
+        device as ``name``, kept once on this rank: state every device holds
+        alike (parameters, momentum). A migration or :meth:`recover` sends
+        a copy to a rank that has none."""
+        b = as_buffer(array, "register_shared %r" % (name,))
+        self._check(self._lib.gocollVCommRegisterShared(self._handle(), name.encode("utf-8"), b.ptr, b.nbytes),
+                    "gocollVCommRegisterShared")
+        self._shared[name] = array
+
+    def recover(self, new_comm, step, *, min_ranks=0, place=None):
+        """After ranks died: move the devices onto ``new_comm`` (from
+        :meth:`gocoll.Comm.shrink` of this one's communicator), which
+        becomes this one's communicator. Every rank of ``new_comm`` calls
+        it. ``step``: how many steps this rank's shared state has completed;
+        ranks may differ by one, and every rank ends with the state of the
+        highest (copied into the arrays registered here). Returns that step:
+        go on from it. Surviving devices stay (``place`` None; else device v
+        goes to rank ``place[v]``). Raises :class:`~gocoll.errors.InvalidUsage`
+        when ``new_comm`` has fewer than ``min_ranks`` ranks or a lost
+        device had its own (non-shared) buffers; one of ``PEER_FAILURES``
+        when another rank dies meanwhile (shrink again, recover again)."""
+        agreed = ctypes.c_uint64()
+        self._check(self._lib.gocollVCommRecover(self._handle(), new_comm._handle(), int(step), int(min_ranks),
+                                                 self._place(place), ctypes.byref(agreed)), "gocollVCommRecover")
+        self._comm = new_comm
+        here = set(self.devices)
+        self._mine = {k: v for k, v in self._mine.items() if k[0] in here}
+        return agreed.value
+
+    @classmethod
+    def join(cls, comm, topology="ring", ndev=None, *, min_ranks=0):
+        """The joining process's side of the members' :meth:`recover`:
+        ``comm`` is what :func:`gocoll.join` returned (the members called
+        :meth:`gocoll.Comm.grow`, then ``recover`` on the grown
+        communicator). Returns ``(vcomm, step)``: this process's devices,
+        whose shared state arrived in library memory (:meth:`buffer`), and
+        the step the job goes on from."""
+        self = cls.__new__(cls)
+        self._lib = _lib.load()
+        self._comm = comm
+        self.ndev = comm.size if ndev is None else int(ndev)
+        self._mine, self._shared, self._h = {}, {}, None
+        h, agreed = ctypes.c_void_p(), ctypes.c_uint64()
+        _check_call(self._lib.gocollVCommJoin(ctypes.byref(h), comm._handle(), topology.encode("utf-8"), self.ndev,
+                                              int(min_ranks), ctypes.byref(agreed)), "gocollVCommJoin", comm._handle())
+        self._h = h.value
+        return self, agreed.value
+
     def buffer(self, dev, name, dtype=None, shape=None):
         """The buffer registered as ``name`` with local device ``dev``: the
         caller's own object, or, for a device that arrived in a migration, a
@@ -277,6 +327,8 @@ class VirtualComm(_Handle):
         dev = int(dev)
         if (dev, name) in self._mine:
             return self._mine[(dev, name)]
+        if name in self._shared and dev in self.devices:
+            return self._shared[name]
         import numpy as np
         ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
         self._check(self._lib.gocollVCommGetBuffer(self._handle(), dev, name.encode("utf-8"), ctypes.byref(ptr),

@@ -329,6 +329,42 @@ int main(void) {
     EXPECT(gocollCommDestroy(r), gocollSuccess, NULL);
   }
 
+  /* Virtual devices recovered onto a shrunk communicator: bad input, then
+   * a one-rank job recovers its two devices onto itself. */
+  {
+    gocollComm_t r = one_rank_comm(), s = NULL;
+    gocollVComm_t vc = NULL, vj = NULL;
+    double w[4] = {1, 2, 3, 4};
+    float v0[4] = {1, 1, 1, 1}, v1[4] = {2, 2, 2, 2};
+    void* vb[2] = {v0, v1};
+    uint64_t agreed = 99;
+    EXPECT(gocollVCommCreate(&vc, r, "ring", 2, NULL), gocollSuccess, r);
+    EXPECT(gocollVCommRegisterShared(vc, NULL, w, sizeof w), gocollInvalidArgument, r);
+    EXPECT(gocollVCommRegisterShared(vc, "w", w, sizeof w), gocollSuccess, r);
+    EXPECT(gocollCommRevoke(r, 0), gocollSuccess, r);
+    EXPECT(gocollCommShrink(r, NULL, 0, &s, NULL, GOCOLL_SHRINK_DEFAULT), gocollSuccess, r);
+    EXPECT(gocollVCommRecover(vc, NULL, 0, 0, NULL, NULL), gocollInvalidArgument, r);
+    EXPECT(gocollVCommRecover(vc, s, 0, -1, NULL, NULL), gocollInvalidArgument, r);
+    EXPECT(gocollVCommRecover(vc, s, 0, 2, NULL, NULL), gocollInvalidUsage, r);
+    expect_text(gocollGetLastError(r), "too few processes");
+    {
+      int bad[2] = {0, 1};
+      EXPECT(gocollVCommRecover(vc, s, 0, 0, bad, NULL), gocollInvalidArgument, r);
+    }
+    EXPECT(gocollVCommRecover(vc, s, 3, 1, NULL, &agreed), gocollSuccess, s);
+    if (agreed != 3) FAIL("agreed step %llu, want 3", (unsigned long long)agreed);
+    EXPECT(gocollVAllReduce((const void**)vb, vb, 4, gocollFloat32, gocollSum, vc), gocollSuccess, s);
+    if (v0[0] != 3 || v1[3] != 3) FAIL("virtual allreduce after recovery: %g %g", v0[0], v1[3]);
+    EXPECT(gocollVCommJoin(NULL, s, "ring", 2, 0, NULL), gocollInvalidArgument, s);
+    EXPECT(gocollVCommJoin(&vj, s, NULL, 2, 0, NULL), gocollInvalidArgument, s);
+    EXPECT(gocollVCommJoin(&vj, s, "ring", 0, 0, NULL), gocollInvalidArgument, s);
+    EXPECT(gocollVCommJoin(&vj, s, "ring", 2, -1, NULL), gocollInvalidArgument, s);
+    if (vj != NULL) FAIL("failed join wrote *vcomm");
+    EXPECT(gocollVCommDestroy(vc), gocollSuccess, NULL);
+    EXPECT(gocollCommDestroy(s), gocollSuccess, NULL);
+    EXPECT(gocollCommDestroy(r), gocollSuccess, NULL);
+  }
+
   /* gocollGetLastError never returns NULL. */
   if (gocollGetLastError(bogus) == NULL || gocollGetLastError(NULL) == NULL) FAIL("NULL last error");
 

@@ -11,6 +11,17 @@
  *                   each step carries rank 0's gocollCommJoiners count, and
  *                   once a process waits all call gocollCommGrow: 4 ranks
  *                   again, 20 checked allreduces, "SUMS OK".
+ *   elastic vrecover 8 virtual devices (ring) over the ranks train a shared
+ *                   vector w (gocollVCommRegisterShared) for 40 steps:
+ *                   per-device gradients of (device, step), averaged by
+ *                   gocollVAllReduce, w -= 0.1 * avg. After step 10 it
+ *                   prints "READY"; rank GOCOLL_TEST_VICTIM (if set) then
+ *                   waits to be SIGKILLed. The others shrink
+ *                   (GOCOLL_SHRINK_ABORT), check that a recovery onto too
+ *                   few ranks is refused (gocollInvalidUsage), then
+ *                   gocollVCommRecover and go on; all print "W <checksum>"
+ *                   of the final bytes, which must match an uninterrupted
+ *                   run's.
  *   elastic join    the replacement: waits for the join file, then
  *                   gocollCommJoin (secret from GOCOLL_SECRET) and the same
  *                   20 checked allreduces.
@@ -132,10 +143,68 @@ static int run_join(void) {
   return 0;
 }
 
+enum { VDEV = 8, VN = 1000, VSTEPS = 40 };
+
+static double vgrad(int dev, long step, int i) { return (double)((dev * 131 + step * 17 + i * 7) % 97) / (1.0 + dev) - 0.3; }
+
+static int run_vrecover(void) {
+  gocollComm_t comm = NULL, small = NULL;
+  gocollVComm_t vc = NULL;
+  const char* v = getenv("GOCOLL_TEST_VICTIM");
+  int victim = v ? atoi(v) : -1, devs[VDEV], n = 0, k, i;
+  static double w[VN], g[VDEV][VN];
+  uint64_t step = 0, agreed = 0;
+  unsigned long long sum = 1469598103934665603ULL;
+  gocollResult_t rc;
+  CHECK(gocollCommInitFromEnv(&comm));
+  CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
+  CHECK_COMM(gocollVCommCreate(&vc, comm, "ring", VDEV, NULL), comm);
+  CHECK_COMM(gocollVCommRegisterShared(vc, "w", w, sizeof w), comm);
+  while (step < VSTEPS) {
+    void* bufs[VDEV];
+    CHECK_COMM(gocollVCommLocal(vc, devs, VDEV, &n), comm);
+    for (k = 0; k < n; k++) {
+      for (i = 0; i < VN; i++) g[k][i] = vgrad(devs[k], (long)step, i) + 0.01 * w[i];
+      bufs[k] = g[k];
+    }
+    rc = gocollVAllReduce((const void**)bufs, bufs, VN, gocollFloat64, gocollAvg, vc);
+    if (rc != gocollSuccess) {
+      gocollComm_t cur = small ? small : comm, next = NULL;
+      printf("FAILED step=%llu code=%d\n", (unsigned long long)step, (int)rc);
+      if (rc != gocollRemoteError && rc != gocollTimeout && rc != gocollRevoked) FAIL("vallreduce failed with %d", (int)rc);
+      CHECK_COMM(gocollCommShrink(cur, NULL, 0, &next, NULL, GOCOLL_SHRINK_ABORT), cur);
+      if ((rc = gocollVCommRecover(vc, next, step, 4, NULL, NULL)) != gocollInvalidUsage)
+        FAIL("recover onto 3 ranks with minRanks 4: %d, want gocollInvalidUsage", (int)rc);
+      CHECK_COMM(gocollVCommRecover(vc, next, step, 2, NULL, &agreed), next);
+      CHECK_COMM(gocollCommCount(next, &n), next);
+      printf("RECOVERED size=%d step=%llu\n", n, (unsigned long long)agreed);
+      if (small) CHECK(gocollCommDestroy(small));
+      small = next;
+      step = agreed;
+      continue;
+    }
+    for (i = 0; i < VN; i++) w[i] -= 0.1 * g[0][i];
+    step++;
+    if (step == 10) {
+      printf("READY\n");
+      fflush(stdout);
+      if (g_rank == victim)
+        for (;;) sleep_ms(1000); /* the test kills it */
+    }
+  }
+  for (i = 0; i < (int)sizeof w; i++) sum = (sum ^ ((unsigned char*)w)[i]) * 1099511628211ULL;
+  printf("W %016llx\n", sum);
+  CHECK_COMM(gocollVCommDestroy(vc), comm);
+  if (small) CHECK(gocollCommDestroy(small));
+  gocollCommDestroy(comm); /* revoked after a recovery: its result says nothing new */
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "shrink") == 0) return run_shrink();
   if (argc > 1 && strcmp(argv[1], "join") == 0) return run_join();
-  fprintf(stderr, "usage: elastic shrink|join\n");
+  if (argc > 1 && strcmp(argv[1], "vrecover") == 0) return run_vrecover();
+  fprintf(stderr, "usage: elastic shrink|join|vrecover\n");
   return 2;
 }

@@ -39,15 +39,11 @@ const (
 	ctlProdWait = 384 // producer sleeps on head (producer writes, consumer reads)
 )
 
-// format is the ring segment's kind; a segment that cannot be found means
-// the peer is gone (an error wrapping transport.ErrPeerLost).
-var format = shmseg.Format{
-	Magic:   segMagic,
-	Version: segVersion,
-	Lost: func(peer int, path string, err error) error {
-		return fmt.Errorf("%w: rank %d segment %s: %v", transport.ErrPeerLost, peer, path, err)
-	},
-}
+// format is the ring segment's kind. A segment that cannot be found means
+// the peer is gone: shmseg's default error is a *transport.PeerLostError
+// naming it, which a shrink connecting the survivors needs to learn which
+// rank died meanwhile and agree again without it.
+var format = shmseg.Format{Magic: segMagic, Version: segVersion}
 
 func dataOffset(slots int) int {
 	return roundUp(ctrlOff+slots*ctrlBytes, pageSize)
