@@ -213,6 +213,12 @@ def refused(r, n, checked):
     msgs["band"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3), op=R.BAND))
     e = expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=-3)
     msgs["tag"] = str(e)
+    # the all-to-alls count and check in gocoll's one implementation
+    # (gocoll._alltoall), shared by Comm and the backend
+    msgs["a2a rows"] = str(expect_raises(ValueError, dist.all_to_all_single, torch.empty(n + 1, 2),
+                                         torch.empty(n + 1, 2)))
+    msgs["a2a dtype"] = str(expect_raises(ValueError, dist.all_to_all, [torch.empty(1)] * n,
+                                          [torch.ones(1, dtype=torch.int64)] * n))
     # torch's backends raise RuntimeError: gocoll's errors through the
     # backend are that too (and keep gocoll's classes).
     assert isinstance(e, RuntimeError) and isinstance(e, gocoll.InvalidArgument), type(e).__mro__
@@ -226,6 +232,8 @@ def refused(r, n, checked):
     assert "bitwise" in msgs["band"] and "rank %d" % r in msgs["band"], msgs["band"]
     assert "sparse" in msgs["sparse"] and "meta" in msgs["meta"], msgs
     assert "tag -3" in msgs["tag"], msgs["tag"]
+    assert "not divisible" in msgs["a2a rows"] and "rank %d" % r in msgs["a2a rows"], msgs
+    assert "dtype" in msgs["a2a dtype"] and "all_to_all" in msgs["a2a dtype"], msgs
     checked.append("refused inputs")
     return msgs
 
