@@ -481,15 +481,9 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             outs = _one(output_tensors, op, "output lists")
             t = _one(input_tensors, op)
             _check_dense(t, op)
-            self._check_list(outs, t, op, "output_tensor_list")
-            b = t.contiguous()
-            flat = torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype)
-            w = self.comm.all_gather_into_tensor(flat, b, async_op=True)
-
-            def back():
-                for i, o in enumerate(outs):
-                    o.copy_(flat[i])
-            return [w], back
+            for o in outs:
+                _check_dense(o, op, "output_tensor_list")
+            return [self.comm.all_gather(outs, t.contiguous(), async_op=True)], None
         return self._issue(op, go, output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
@@ -513,11 +507,11 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             out = _one(output_tensors, op)
             ins = _one(input_tensors, op, "input lists")
             _check_dense(out, op, "output")
-            self._check_list(ins, out, op, "input_list")
-            flat = torch.cat([x.reshape(-1) for x in ins])
+            for x in ins:
+                _check_dense(x, op, "input_list")
             o, back = self._staged(out)
-            return [self.comm.reduce_scatter_tensor(o, flat, self._redop(opts, op),
-                                                    async_op=True)], back
+            return [self.comm.reduce_scatter(o, list(ins), self._redop(opts, op),
+                                              async_op=True)], back
         return self._issue(op, go, output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):

@@ -221,6 +221,10 @@ def refused(r, n, checked):
     pg = dist.distributed_c10d._get_default_group()
     msgs["a2a dtype"] = str(expect_raises(ValueError, pg.alltoall, [torch.empty(1)] * n,
                                           [torch.ones(1, dtype=torch.int64)] * n))
+    msgs["gather sizes"] = str(expect_raises(ValueError, pg.allgather, [[torch.empty(2)] * n],
+                                             [torch.empty(3)]))
+    msgs["scatter sizes"] = str(expect_raises(ValueError, pg.reduce_scatter, [torch.empty(3)],
+                                              [[torch.empty(2)] * n]))
     # torch's backends raise RuntimeError: gocoll's errors through the
     # backend are that too (and keep gocoll's classes).
     assert isinstance(e, RuntimeError) and isinstance(e, gocoll.InvalidArgument), type(e).__mro__
@@ -235,6 +239,8 @@ def refused(r, n, checked):
     assert "tag -3" in msgs["tag"], msgs["tag"]
     assert "not divisible" in msgs["a2a rows"] and "rank %d" % r in msgs["a2a rows"], msgs
     assert "dtype" in msgs["a2a dtype"] and "all_to_all" in msgs["a2a dtype"], msgs
+    assert "has 2 elements, want 3" in msgs["gather sizes"], msgs
+    assert "has 2 elements, want 3" in msgs["scatter sizes"], msgs
     checked.append("refused inputs")
     return msgs
 
