@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
 from . import _futures, _interrupt, errors
+from ._alltoall import split_counts
 from .comm import init as _init, get_unique_id as _get_unique_id
 
 BACKEND = "gocoll"
@@ -480,15 +481,9 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             outs = _one(output_tensors, op, "output lists")
             t = _one(input_tensors, op)
             _check_dense(t, op)
-            self._check_list(outs, t, op, "output_tensor_list")
-            b = t.contiguous()
-            flat = torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype)
-            w = self.comm.all_gather_into_tensor(flat, b, async_op=True)
-
-            def back():
-                for i, o in enumerate(outs):
-                    o.copy_(flat[i])
-            return [w], back
+            for o in outs:
+                _check_dense(o, op, "output_tensor_list")
+            return [self.comm.all_gather(outs, t.contiguous(), async_op=True)], None
         return self._issue(op, go, output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
@@ -512,11 +507,11 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             out = _one(output_tensors, op)
             ins = _one(input_tensors, op, "input lists")
             _check_dense(out, op, "output")
-            self._check_list(ins, out, op, "input_list")
-            flat = torch.cat([x.reshape(-1) for x in ins])
+            for x in ins:
+                _check_dense(x, op, "input_list")
             o, back = self._staged(out)
-            return [self.comm.reduce_scatter_tensor(o, flat, self._redop(opts, op),
-                                                    async_op=True)], back
+            return [self.comm.reduce_scatter(o, list(ins), self._redop(opts, op),
+                                              async_op=True)], back
         return self._issue(op, go, output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
@@ -534,32 +529,16 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
                                                     async_op=True)], back
         return self._issue(op, go, [output])
 
-    def _rows(self, t, splits, op, what):
-        """Element counts per rank for a dim-0 split of ``t`` (equal when
-        ``splits`` is empty)."""
-        n = self.size()
-        rows = t.shape[0] if t.dim() else 1
-        per_row = t.numel() // rows if rows else 0
-        if not splits:
-            if rows % n:
-                raise errors.InvalidArgument("gocoll: %s: %s has %d rows, not divisible by the %d "
-                                             "ranks (pass split sizes)" % (op, what, rows, n))
-            return [rows // n * per_row] * n
-        splits = [int(s) for s in splits]
-        if len(splits) != n or sum(splits) != rows or min(splits) < 0:
-            raise errors.InvalidArgument("gocoll: %s: %s split sizes %s must be %d non-negative "
-                                         "row counts adding up to its %d rows"
-                                         % (op, what, splits, n, rows))
-        return [s * per_row for s in splits]
-
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         op = "all_to_all_single"
 
         def go():
             _check_dense(output, op, "output")
             _check_dense(input, op, "input")
-            sc = self._rows(input, input_split_sizes, op, "input")
-            rc = self._rows(output, output_split_sizes, op, "output")
+            # torch's rule (dim 0 divides by the ranks) even for equal splits
+            n = self.size()
+            sc = split_counts(input, input_split_sizes, n, op, "input")
+            rc = split_counts(output, output_split_sizes, n, op, "output")
             o, back = self._staged(output)
             w = self.comm.alltoallv(input.contiguous(), sc, rc, out=o.view(-1), async_op=True)
             return [w], back
@@ -569,28 +548,9 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
         op = "all_to_all"
 
         def go():
-            n = self.size()
-            if len(output_tensors) != n or len(input_tensors) != n:
-                raise errors.InvalidArgument("gocoll: %s: need %d input and output tensors, got %d "
-                                             "and %d" % (op, n, len(input_tensors),
-                                                         len(output_tensors)))
             for t in list(output_tensors) + list(input_tensors):
                 _check_dense(t, op)
-            if len({t.dtype for t in list(output_tensors) + list(input_tensors)}) > 1:
-                raise errors.InvalidArgument("gocoll: %s: tensors have different dtypes; use one "
-                                             "dtype (all_to_all once per dtype)" % op)
-            flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
-            rc = [t.numel() for t in output_tensors]
-            flat_out = torch.empty(sum(rc), dtype=flat_in.dtype)
-            w = self.comm.alltoallv(flat_in, [t.numel() for t in input_tensors], rc, out=flat_out,
-                                    async_op=True)
-
-            def back():
-                off = 0
-                for t, c in zip(output_tensors, rc):
-                    t.copy_(flat_out[off:off + c].view_as(t))
-                    off += c
-            return [w], back
+            return [self.comm.all_to_all(output_tensors, input_tensors, async_op=True)], None
         return self._issue(op, go, output_tensors)
 
     # gather and scatter are all-to-alls where only the root sends or

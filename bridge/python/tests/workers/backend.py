@@ -213,12 +213,23 @@ def refused(r, n, checked):
     msgs["band"] = str(expect_raises(ValueError, dist.all_reduce, torch.ones(3), op=R.BAND))
     e = expect_raises(ValueError, dist.isend, t, (r + 1) % n, tag=-3)
     msgs["tag"] = str(e)
+    # the all-to-alls count and check in gocoll's one implementation
+    # (gocoll._alltoall), shared by Comm and the backend
+    msgs["a2a rows"] = str(expect_raises(ValueError, dist.all_to_all_single, torch.empty(n + 1, 2),
+                                         torch.empty(n + 1, 2)))
+    # (dist.all_to_all checks dtypes itself: the group's method, as C++ callers reach it)
+    pg = dist.distributed_c10d._get_default_group()
+    msgs["a2a dtype"] = str(expect_raises(ValueError, pg.alltoall, [torch.empty(1)] * n,
+                                          [torch.ones(1, dtype=torch.int64)] * n))
+    msgs["gather sizes"] = str(expect_raises(ValueError, pg.allgather, [[torch.empty(2)] * n],
+                                             [torch.empty(3)]))
+    msgs["scatter sizes"] = str(expect_raises(ValueError, pg.reduce_scatter, [torch.empty(3)],
+                                              [[torch.empty(2)] * n]))
     # torch's backends raise RuntimeError: gocoll's errors through the
     # backend are that too (and keep gocoll's classes).
     assert isinstance(e, RuntimeError) and isinstance(e, gocoll.InvalidArgument), type(e).__mro__
     e = expect_raises(TypeError, dist.all_reduce, torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8))
     assert isinstance(e, RuntimeError), type(e).__mro__
-    pg = dist.distributed_c10d._get_default_group()
     before = pg._get_sequence_number_for_group()
     dist.all_reduce(torch.ones(1))
     assert pg._get_sequence_number_for_group() == before + 1
@@ -226,6 +237,10 @@ def refused(r, n, checked):
     assert "bitwise" in msgs["band"] and "rank %d" % r in msgs["band"], msgs["band"]
     assert "sparse" in msgs["sparse"] and "meta" in msgs["meta"], msgs
     assert "tag -3" in msgs["tag"], msgs["tag"]
+    assert "not divisible" in msgs["a2a rows"] and "rank %d" % r in msgs["a2a rows"], msgs
+    assert "dtype" in msgs["a2a dtype"] and "all_to_all" in msgs["a2a dtype"], msgs
+    assert "has 2 elements, want 3" in msgs["gather sizes"], msgs
+    assert "has 2 elements, want 3" in msgs["scatter sizes"], msgs
     checked.append("refused inputs")
     return msgs
 
