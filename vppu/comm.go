@@ -406,42 +406,33 @@ func (c *Comm) Migrate(to Place) (err error) {
 	return c.remap(to)
 }
 
-// sharedFlag marks a shared buffer in move's buffer lists (in the name
-// length's top bit).
-const sharedFlag = 1 << 31
-
 // move sends the registered buffers of every device changing rank. First
-// every rank learns every device's buffer names and sizes (two all-gathers
-// over the parent), then each buffer travels in one message, in device
-// then name order on both sides. The shared buffers travel once to each
-// rank that hosted no device before, with the lowest device it receives.
+// every rank learns every device's buffer names and sizes (each rank's
+// list, encodeMoves, all-gathered over the parent), then each buffer
+// travels in one message, in device then name order on both sides. The
+// shared buffers travel once to each rank that hosted no device before,
+// with the lowest device it receives.
 func (c *Comm) move(to Place) error {
 	me := c.parent.Rank()
 	c.mu.Lock()
 	from := c.place
-	var desc []byte
-	describe := func(v int, name string, size int, flag uint32) {
-		desc = binary.LittleEndian.AppendUint32(desc, uint32(v))
-		desc = binary.LittleEndian.AppendUint32(desc, uint32(len(name))|flag)
-		desc = append(desc, name...)
-		desc = binary.LittleEndian.AppendUint64(desc, uint64(size))
-	}
+	var list []bufDesc
 	for _, v := range c.local {
 		if to[v] == me {
 			continue
 		}
 		for _, name := range sortedNames(c.bufs[v]) {
-			describe(v, name, len(c.bufs[v][name]), 0)
+			list = append(list, bufDesc{Dev: v, Name: name, Size: len(c.bufs[v][name])})
 		}
 		if carriesShared(from, to, v) {
 			for _, name := range sortedNames(c.shared) {
-				describe(v, name, len(c.shared[name]), sharedFlag)
+				list = append(list, bufDesc{Dev: v, Name: name, Size: len(c.shared[name]), Shared: true})
 			}
 		}
 	}
 	alloc := c.alloc
 	c.mu.Unlock()
-	descs, err := allGatherBlobs(c.parent, desc)
+	lists, err := allGatherBlobs(c.parent, encodeMoves(list))
 	if err != nil {
 		return err
 	}
@@ -453,21 +444,16 @@ func (c *Comm) move(to Place) error {
 		shared   bool
 	}
 	var moves []moving
-	for r, d := range descs {
-		for len(d) > 0 {
-			if len(d) < 8 {
-				return fmt.Errorf("rank %d sent a damaged buffer list", r)
+	for r, msg := range lists {
+		ds, err := decodeMoves(msg)
+		if err != nil {
+			return fmt.Errorf("rank %d sent a damaged buffer list: %w", r, err)
+		}
+		for _, d := range ds {
+			if d.Dev >= len(to) || from[d.Dev] != r || (d.Shared && !carriesShared(from, to, d.Dev)) {
+				return fmt.Errorf("rank %d sent a damaged buffer list: device %d", r, d.Dev)
 			}
-			v, nl := int(binary.LittleEndian.Uint32(d)), binary.LittleEndian.Uint32(d[4:])
-			shared := nl&sharedFlag != 0
-			nl &^= sharedFlag
-			if v >= len(to) || from[v] != r || len(d) < 16+int(nl) || (shared && !carriesShared(from, to, v)) {
-				return fmt.Errorf("rank %d sent a damaged buffer list", r)
-			}
-			name := string(d[8 : 8+nl])
-			size := int(binary.LittleEndian.Uint64(d[8+nl:]))
-			d = d[16+nl:]
-			moves = append(moves, moving{v, name, size, r, to[v], shared})
+			moves = append(moves, moving{d.Dev, d.Name, d.Size, r, to[d.Dev], d.Shared})
 		}
 	}
 	slices.SortFunc(moves, func(a, b moving) int {
