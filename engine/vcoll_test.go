@@ -16,22 +16,9 @@ func vblock(x []byte, b, count int) []byte { return x[8*b*count : 8*(b+1)*count]
 // must equal the fold in device order bit for bit.
 func TestVirtualCollectives(t *testing.T) {
 	const m, count = 8, 20_011 // chunks of the chain, and a ragged last one
-	for _, tc := range []struct {
-		name    string
-		n       int
-		devices []int
-	}{
-		{"block on 2", 2, []int{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"cyclic on 3", 3, []int{0, 1, 2, 0, 1, 2, 0, 1}},
-		{"explicit on 3", 3, []int{2, 2, 0, 1, 1, 2, 0, 0}},
-	} {
+	for _, tc := range virtualCases {
 		for _, shm := range []bool{false, true} {
-			var comms []*Comm
-			if shm {
-				comms = newShm(t, tc.n, Options{Timeout: 20 * time.Second})
-			} else {
-				comms = newLocal(t, tc.n, Options{Timeout: 20 * time.Second})
-			}
+			comms := virtualComms(t, tc.n, shm)
 			// References: the fold of whole vectors (reduce) and of
 			// vectors of M blocks (reduce-scatter's block v is block v of
 			// that fold), the gathered and the transposed blocks.

@@ -95,16 +95,7 @@ func chainFold(p Params, name string, stride, workLen int, blocks []foldBlock) *
 					continue
 				}
 				round := c + h
-				devs := hop.Devices
-				if h == 0 {
-					ops = append(ops, Op{Kind: Copy, Src: contrib(devs[0]), Dst: part, Round: round})
-					devs = devs[1:]
-				} else {
-					ops = append(ops, Op{Kind: Recv, Peer: hops[h-1].Rank, Tag: tag(h - 1), Dst: part, Round: round - 1})
-				}
-				for _, v := range devs {
-					ops = append(ops, Op{Kind: Accumulate, Src: contrib(v), Dst: part, Round: round})
-				}
+				ops = foldHop(ops, hops, h, part, contrib, tag, round)
 				if h+1 < j {
 					ops = append(ops, Op{Kind: Send, Peer: hops[h+1].Rank, Tag: tag(h), Src: part, Round: round})
 					continue
@@ -134,6 +125,24 @@ func chainFold(p Params, name string, stride, workLen int, blocks []foldBlock) *
 		s.Rounds = len(chunks) + j - 1
 	}
 	return s
+}
+
+// foldHop appends hop h's share of one chunk's fold (Work range part):
+// the first hop copies its first device's contribution and folds in its
+// others; a later hop receives the partial sum (tag h-1) and folds in its
+// devices, in order. The running value stays the left operand.
+func foldHop(ops []Op, hops []Hop, h int, part Range, contrib func(v int) Range, tag func(step int) uint32, round int) []Op {
+	devs := hops[h].Devices
+	if h == 0 {
+		ops = append(ops, Op{Kind: Copy, Src: contrib(devs[0]), Dst: part, Round: round})
+		devs = devs[1:]
+	} else {
+		ops = append(ops, Op{Kind: Recv, Peer: hops[h-1].Rank, Tag: tag(h - 1), Dst: part, Round: round - 1})
+	}
+	for _, v := range devs {
+		ops = append(ops, Op{Kind: Accumulate, Src: contrib(v), Dst: part, Round: round})
+	}
+	return ops
 }
 
 // VirtualReduce folds the devices' vectors of Count elements in device
