@@ -25,8 +25,10 @@ func TestVirtualCollectives(t *testing.T) {
 			small := devFold(m, count, false)
 			bigAvg := devFold(m, m*count, true)
 			var gathered []byte
+			var bigs [][]byte
 			for v := range m {
 				gathered = append(gathered, devVector(v, count)...)
+				bigs = append(bigs, devVector(v, m*count))
 			}
 			mustRanks(t, comms, func(c *Comm) error {
 				var mine []int
@@ -34,8 +36,8 @@ func TestVirtualCollectives(t *testing.T) {
 				for v, r := range tc.devices {
 					if r == c.Rank() {
 						mine = append(mine, v)
-						send = append(send, devVector(v, count))
-						big = append(big, devVector(v, m*count))
+						send = append(send, vblock(gathered, v, count))
+						big = append(big, bigs[v])
 					}
 				}
 				bufs := func(size int) [][]byte {
@@ -85,7 +87,7 @@ func TestVirtualCollectives(t *testing.T) {
 				}
 				for k, w := range mine {
 					for v := range m {
-						if !bytes.Equal(vblock(a2a[k], v, count), vblock(devVector(v, m*count), w, count)) {
+						if !bytes.Equal(vblock(a2a[k], v, count), vblock(bigs[v], w, count)) {
 							fail("all-to-all", k)
 						}
 					}
@@ -93,13 +95,13 @@ func TestVirtualCollectives(t *testing.T) {
 				bc := bufs(8 * count)
 				var root []byte
 				if tc.devices[3] == c.Rank() {
-					root = devVector(3, count)
+					root = vblock(gathered, 3, count)
 				}
 				if err := c.VirtualBroadcast(root, bc, count, Float64, 3, tc.devices); err != nil {
 					return err
 				}
 				for k := range mine {
-					if !bytes.Equal(bc[k], devVector(3, count)) {
+					if !bytes.Equal(bc[k], vblock(gathered, 3, count)) {
 						fail("broadcast", k)
 					}
 				}
