@@ -153,3 +153,48 @@ func TestVirtualCollectivesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A rank that hosts no device passes no buffers and still takes part:
+// every collective completes and the others' results are right.
+func TestVirtualCollectivesIdleRank(t *testing.T) {
+	const count = 1000
+	devices := []int{0, 2, 2, 0} // rank 1 hosts nothing
+	m := len(devices)
+	want := devFold(m, count, false)
+	mustRanks(t, newLocal(t, 3, Options{Timeout: 20 * time.Second}), func(c *Comm) error {
+		var send, recv, big, wide [][]byte
+		for v, r := range devices {
+			if r == c.Rank() {
+				send = append(send, devVector(v, count))
+				recv = append(recv, make([]byte, 8*count))
+				big = append(big, make([]byte, 8*m*count))
+				wide = append(wide, make([]byte, 8*m*count))
+			}
+		}
+		var root []byte
+		if c.Rank() == devices[1] {
+			root = send[0]
+		}
+		if err := firstErr(
+			c.VirtualAllReduceEach(send, recv, count, Float64, Sum, devices),
+			c.VirtualReduceScatter(big, recv, count, Float64, Sum, devices),
+			c.VirtualAllGather(send, wide, count, Float64, devices),
+			c.VirtualAllToAll(big, wide, count, Float64, devices),
+			c.VirtualBroadcast(root, recv, count, Float64, 1, devices),
+		); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			red := make([]byte, 8*count)
+			if err := c.VirtualReduce(send, red, count, Float64, Sum, 3, devices); err != nil {
+				return err
+			}
+			if !bytes.Equal(red, want) {
+				t.Error("reduce with an idle rank: not the fold in device order")
+			}
+		} else if err := c.VirtualReduce(send, nil, count, Float64, Sum, 3, devices); err != nil {
+			return err
+		}
+		return nil
+	})
+}

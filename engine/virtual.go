@@ -54,8 +54,12 @@ func (c *Comm) virtualAllReduceEachReq(send, recv [][]byte, count int, dt DataTy
 		return Request{}, err
 	}
 	if len(recv) == 0 {
-		// No device here: checkDevices says so, as VirtualAllReduce would.
-		return c.virtualAllReduceReq(send, nil, nil, count, dt, op, devices)
+		if count < 0 {
+			return Request{}, invalidArg("negative count %d", count)
+		}
+		// No device here, but the rank may relay the result: it takes a
+		// buffer of its own.
+		return c.virtualAllReduceReq(send, make([]byte, count*dt.Size()), nil, count, dt, op, devices)
 	}
 	return c.virtualAllReduceReq(send, recv[0], recv[1:], count, dt, op, devices)
 }
@@ -454,10 +458,11 @@ func (c *Comm) virtualBroadcastReq(send []byte, recv [][]byte, count int, dt Dat
 	if err := checkEach("recv", recv, local, count, dt); err != nil {
 		return Request{}, err
 	}
-	if local == 0 {
-		return Request{}, invalidArg("virtual broadcast on rank %d, which hosts no device", c.rank)
-	}
 	n := count * dt.Size()
+	if local == 0 {
+		// No device here, but the broadcast may pass through the rank.
+		recv = [][]byte{make([]byte, n)}
+	}
 	if devices[root] != c.rank {
 		send = recv[0]
 	}
