@@ -64,7 +64,8 @@ step go-test go test -count=1 -timeout 15m ./...
 fuzz_all() {
 	for target in engine/bootstrap:FuzzReadFrame engine/bootstrap:FuzzDecodeTable engine/bootstrap:FuzzReplyErr \
 		engine/bootstrap:FuzzUniqueIDParse engine/transport:FuzzDecodeHeader \
-		engine/transport/tcp:FuzzServerHandshake engine/internal/shmseg:FuzzCheckHeader engine:FuzzEnvelope; do
+		engine/transport/tcp:FuzzServerHandshake engine/internal/shmseg:FuzzCheckHeader engine:FuzzEnvelope \
+		vppu:FuzzDecodeMoves vppu:FuzzDecodeRecover; do
 		go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "${FUZZTIME:-40000x}" "./${target%%:*}" || return 1
 	done
 }

@@ -28,39 +28,56 @@ var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain", build
 // laid out back to back in device order are used in place; otherwise they
 // are copied together first.
 func (c *Comm) VirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) error {
-	return c.run(c.virtualAllReduceReq(send, recv, count, dt, op, devices))
+	return c.run(c.virtualAllReduceReq(send, recv, nil, count, dt, op, devices))
 }
 
 // IVirtualAllReduce is the non-blocking VirtualAllReduce.
 func (c *Comm) IVirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) (*Request, error) {
-	return c.start(c.virtualAllReduceReq(send, recv, count, dt, op, devices))
+	return c.start(c.virtualAllReduceReq(send, recv, nil, count, dt, op, devices))
 }
 
-func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) (Request, error) {
-	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("recv", recv, count, dt)); err != nil {
+// VirtualAllReduceEach is VirtualAllReduce with a receive buffer per
+// local device (recv[k] for the k-th, as send): the result is written to
+// recv[0] and copied to the others, except those that are recv[0] itself
+// (state kept once per rank).
+func (c *Comm) VirtualAllReduceEach(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) error {
+	return c.run(c.virtualAllReduceEachReq(send, recv, count, dt, op, devices))
+}
+
+// IVirtualAllReduceEach is the non-blocking VirtualAllReduceEach.
+func (c *Comm) IVirtualAllReduceEach(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) (*Request, error) {
+	return c.start(c.virtualAllReduceEachReq(send, recv, count, dt, op, devices))
+}
+
+func (c *Comm) virtualAllReduceEachReq(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) (Request, error) {
+	if err := checkEach("recv", recv, len(send), count, dt); err != nil {
 		return Request{}, err
 	}
-	if len(devices) == 0 {
-		return Request{}, invalidArg("virtual allreduce of no devices")
-	}
-	local := 0
-	for v, r := range devices {
-		if r < 0 || r >= c.size {
-			return Request{}, invalidArg("virtual device %d placed on rank %d of %d", v, r, c.size)
+	if len(recv) == 0 {
+		if count < 0 {
+			return Request{}, invalidArg("negative count %d", count)
 		}
-		if r == c.rank {
-			local++
-		}
+		// No device here, but the rank may relay the result: it takes a
+		// buffer of its own.
+		return c.virtualAllReduceReq(send, make([]byte, count*dt.Size()), nil, count, dt, op, devices)
 	}
-	if len(send) != local {
-		return Request{}, invalidArg("%d send buffers for the %d virtual devices on rank %d", len(send), local, c.rank)
+	return c.virtualAllReduceReq(send, recv[0], recv[1:], count, dt, op, devices)
+}
+
+// virtualAllReduceReq: copies, when set, get the result too (after the
+// fold; they may overlap send).
+func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, copies [][]byte, count int, dt DataType, op RedOp, devices []int) (Request, error) {
+	if err := firstErr(checkType(dt), checkOp(dt, op)); err != nil {
+		return Request{}, err
+	}
+	local, err := c.checkDevices(devices)
+	if err != nil {
+		return Request{}, err
+	}
+	if err := firstErr(checkBuf("recv", recv, count, dt), checkEach("send", send, local, count, dt)); err != nil {
+		return Request{}, err
 	}
 	n := count * dt.Size()
-	for k := range send {
-		if err := checkBuf("send buffer "+strconv.Itoa(k), send[k], count, dt); err != nil {
-			return Request{}, err
-		}
-	}
 	recv = recv[:n]
 	in := contiguous(send, n)
 	overlaps := false
@@ -69,11 +86,7 @@ func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, count int, dt Dat
 	}
 	// The placement is part of the call's signature: ranks that disagree
 	// on it fail at the first message instead of folding different chains.
-	h := fnv.New64a()
-	for _, r := range devices {
-		h.Write([]byte(strconv.Itoa(r) + ","))
-	}
-	place := int(h.Sum64() >> 2)
+	place := placementHash(devices)
 	a := &virtualChain
 	sig := signature(sched.AllReduce, dt, count, op, place, a.name)
 	devs := append([]int(nil), devices...)
@@ -124,6 +137,7 @@ func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, count int, dt Dat
 		if overlaps {
 			copy(recv, work)
 		}
+		copyOut(copies, recv)
 		return nil
 	})
 }
@@ -141,4 +155,327 @@ func contiguous(send [][]byte, n int) []byte {
 		}
 	}
 	return whole
+}
+
+// checkDevices checks a virtual collective's placement and returns the
+// number of devices on this rank.
+func (c *Comm) checkDevices(devices []int) (local int, err error) {
+	if len(devices) == 0 {
+		return 0, invalidArg("virtual collective of no devices")
+	}
+	for v, r := range devices {
+		if r < 0 || r >= c.size {
+			return 0, invalidArg("virtual device %d placed on rank %d of %d", v, r, c.size)
+		}
+		if r == c.rank {
+			local++
+		}
+	}
+	return local, nil
+}
+
+// checkEach checks one buffer per local device, each of count elements.
+func checkEach(name string, bufs [][]byte, local, count int, dt DataType) error {
+	if len(bufs) != local {
+		return invalidArg("%d %s buffers for %d local virtual devices", len(bufs), name, local)
+	}
+	for k, b := range bufs {
+		if err := checkBuf(name+" buffer "+strconv.Itoa(k), b, count, dt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// placementHash is the placement's part of a virtual call's signature:
+// ranks that disagree on it fail at the first message instead of running
+// different schedules.
+func placementHash(devices []int) int {
+	h := fnv.New64a()
+	for _, r := range devices {
+		h.Write([]byte(strconv.Itoa(r) + ","))
+	}
+	return int(h.Sum64() >> 2)
+}
+
+// copyOut copies src into every buffer of dsts that is not src itself.
+func copyOut(dsts [][]byte, src []byte) {
+	for _, d := range dsts {
+		if len(src) > 0 && addr(d) != addr(src) {
+			copy(d[:len(src)], src)
+		}
+	}
+}
+
+// The other virtual collectives (sched/vcoll.go): as the allreduce, not in
+// the registry.
+var (
+	virtualReduce        = algorithm{coll: sched.Reduce, name: "virtual-reduce", build: sched.VirtualReduce, can: never, auto: never}
+	virtualReduceScatter = algorithm{coll: sched.ReduceScatter, name: "virtual-reducescatter", build: sched.VirtualReduceScatter, can: never, auto: never}
+	virtualAllGather     = algorithm{coll: sched.AllGather, name: "virtual-allgather", build: sched.VirtualAllGather, can: never, auto: never}
+	virtualAllToAll      = algorithm{coll: sched.AllToAll, name: "virtual-alltoall", build: sched.VirtualAllToAll, can: never, auto: never}
+)
+
+// vcall is a checked virtual collective run by a's schedule.
+type vcall struct {
+	a       *algorithm
+	dt      DataType
+	op      RedOp
+	count   int
+	root    int // reduce: the root device's rank
+	devices []int
+	send    [][]byte // In: the local devices' vectors of sendN bytes
+	sendN   int
+	work    []byte // Work when it can be (nil: scratch of workN bytes)
+	workN   int
+	// finish takes the result out of Work (w) into the caller's buffers.
+	finish func(w []byte)
+}
+
+// vreq makes v's request: the local vectors are read in place where they
+// lie back to back (else copied together), Work is v.work where it is
+// disjoint from them (else scratch).
+func (c *Comm) vreq(v vcall) (Request, error) {
+	in := contiguous(v.send, v.sendN)
+	for _, s := range v.send {
+		if overlap(s, v.sendN, v.work, v.workN) {
+			v.work = nil
+		}
+	}
+	devs := append([]int(nil), v.devices...)
+	// The root is part of the placement's hash: it decides the schedule.
+	sig := signature(v.a.coll, v.dt, v.count, v.op, placementHash(append(devs, v.root)), v.a.name)
+	return c.newReq(v.a.coll, v.a, v.dt, v.sendN, func(x *execCtx) error {
+		x.start(sig, v.a, v.sendN)
+		if v.workN == 0 {
+			return nil
+		}
+		p := c.params(v.a.coll, v.dt, v.count, v.op, v.root)
+		p.Devices = devs
+		pl, err := c.plan(v.a, p)
+		if err != nil {
+			return err
+		}
+		src := in
+		if src == nil && len(v.send) > 0 {
+			src = c.getScratch(len(v.send) * v.sendN)[:len(v.send)*v.sendN]
+			defer c.putScratch(src)
+			for k, s := range v.send {
+				copy(src[k*v.sendN:], s[:v.sendN])
+			}
+		}
+		w := v.work
+		if w == nil {
+			w = c.getScratch(v.workN)[:v.workN]
+			defer c.putScratch(w)
+		}
+		var bufs [sched.NumBufs][]byte
+		bufs[sched.Work], bufs[sched.In] = w[:v.workN], src
+		if err := x.runSchedule(pl.s, pl.ops, bufs, v.dt, v.op, nil); err != nil {
+			return err
+		}
+		v.finish(w[:v.workN])
+		return nil
+	})
+}
+
+// VirtualReduce folds count elements of every virtual device in device
+// order (divided by M once for Avg), as VirtualAllReduce does, into recv
+// of device root only: recv is read on the root device's rank, ignored
+// elsewhere. The chain of devices ends on the last device's rank, which
+// sends the result to the root's.
+func (c *Comm) VirtualReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, root int, devices []int) error {
+	return c.run(c.virtualReduceReq(send, recv, count, dt, op, root, devices))
+}
+
+// IVirtualReduce is the non-blocking VirtualReduce.
+func (c *Comm) IVirtualReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, root int, devices []int) (*Request, error) {
+	return c.start(c.virtualReduceReq(send, recv, count, dt, op, root, devices))
+}
+
+func (c *Comm) virtualReduceReq(send [][]byte, recv []byte, count int, dt DataType, op RedOp, root int, devices []int) (Request, error) {
+	if _, err := c.vcheck(send, 1, count, dt, op, true, devices); err != nil {
+		return Request{}, err
+	}
+	if root < 0 || root >= len(devices) {
+		return Request{}, invalidArg("root %d of %d virtual devices", root, len(devices))
+	}
+	n := count * dt.Size()
+	rootRank := devices[root]
+	v := vcall{a: &virtualReduce, dt: dt, op: op, count: count, root: rootRank, devices: devices, send: send, sendN: n, workN: n, finish: func([]byte) {}}
+	if c.rank == rootRank {
+		if err := checkBuf("recv", recv, count, dt); err != nil {
+			return Request{}, err
+		}
+		v.work = recv[:n]
+		v.finish = func(w []byte) { copyOut([][]byte{recv}, w) }
+	}
+	return c.vreq(v)
+}
+
+// VirtualReduceScatter folds the devices' vectors of M·count elements in
+// device order (divided by M once for Avg) and leaves block v (count
+// elements) of the result in device v's recv: send[k] and recv[k] belong
+// to the k-th device of this rank.
+func (c *Comm) VirtualReduceScatter(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) error {
+	return c.run(c.virtualReduceScatterReq(send, recv, count, dt, op, devices))
+}
+
+// IVirtualReduceScatter is the non-blocking VirtualReduceScatter.
+func (c *Comm) IVirtualReduceScatter(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) (*Request, error) {
+	return c.start(c.virtualReduceScatterReq(send, recv, count, dt, op, devices))
+}
+
+func (c *Comm) virtualReduceScatterReq(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) (Request, error) {
+	m := len(devices)
+	local, err := c.vcheck(send, m, count, dt, op, true, devices)
+	if err != nil {
+		return Request{}, err
+	}
+	if err := checkEach("recv", recv, local, count, dt); err != nil {
+		return Request{}, err
+	}
+	n := count * dt.Size()
+	mine := sched.LocalDevices(devices, c.rank)
+	return c.vreq(vcall{a: &virtualReduceScatter, dt: dt, op: op, count: count, root: -1, devices: devices, send: send, sendN: m * n, workN: m * n,
+		finish: func(w []byte) {
+			for k, d := range mine {
+				copy(recv[k][:n], w[d*n:(d+1)*n])
+			}
+		}})
+}
+
+// VirtualAllGather concatenates every device's count elements, device 0
+// first, into every local device's recv (M·count elements each; they may
+// all be one buffer, written once).
+func (c *Comm) VirtualAllGather(send, recv [][]byte, count int, dt DataType, devices []int) error {
+	return c.run(c.virtualAllGatherReq(send, recv, count, dt, devices))
+}
+
+// IVirtualAllGather is the non-blocking VirtualAllGather.
+func (c *Comm) IVirtualAllGather(send, recv [][]byte, count int, dt DataType, devices []int) (*Request, error) {
+	return c.start(c.virtualAllGatherReq(send, recv, count, dt, devices))
+}
+
+func (c *Comm) virtualAllGatherReq(send, recv [][]byte, count int, dt DataType, devices []int) (Request, error) {
+	m := len(devices)
+	local, err := c.vcheck(send, 1, count, dt, 0, false, devices)
+	if err != nil {
+		return Request{}, err
+	}
+	if err := checkEach("recv", recv, local, m*count, dt); err != nil {
+		return Request{}, err
+	}
+	n := count * dt.Size()
+	v := vcall{a: &virtualAllGather, dt: dt, count: count, root: -1, devices: devices, send: send, sendN: n, workN: m * n,
+		finish: func(w []byte) { copyOut(recv, w) }}
+	if local > 0 {
+		v.work = recv[0][:m*n]
+	}
+	return c.vreq(v)
+}
+
+// VirtualAllToAll sends block w (count elements) of device v's send (M
+// blocks) to device w, which keeps it as block v of its recv.
+func (c *Comm) VirtualAllToAll(send, recv [][]byte, count int, dt DataType, devices []int) error {
+	return c.run(c.virtualAllToAllReq(send, recv, count, dt, devices))
+}
+
+// IVirtualAllToAll is the non-blocking VirtualAllToAll.
+func (c *Comm) IVirtualAllToAll(send, recv [][]byte, count int, dt DataType, devices []int) (*Request, error) {
+	return c.start(c.virtualAllToAllReq(send, recv, count, dt, devices))
+}
+
+func (c *Comm) virtualAllToAllReq(send, recv [][]byte, count int, dt DataType, devices []int) (Request, error) {
+	m := len(devices)
+	local, err := c.vcheck(send, m, count, dt, 0, false, devices)
+	if err != nil {
+		return Request{}, err
+	}
+	if err := checkEach("recv", recv, local, m*count, dt); err != nil {
+		return Request{}, err
+	}
+	each := m * count * dt.Size()
+	v := vcall{a: &virtualAllToAll, dt: dt, count: count, root: -1, devices: devices, send: send, sendN: each, workN: local * each,
+		finish: func(w []byte) {
+			for k := range recv {
+				if addr(recv[k]) != addr(w[k*each:]) {
+					copy(recv[k][:each], w[k*each:])
+				}
+			}
+		}}
+	v.work = contiguous(recv, each)
+	return c.vreq(v)
+}
+
+// vcheck checks a virtual collective's type, op (where it reduces),
+// placement and send buffers (mult·count elements per local device), and
+// returns the number of local devices.
+func (c *Comm) vcheck(send [][]byte, mult, count int, dt DataType, op RedOp, reduces bool, devices []int) (int, error) {
+	if err := checkType(dt); err != nil {
+		return 0, err
+	}
+	if reduces {
+		if err := checkOp(dt, op); err != nil {
+			return 0, err
+		}
+	}
+	if count < 0 {
+		return 0, invalidArg("negative count %d", count)
+	}
+	local, err := c.checkDevices(devices)
+	if err != nil {
+		return 0, err
+	}
+	return local, checkEach("send", send, local, mult*count, dt)
+}
+
+// VirtualBroadcast copies count elements of device root's vector into
+// every local device's recv (they may all be one buffer, written once).
+// send is the root device's vector on its rank, ignored elsewhere. It is
+// the engine's broadcast from the root's rank, with the algorithm the
+// registry chooses for it.
+func (c *Comm) VirtualBroadcast(send []byte, recv [][]byte, count int, dt DataType, root int, devices []int) error {
+	return c.run(c.virtualBroadcastReq(send, recv, count, dt, root, devices))
+}
+
+// IVirtualBroadcast is the non-blocking VirtualBroadcast.
+func (c *Comm) IVirtualBroadcast(send []byte, recv [][]byte, count int, dt DataType, root int, devices []int) (*Request, error) {
+	return c.start(c.virtualBroadcastReq(send, recv, count, dt, root, devices))
+}
+
+func (c *Comm) virtualBroadcastReq(send []byte, recv [][]byte, count int, dt DataType, root int, devices []int) (Request, error) {
+	if err := checkType(dt); err != nil {
+		return Request{}, err
+	}
+	local, err := c.checkDevices(devices)
+	if err != nil {
+		return Request{}, err
+	}
+	if root < 0 || root >= len(devices) {
+		return Request{}, invalidArg("root %d of %d virtual devices", root, len(devices))
+	}
+	if err := checkEach("recv", recv, local, count, dt); err != nil {
+		return Request{}, err
+	}
+	n := count * dt.Size()
+	if local == 0 {
+		// No device here, but the broadcast may pass through the rank.
+		recv = [][]byte{make([]byte, n)}
+	}
+	if devices[root] != c.rank {
+		send = recv[0]
+	}
+	r, err := c.broadcastReq(send, recv[0], count, dt, devices[root])
+	if err != nil {
+		return Request{}, err
+	}
+	k := r.args
+	return c.newReq(sched.Broadcast, k.a, dt, n, func(x *execCtx) error {
+		if err := x.issue(&k); err != nil {
+			return err
+		}
+		copyOut(recv[1:], recv[0][:n])
+		return nil
+	})
 }

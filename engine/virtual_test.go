@@ -45,28 +45,34 @@ func devFold(m, count int, avg bool) []byte {
 	return out
 }
 
+// virtualCases are block, cyclic and explicit placements of 8 devices.
+var virtualCases = []struct {
+	name    string
+	n       int
+	devices []int
+}{
+	{"block on 2", 2, []int{0, 0, 0, 0, 1, 1, 1, 1}},
+	{"block on 4", 4, []int{0, 0, 1, 1, 2, 2, 3, 3}},
+	{"cyclic on 3", 3, []int{0, 1, 2, 0, 1, 2, 0, 1}},
+	{"explicit on 3", 3, []int{2, 2, 0, 1, 1, 2, 0, 0}},
+}
+
+// virtualComms is n ranks over shared memory or the in-memory transport.
+func virtualComms(t *testing.T, n int, shm bool) []*Comm {
+	if shm {
+		return newShm(t, n, Options{Timeout: 20 * time.Second})
+	}
+	return newLocal(t, n, Options{Timeout: 20 * time.Second})
+}
+
 // TestVirtualAllReduce runs the engine's virtual allreduce on block,
 // cyclic and explicit placements, over the in-memory transport and over
 // shared memory: every rank gets the fold in device order, bit for bit.
 func TestVirtualAllReduce(t *testing.T) {
 	const m, count = 8, 40_001
-	for _, tc := range []struct {
-		name    string
-		n       int
-		devices []int
-	}{
-		{"block on 2", 2, []int{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"block on 4", 4, []int{0, 0, 1, 1, 2, 2, 3, 3}},
-		{"cyclic on 3", 3, []int{0, 1, 2, 0, 1, 2, 0, 1}},
-		{"explicit on 3", 3, []int{2, 2, 0, 1, 1, 2, 0, 0}},
-	} {
+	for _, tc := range virtualCases {
 		for _, shm := range []bool{false, true} {
-			var comms []*Comm
-			if shm {
-				comms = newShm(t, tc.n, Options{Timeout: 20 * time.Second})
-			} else {
-				comms = newLocal(t, tc.n, Options{Timeout: 20 * time.Second})
-			}
+			comms := virtualComms(t, tc.n, shm)
 			for _, op := range []RedOp{Sum, Avg} {
 				want := devFold(m, count, op == Avg)
 				mustRanks(t, comms, func(c *Comm) error {

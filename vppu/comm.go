@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/gocoll/gocoll/engine"
-	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/topology"
 	"github.com/gocoll/gocoll/vppu/redist"
 )
@@ -23,13 +22,16 @@ import (
 //
 // The results do not depend on the placement. Every reduction folds the M
 // contributions of an element in device order, ((x0 op x1) op x2) … op
-// x(M-1), on one rank, then sends the result to every device; Avg divides
-// that sum by M once. Two placements, or a migration, move bytes
-// differently but compute every element the same way.
+// x(M-1): the partial sums travel the devices in order, each rank folding
+// in its own; Avg divides that sum by M once. Two placements, or a
+// migration, move bytes differently but compute every element the same
+// way.
 //
-// The collectives run over a sub-communicator of the ranks that host
-// devices (ranked by parent rank); Migrate is a collective of the whole
-// parent communicator.
+// The collectives are the engine's virtual collectives
+// (engine.Comm.VirtualAllReduceEach and its siblings, schedules of
+// engine/sched/vcoll.go) run over a sub-communicator of the ranks that
+// host devices (ranked by parent rank), in issue order like any of its
+// calls; Migrate is a collective of the whole parent communicator.
 type Comm struct {
 	parent  *engine.Comm
 	logical Logical
@@ -39,11 +41,12 @@ type Comm struct {
 	place  Place
 	local  []int                   // devices on this rank, increasing
 	hosts  []int                   // parent ranks hosting devices, increasing = sub ranks
+	devs   []int                   // device → its host's rank in sub
 	sub    *engine.Comm            // nil when this rank hosts no device
 	subs   map[string]*engine.Comm // every set of hosting ranks split so far
 	bufs   map[int]map[string][]byte
 	shared map[string][]byte // state every local device holds alike, kept once (RegisterShared)
-	last   *Request          // calls run one after another, in call order
+	last   *Request          // the last non-blocking call issued
 	seq    uint64            // calls issued, for error messages
 	broken error             // set by a failed migration
 	closed bool
@@ -138,7 +141,11 @@ func (c *Comm) remap(place Place) error {
 		}
 		c.subs[key] = sub // nil where this rank hosts nothing
 	}
-	c.place, c.local, c.hosts, c.sub = slices.Clone(place), local, hosts, sub
+	devs := make([]int, len(place))
+	for v, r := range place {
+		devs[v], _ = slices.BinarySearch(hosts, r)
+	}
+	c.place, c.local, c.hosts, c.devs, c.sub = slices.Clone(place), local, hosts, devs, sub
 	for v := range c.bufs {
 		if place[v] != me {
 			delete(c.bufs, v)
@@ -271,64 +278,89 @@ func (c *Comm) Buffers(dev int) []string {
 	return names
 }
 
-// Request is a virtual collective in flight.
-type Request struct {
-	done chan struct{}
-	err  error
+// Request is a virtual collective in flight: the engine's request of the
+// call on the sub-communicator, which the engine runs in issue order.
+type Request = engine.Request
+
+// call is what a collective needs of the communicator, read when it is
+// issued (a migration may change the communicator's afterwards).
+type call struct {
+	name    string
+	me      int          // parent rank
+	sub     *engine.Comm // the hosting ranks
+	place   Place        // device → parent rank
+	local   []int        // this rank's devices, increasing
+	devices []int        // device → its rank in sub
 }
 
-// Wait blocks until the call finished and returns its error. The engine's
-// timeouts bound it.
-func (r *Request) Wait() error {
-	<-r.done
-	return r.err
-}
-
-// Done is closed when the call finished.
-func (r *Request) Done() <-chan struct{} { return r.done }
-
-// Test reports whether the call finished, and its error if it did.
-func (r *Request) Test() (bool, error) {
-	select {
-	case <-r.done:
-		return true, r.err
-	default:
-		return false, nil
-	}
-}
-
-// start queues f behind the calls already issued: every rank issues the
-// same calls in the same order, and running them in that order keeps the
-// sub-communicator's calls matched.
-func (c *Comm) start(name string, f func(sub *engine.Comm, s state) error) (*Request, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// begin checks that a collective may be issued now and returns its view
+// of the communicator. Called with c.mu held.
+func (c *Comm) begin(name string) (call, error) {
+	me := c.parent.Rank()
 	if c.closed {
-		return nil, fmt.Errorf("vppu: %s on rank %d: %w: communicator destroyed", name, c.parent.Rank(), engine.ErrInvalidArgument)
+		return call{}, fmt.Errorf("vppu: %s on rank %d: %w: communicator destroyed", name, me, engine.ErrInvalidArgument)
 	}
 	if c.broken != nil {
-		return nil, fmt.Errorf("vppu: %s on rank %d: unusable after a failed migration: %w", name, c.parent.Rank(), c.broken)
+		return call{}, fmt.Errorf("vppu: %s on rank %d: unusable after a failed migration: %w", name, me, c.broken)
 	}
 	if len(c.local) == 0 {
-		return nil, fmt.Errorf("vppu: %s on rank %d: %w", name, c.parent.Rank(), ErrNoDevice)
+		return call{}, fmt.Errorf("vppu: %s on rank %d: %w", name, me, ErrNoDevice)
 	}
-	c.seq++
-	seq := c.seq
-	s := state{place: c.place, local: c.local, hosts: c.hosts, m: c.logical.M, me: c.parent.Rank()}
-	sub := c.sub
-	prev := c.last
-	r := &Request{done: make(chan struct{})}
+	return call{name: name, me: me, sub: c.sub, place: c.place, local: c.local, devices: c.devs}, nil
+}
+
+// wrap names the call and this rank's devices in err.
+func (k call) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("vppu: %s on rank %d (devices %v): %w", k.name, k.me, k.local, err)
+}
+
+// blocking runs a blocking collective: the engine's blocking call, inline
+// on the caller's goroutine once the requests issued before it are done.
+func (c *Comm) blocking(name string, run func(k call) error) error {
+	c.mu.Lock()
+	k, err := c.begin(name)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return k.wrap(run(k))
+}
+
+// nonBlocking issues a non-blocking collective. Migrate, Recover and
+// Destroy wait for the last one issued, and so for all of them: the
+// engine runs a communicator's requests in order.
+func (c *Comm) nonBlocking(name string, start func(k call) (*Request, error)) (*Request, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k, err := c.begin(name)
+	if err != nil {
+		return nil, err
+	}
+	r, err := start(k)
+	if err != nil {
+		return nil, k.wrap(err)
+	}
 	c.last = r
-	go func() {
-		if prev != nil {
-			<-prev.done
-		}
-		if err := f(sub, s); err != nil {
-			r.err = fmt.Errorf("vppu: %s #%d on rank %d (devices %v): %w", name, seq, s.me, s.local, err)
-		}
-		close(r.done)
-	}()
 	return r, nil
+}
+
+// rootBuf is device root's buffer among bufs (one per local device) on
+// the root's rank, nil elsewhere.
+func (k call) rootBuf(what string, bufs [][]byte, root int) ([]byte, error) {
+	if root < 0 || root >= len(k.place) {
+		return nil, fmt.Errorf("%w: root %d of %d virtual devices", engine.ErrInvalidArgument, root, len(k.place))
+	}
+	i := slices.Index(k.local, root)
+	if i < 0 {
+		return nil, nil
+	}
+	if len(bufs) != len(k.local) {
+		return nil, fmt.Errorf("%w: %d %s buffers for %d local devices", engine.ErrInvalidArgument, len(bufs), what, len(k.local))
+	}
+	return bufs[i], nil
 }
 
 // Migrate moves the virtual devices to the placement to (device v onto
@@ -374,42 +406,33 @@ func (c *Comm) Migrate(to Place) (err error) {
 	return c.remap(to)
 }
 
-// sharedFlag marks a shared buffer in move's buffer lists (in the name
-// length's top bit).
-const sharedFlag = 1 << 31
-
 // move sends the registered buffers of every device changing rank. First
-// every rank learns every device's buffer names and sizes (two all-gathers
-// over the parent), then each buffer travels in one message, in device
-// then name order on both sides. The shared buffers travel once to each
-// rank that hosted no device before, with the lowest device it receives.
+// every rank learns every device's buffer names and sizes (each rank's
+// list, encodeMoves, all-gathered over the parent), then each buffer
+// travels in one message, in device then name order on both sides. The
+// shared buffers travel once to each rank that hosted no device before,
+// with the lowest device it receives.
 func (c *Comm) move(to Place) error {
 	me := c.parent.Rank()
 	c.mu.Lock()
 	from := c.place
-	var desc []byte
-	describe := func(v int, name string, size int, flag uint32) {
-		desc = binary.LittleEndian.AppendUint32(desc, uint32(v))
-		desc = binary.LittleEndian.AppendUint32(desc, uint32(len(name))|flag)
-		desc = append(desc, name...)
-		desc = binary.LittleEndian.AppendUint64(desc, uint64(size))
-	}
+	var list []bufDesc
 	for _, v := range c.local {
 		if to[v] == me {
 			continue
 		}
 		for _, name := range sortedNames(c.bufs[v]) {
-			describe(v, name, len(c.bufs[v][name]), 0)
+			list = append(list, bufDesc{Dev: v, Name: name, Size: len(c.bufs[v][name])})
 		}
 		if carriesShared(from, to, v) {
 			for _, name := range sortedNames(c.shared) {
-				describe(v, name, len(c.shared[name]), sharedFlag)
+				list = append(list, bufDesc{Dev: v, Name: name, Size: len(c.shared[name]), Shared: true})
 			}
 		}
 	}
 	alloc := c.alloc
 	c.mu.Unlock()
-	descs, err := allGatherBlobs(c.parent, desc)
+	lists, err := allGatherBlobs(c.parent, encodeMoves(list))
 	if err != nil {
 		return err
 	}
@@ -421,21 +444,16 @@ func (c *Comm) move(to Place) error {
 		shared   bool
 	}
 	var moves []moving
-	for r, d := range descs {
-		for len(d) > 0 {
-			if len(d) < 8 {
-				return fmt.Errorf("rank %d sent a damaged buffer list", r)
+	for r, msg := range lists {
+		ds, err := decodeMoves(msg)
+		if err != nil {
+			return fmt.Errorf("rank %d sent a damaged buffer list: %w", r, err)
+		}
+		for _, d := range ds {
+			if d.Dev >= len(to) || from[d.Dev] != r || (d.Shared && !carriesShared(from, to, d.Dev)) {
+				return fmt.Errorf("rank %d sent a damaged buffer list: device %d", r, d.Dev)
 			}
-			v, nl := int(binary.LittleEndian.Uint32(d)), binary.LittleEndian.Uint32(d[4:])
-			shared := nl&sharedFlag != 0
-			nl &^= sharedFlag
-			if v >= len(to) || from[v] != r || len(d) < 16+int(nl) || (shared && !carriesShared(from, to, v)) {
-				return fmt.Errorf("rank %d sent a damaged buffer list", r)
-			}
-			name := string(d[8 : 8+nl])
-			size := int(binary.LittleEndian.Uint64(d[8+nl:]))
-			d = d[16+nl:]
-			moves = append(moves, moving{v, name, size, r, to[v], shared})
+			moves = append(moves, moving{d.Dev, d.Name, d.Size, r, to[d.Dev], d.Shared})
 		}
 	}
 	slices.SortFunc(moves, func(a, b moving) int {
@@ -593,125 +611,11 @@ func (c *Comm) Destroy() error {
 	return errors.Join(errs...)
 }
 
-// state is the placement a call was issued under (a migration may change
-// the communicator's while calls wait their turn).
-type state struct {
-	place []int
-	local []int
-	hosts []int // parent ranks = sub ranks by index
-	m, me int
-}
-
-func (s state) subRank(parentRank int) int {
-	i, _ := slices.BinarySearch(s.hosts, parentRank)
-	return i
-}
-
-// devs lists the devices on host i (a sub rank), increasing.
-func (s state) devs(i int) []int {
-	var out []int
-	for v, r := range s.place {
-		if r == s.hosts[i] {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-// checkBufs checks one buffer per local device, each at least n bytes.
-func (s state) checkBufs(name string, bufs [][]byte, n int) error {
-	if len(bufs) != len(s.local) {
-		return fmt.Errorf("%w: %d %s buffers for %d local devices", engine.ErrInvalidArgument, len(bufs), name, len(s.local))
-	}
-	for k, b := range bufs {
-		if len(b) < n {
-			return fmt.Errorf("%w: %s buffer of device %d holds %d bytes, needs %d", engine.ErrInvalidArgument, name, s.local[k], len(b), n)
-		}
-	}
-	return nil
-}
-
-func checkArgs(count int, dt engine.DataType, op engine.RedOp, reduce bool) error {
-	if count < 0 {
-		return fmt.Errorf("%w: count %d", engine.ErrInvalidArgument, count)
-	}
-	if !dt.Valid() {
-		return fmt.Errorf("%w: datatype %v", engine.ErrInvalidArgument, dt)
-	}
-	if !reduce {
-		return nil
-	}
-	if err := kernel.CheckOp(dt, op); err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrInvalidArgument, err)
-	}
-	return nil
-}
-
-// exchange is one alltoallv of bytes over the hosting ranks: out[i] to sub
-// rank i, in[i] (its length known) from sub rank i.
-func exchange(sub *engine.Comm, out [][]byte, inLens []int) ([][]byte, error) {
-	n := sub.Size()
-	scount, sdisp, rcount, rdisp := make([]int, n), make([]int, n), make([]int, n), make([]int, n)
-	var send []byte
-	for i, b := range out {
-		sdisp[i], scount[i] = len(send), len(b)
-		send = append(send, b...)
-	}
-	total := 0
-	for i, l := range inLens {
-		rdisp[i], rcount[i] = total, l
-		total += l
-	}
-	recv := make([]byte, total)
-	if err := sub.AllToAllv(send, scount, sdisp, recv, rcount, rdisp, engine.Uint8); err != nil {
-		return nil, err
-	}
-	in := make([][]byte, n)
-	for i := range in {
-		in[i] = recv[rdisp[i] : rdisp[i]+rcount[i]]
-	}
-	return in, nil
-}
-
-// transpose sends block w (n bytes) of every local device's send to the
-// rank of device w. What comes back from hosting rank i holds, for each
-// local device x (in order) and the j-th device v of rank i, block x of
-// v's send at (x·|devs(i)| + j)·n.
-func (s state) transpose(sub *engine.Comm, send [][]byte, n int) ([][]byte, error) {
-	h := len(s.hosts)
-	out, inLens := make([][]byte, h), make([]int, h)
-	for i := range h {
-		for _, w := range s.devs(i) {
-			for k := range s.local {
-				out[i] = append(out[i], send[k][w*n:(w+1)*n]...)
-			}
-		}
-		inLens[i] = len(s.devs(i)) * len(s.local) * n
-	}
-	return exchange(sub, out, inLens)
-}
-
-// fold reduces pieces[0..M-1] (one per device, in device order) into dst:
-// the fixed order that makes results independent of the placement.
-func fold(dst []byte, pieces [][]byte, dt engine.DataType, op engine.RedOp) {
-	if len(pieces) == 1 {
-		copy(dst, pieces[0])
-	} else {
-		kernel.Reduce3(dst, pieces[0], pieces[1], dt, op)
-		for _, p := range pieces[2:] {
-			kernel.Reduce(dst, p, dt, op)
-		}
-	}
-	if op == engine.Avg {
-		kernel.DivideBy(dst, dt, len(pieces))
-	}
-}
-
 // AllReduce reduces count elements over the M devices into every device's
 // recv (send[k] and recv[k] belong to device Local()[k]; they may be the
 // same slice). Every element is folded over the devices in device order,
 // ((x0 op x1) op x2) … op x(M-1), whatever the placement: the engine's
-// virtual allreduce (engine.Comm.VirtualAllReduce) passes each chunk's
+// virtual allreduce (engine.Comm.VirtualAllReduceEach) passes each chunk's
 // partial sum along the devices in order, each rank folding in its own
 // devices' contributions, so a rank's vectors are read where they are and
 // its traffic is one vector's, however many devices it hosts.
@@ -722,289 +626,119 @@ func fold(dst []byte, pieces [][]byte, dt engine.DataType, op engine.RedOp) {
 // (state replicated once per rank, see RegisterShared), which is then
 // written once.
 func (c *Comm) AllReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp) error {
-	r, err := c.IAllReduce(send, recv, count, dt, op)
-	if err != nil {
-		return err
-	}
-	return r.Wait()
+	return c.blocking("allreduce", func(k call) error {
+		return k.sub.VirtualAllReduceEach(send, recv, count, dt, op, k.devices)
+	})
 }
 
 // IAllReduce is the non-blocking AllReduce. The buffers must stay
 // untouched until the request finishes.
 func (c *Comm) IAllReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp) (*Request, error) {
-	return c.start("allreduce", func(sub *engine.Comm, s state) error {
-		if err := checkArgs(count, dt, op, true); err != nil {
-			return err
-		}
-		n := count * dt.Size()
-		if err := s.checkBufs("send", send, n); err != nil {
-			return err
-		}
-		if err := s.checkBufs("recv", recv, n); err != nil {
-			return err
-		}
-		devices := make([]int, s.m)
-		for v, r := range s.place {
-			devices[v] = s.subRank(r)
-		}
-		srcs := make([][]byte, len(send))
-		for k := range send {
-			srcs[k] = send[k][:n]
-		}
-		if err := sub.VirtualAllReduce(srcs, recv[0][:n], count, dt, op, devices); err != nil {
-			return err
-		}
-		for k := 1; k < len(recv); k++ {
-			if n > 0 && &recv[k][0] != &recv[0][0] {
-				copy(recv[k][:n], recv[0][:n])
-			}
-		}
-		return nil
+	return c.nonBlocking("allreduce", func(k call) (*Request, error) {
+		return k.sub.IVirtualAllReduceEach(send, recv, count, dt, op, k.devices)
 	})
 }
 
-// Reduce folds count elements over the M devices into recv of device root
-// only (recv of the other devices may be nil).
+// Reduce folds count elements over the M devices, in device order as
+// AllReduce does, into recv of device root only (recv of the other
+// devices may be nil).
 func (c *Comm) Reduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp, root int) error {
-	r, err := c.IReduce(send, recv, count, dt, op, root)
-	if err != nil {
-		return err
-	}
-	return r.Wait()
+	return c.blocking("reduce", func(k call) error {
+		out, err := k.rootBuf("recv", recv, root)
+		if err != nil {
+			return err
+		}
+		return k.sub.VirtualReduce(send, out, count, dt, op, root, k.devices)
+	})
 }
 
 // IReduce is the non-blocking Reduce.
 func (c *Comm) IReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp, root int) (*Request, error) {
-	return c.start("reduce", func(sub *engine.Comm, s state) error {
-		if err := checkArgs(count, dt, op, true); err != nil {
-			return err
+	return c.nonBlocking("reduce", func(k call) (*Request, error) {
+		out, err := k.rootBuf("recv", recv, root)
+		if err != nil {
+			return nil, err
 		}
-		if root < 0 || root >= s.m {
-			return fmt.Errorf("%w: root %d of %d virtual devices", engine.ErrInvalidArgument, root, s.m)
-		}
-		n := count * dt.Size()
-		if err := s.checkBufs("send", send, n); err != nil {
-			return err
-		}
-		h := len(s.hosts)
-		rootHost := s.subRank(s.place[root])
-		out, inLens := make([][]byte, h), make([]int, h)
-		for k := range s.local {
-			out[rootHost] = append(out[rootHost], send[k][:n]...)
-		}
-		if s.me == s.place[root] {
-			k := slices.Index(s.local, root)
-			if len(recv) != len(s.local) || len(recv[k]) < n {
-				return fmt.Errorf("%w: recv buffer of root device %d missing or shorter than %d bytes", engine.ErrInvalidArgument, root, n)
-			}
-			for i := range h {
-				inLens[i] = len(s.devs(i)) * n
-			}
-		}
-		in, err := exchange(sub, out, inLens)
-		if err != nil || s.me != s.place[root] {
-			return err
-		}
-		pieces := make([][]byte, s.m)
-		for i := range h {
-			for j, v := range s.devs(i) {
-				pieces[v] = in[i][j*n : (j+1)*n]
-			}
-		}
-		if n > 0 {
-			fold(recv[slices.Index(s.local, root)][:n], pieces, dt, op)
-		}
-		return nil
+		return k.sub.IVirtualReduce(send, out, count, dt, op, root, k.devices)
 	})
 }
 
 // Broadcast copies count elements of device root's send into every
 // device's recv (send of the other devices may be nil).
 func (c *Comm) Broadcast(send, recv [][]byte, count int, dt engine.DataType, root int) error {
-	r, err := c.IBroadcast(send, recv, count, dt, root)
-	if err != nil {
-		return err
-	}
-	return r.Wait()
+	return c.blocking("broadcast", func(k call) error {
+		in, err := k.rootBuf("send", send, root)
+		if err != nil {
+			return err
+		}
+		return k.sub.VirtualBroadcast(in, recv, count, dt, root, k.devices)
+	})
 }
 
 // IBroadcast is the non-blocking Broadcast.
 func (c *Comm) IBroadcast(send, recv [][]byte, count int, dt engine.DataType, root int) (*Request, error) {
-	return c.start("broadcast", func(sub *engine.Comm, s state) error {
-		if err := checkArgs(count, dt, 0, false); err != nil {
-			return err
+	return c.nonBlocking("broadcast", func(k call) (*Request, error) {
+		in, err := k.rootBuf("send", send, root)
+		if err != nil {
+			return nil, err
 		}
-		if root < 0 || root >= s.m {
-			return fmt.Errorf("%w: root %d of %d virtual devices", engine.ErrInvalidArgument, root, s.m)
-		}
-		n := count * dt.Size()
-		if err := s.checkBufs("recv", recv, n); err != nil {
-			return err
-		}
-		src := recv[0][:n]
-		if s.me == s.place[root] {
-			k := slices.Index(s.local, root)
-			if len(send) != len(s.local) || len(send[k]) < n {
-				return fmt.Errorf("%w: send buffer of root device %d missing or shorter than %d bytes", engine.ErrInvalidArgument, root, n)
-			}
-			src = send[k][:n]
-		}
-		if err := sub.Broadcast(src, recv[0][:n], count, dt, s.subRank(s.place[root])); err != nil {
-			return err
-		}
-		for k := 1; k < len(s.local); k++ {
-			copy(recv[k], recv[0][:n])
-		}
-		return nil
+		return k.sub.IVirtualBroadcast(in, recv, count, dt, root, k.devices)
 	})
 }
 
 // AllGather concatenates every device's sendcount elements, device 0
 // first, into every device's recv (M·sendcount elements).
 func (c *Comm) AllGather(send, recv [][]byte, sendcount int, dt engine.DataType) error {
-	r, err := c.IAllGather(send, recv, sendcount, dt)
-	if err != nil {
-		return err
-	}
-	return r.Wait()
+	return c.blocking("allgather", func(k call) error {
+		return k.sub.VirtualAllGather(send, recv, sendcount, dt, k.devices)
+	})
 }
 
 // IAllGather is the non-blocking AllGather.
 func (c *Comm) IAllGather(send, recv [][]byte, sendcount int, dt engine.DataType) (*Request, error) {
-	return c.start("allgather", func(sub *engine.Comm, s state) error {
-		if err := checkArgs(sendcount, dt, 0, false); err != nil {
-			return err
-		}
-		n := sendcount * dt.Size()
-		if err := s.checkBufs("send", send, n); err != nil {
-			return err
-		}
-		if err := s.checkBufs("recv", recv, s.m*n); err != nil {
-			return err
-		}
-		h := len(s.hosts)
-		var mine []byte
-		for k := range s.local {
-			mine = append(mine, send[k][:n]...)
-		}
-		out, inLens := make([][]byte, h), make([]int, h)
-		for i := range h {
-			out[i], inLens[i] = mine, len(s.devs(i))*n
-		}
-		in, err := exchange(sub, out, inLens)
-		if err != nil {
-			return err
-		}
-		for i := range h {
-			for j, v := range s.devs(i) {
-				copy(recv[0][v*n:], in[i][j*n:(j+1)*n])
-			}
-		}
-		for k := 1; k < len(s.local); k++ {
-			copy(recv[k], recv[0][:s.m*n])
-		}
-		return nil
+	return c.nonBlocking("allgather", func(k call) (*Request, error) {
+		return k.sub.IVirtualAllGather(send, recv, sendcount, dt, k.devices)
 	})
 }
 
-// ReduceScatter folds the M devices' send (M·recvcount elements each) and
-// leaves block v of the result in device v's recv.
+// ReduceScatter folds the M devices' send (M·recvcount elements each) in
+// device order and leaves block v of the result in device v's recv.
 func (c *Comm) ReduceScatter(send, recv [][]byte, recvcount int, dt engine.DataType, op engine.RedOp) error {
-	r, err := c.IReduceScatter(send, recv, recvcount, dt, op)
-	if err != nil {
-		return err
-	}
-	return r.Wait()
+	return c.blocking("reducescatter", func(k call) error {
+		return k.sub.VirtualReduceScatter(send, recv, recvcount, dt, op, k.devices)
+	})
 }
 
 // IReduceScatter is the non-blocking ReduceScatter.
 func (c *Comm) IReduceScatter(send, recv [][]byte, recvcount int, dt engine.DataType, op engine.RedOp) (*Request, error) {
-	return c.start("reducescatter", func(sub *engine.Comm, s state) error {
-		if err := checkArgs(recvcount, dt, op, true); err != nil {
-			return err
-		}
-		n := recvcount * dt.Size()
-		if err := s.checkBufs("send", send, s.m*n); err != nil {
-			return err
-		}
-		if err := s.checkBufs("recv", recv, n); err != nil {
-			return err
-		}
-		h := len(s.hosts)
-		in, err := s.transpose(sub, send, n)
-		if err != nil {
-			return err
-		}
-		pieces := make([][]byte, s.m)
-		for x := range s.local {
-			for i := range h {
-				d := s.devs(i)
-				for j, v := range d {
-					o := (x*len(d) + j) * n
-					pieces[v] = in[i][o : o+n]
-				}
-			}
-			if n > 0 {
-				fold(recv[x][:n], pieces, dt, op)
-			}
-		}
-		return nil
+	return c.nonBlocking("reducescatter", func(k call) (*Request, error) {
+		return k.sub.IVirtualReduceScatter(send, recv, recvcount, dt, op, k.devices)
 	})
 }
 
 // AllToAll sends block w (count elements) of device v's send to device w,
 // which keeps it as block v of its recv.
 func (c *Comm) AllToAll(send, recv [][]byte, count int, dt engine.DataType) error {
-	r, err := c.IAllToAll(send, recv, count, dt)
-	if err != nil {
-		return err
-	}
-	return r.Wait()
+	return c.blocking("alltoall", func(k call) error {
+		return k.sub.VirtualAllToAll(send, recv, count, dt, k.devices)
+	})
 }
 
 // IAllToAll is the non-blocking AllToAll.
 func (c *Comm) IAllToAll(send, recv [][]byte, count int, dt engine.DataType) (*Request, error) {
-	return c.start("alltoall", func(sub *engine.Comm, s state) error {
-		if err := checkArgs(count, dt, 0, false); err != nil {
-			return err
-		}
-		n := count * dt.Size()
-		if err := s.checkBufs("send", send, s.m*n); err != nil {
-			return err
-		}
-		if err := s.checkBufs("recv", recv, s.m*n); err != nil {
-			return err
-		}
-		h := len(s.hosts)
-		in, err := s.transpose(sub, send, n)
-		if err != nil {
-			return err
-		}
-		for x := range s.local {
-			for i := range h {
-				d := s.devs(i)
-				for j, v := range d {
-					o := (x*len(d) + j) * n
-					copy(recv[x][v*n:(v+1)*n], in[i][o:o+n])
-				}
-			}
-		}
-		return nil
+	return c.nonBlocking("alltoall", func(k call) (*Request, error) {
+		return k.sub.IVirtualAllToAll(send, recv, count, dt, k.devices)
 	})
 }
 
 // Barrier returns once every device has entered it.
 func (c *Comm) Barrier() error {
-	r, err := c.IBarrier()
-	if err != nil {
-		return err
-	}
-	return r.Wait()
+	return c.blocking("barrier", func(k call) error { return k.sub.Barrier() })
 }
 
 // IBarrier is the non-blocking Barrier.
 func (c *Comm) IBarrier() (*Request, error) {
-	return c.start("barrier", func(sub *engine.Comm, _ state) error { return sub.Barrier() })
+	return c.nonBlocking("barrier", func(k call) (*Request, error) { return k.sub.IBarrier() })
 }
 
 // Redistribute moves a tensor from one layout of the virtual devices to
@@ -1012,28 +746,34 @@ func (c *Comm) IBarrier() (*Request, error) {
 // receiver j are devices i and j, wherever they are placed now; src[k] and
 // dst[k] are local device k's buffers in the source and destination
 // layouts (nil where it holds none). Messages between devices on one rank
-// are copies; the others travel over the parent communicator.
+// are copies; the others travel over the parent communicator, once the
+// calls issued before it are done.
 func (c *Comm) Redistribute(p *redist.Plan, src, dst [][]byte, dt engine.DataType) error {
-	r, err := c.start("redistribute", func(_ *engine.Comm, s state) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil plan", engine.ErrInvalidArgument)
-		}
-		if p.Q > s.m || p.P > s.m {
-			return fmt.Errorf("%w: a plan of %d senders and %d receivers for %d virtual devices", engine.ErrInvalidArgument, p.Q, p.P, s.m)
-		}
-		if len(src) != len(s.local) || len(dst) != len(s.local) {
-			return fmt.Errorf("%w: %d source and %d destination buffers for %d local devices", engine.ErrInvalidArgument, len(src), len(dst), len(s.local))
-		}
-		slot := func(v int) int { return slices.Index(s.local, v) }
-		return redist.RedistributeAt(c.parent, p, redist.Endpoints{
-			SrcRank: func(i int) int { return s.place[i] },
-			DstRank: func(j int) int { return s.place[j] },
-			Src:     func(i int) []byte { return src[slot(i)] },
-			Dst:     func(j int) []byte { return dst[slot(j)] },
-		}, dt)
-	})
+	c.mu.Lock()
+	k, err := c.begin("redistribute")
+	prev, parent := c.last, c.parent
+	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return r.Wait()
+	if prev != nil {
+		prev.Wait() // its error went to its caller
+	}
+	m := len(k.place)
+	if p == nil {
+		return k.wrap(fmt.Errorf("%w: nil plan", engine.ErrInvalidArgument))
+	}
+	if p.Q > m || p.P > m {
+		return k.wrap(fmt.Errorf("%w: a plan of %d senders and %d receivers for %d virtual devices", engine.ErrInvalidArgument, p.Q, p.P, m))
+	}
+	if len(src) != len(k.local) || len(dst) != len(k.local) {
+		return k.wrap(fmt.Errorf("%w: %d source and %d destination buffers for %d local devices", engine.ErrInvalidArgument, len(src), len(dst), len(k.local)))
+	}
+	slot := func(v int) int { return slices.Index(k.local, v) }
+	return k.wrap(redist.RedistributeAt(parent, p, redist.Endpoints{
+		SrcRank: func(i int) int { return k.place[i] },
+		DstRank: func(j int) int { return k.place[j] },
+		Src:     func(i int) []byte { return src[slot(i)] },
+		Dst:     func(j int) []byte { return dst[slot(j)] },
+	}, dt))
 }

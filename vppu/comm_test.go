@@ -73,7 +73,6 @@ func foldRef(xs [][]byte) []byte {
 // n ranks and returns, per device, what each collective left in its recv.
 func results(t *testing.T, m, n int, place Place) map[string][][]byte {
 	t.Helper()
-	const count = 37 // not a multiple of anything
 	out := map[string][][]byte{}
 	var mu sync.Mutex
 	put := func(name string, v int, b []byte) {
@@ -94,82 +93,90 @@ func results(t *testing.T, m, n int, place Place) map[string][][]byte {
 			return err
 		}
 		defer c.Destroy()
-		local := c.Local()
-		bufs := func(size int, fill func(v int) []byte) [][]byte {
-			bs := make([][]byte, len(local))
-			for k, v := range local {
-				bs[k] = make([]byte, size)
-				if fill != nil {
-					copy(bs[k], fill(v))
-				}
-			}
-			return bs
-		}
-		if len(local) == 0 {
-			return nil
-		}
-		send := bufs(4*count, func(v int) []byte { return contribution(1, v, count) })
-		recv := bufs(4*count, nil)
-		if err := c.AllReduce(send, recv, count, engine.Float32, engine.Sum); err != nil {
-			return err
-		}
-		for k, v := range local {
-			put("allreduce", v, recv[k])
-		}
-		// In place, and non-blocking.
-		inplace := bufs(4*count, func(v int) []byte { return contribution(1, v, count) })
-		r, err := c.IAllReduce(inplace, inplace, count, engine.Float32, engine.Avg)
-		if err != nil {
-			return err
-		}
-		if err := r.Wait(); err != nil {
-			return err
-		}
-		for k, v := range local {
-			put("allreduce-avg", v, inplace[k])
-		}
-		root := m - 1
-		red := bufs(4*count, nil)
-		if err := c.Reduce(send, red, count, engine.Float32, engine.Sum, root); err != nil {
-			return err
-		}
-		for k, v := range local {
-			if v == root {
-				put("reduce", v, red[k])
-			}
-		}
-		bc := bufs(4*count, nil)
-		if err := c.Broadcast(send, bc, count, engine.Float32, m/2); err != nil {
-			return err
-		}
-		for k, v := range local {
-			put("broadcast", v, bc[k])
-		}
-		ag := bufs(4*count*m, nil)
-		if err := c.AllGather(send, ag, count, engine.Float32); err != nil {
-			return err
-		}
-		for k, v := range local {
-			put("allgather", v, ag[k])
-		}
-		big := bufs(4*count*m, func(v int) []byte { return contribution(2, v, count*m) })
-		rs := bufs(4*count, nil)
-		if err := c.ReduceScatter(big, rs, count, engine.Float32, engine.Sum); err != nil {
-			return err
-		}
-		for k, v := range local {
-			put("reducescatter", v, rs[k])
-		}
-		a2a := bufs(4*count*m, nil)
-		if err := c.AllToAll(big, a2a, count, engine.Float32); err != nil {
-			return err
-		}
-		for k, v := range local {
-			put("alltoall", v, a2a[k])
-		}
-		return c.Barrier()
+		return everyCollective(c, put)
 	}))
 	return out
+}
+
+// everyCollective runs every collective on c's local devices (count
+// elements each) and hands each device's result to put.
+func everyCollective(c *Comm, put func(name string, v int, b []byte)) error {
+	const count = 37 // not a multiple of anything
+	m := c.Size()
+	local := c.Local()
+	bufs := func(size int, fill func(v int) []byte) [][]byte {
+		bs := make([][]byte, len(local))
+		for k, v := range local {
+			bs[k] = make([]byte, size)
+			if fill != nil {
+				copy(bs[k], fill(v))
+			}
+		}
+		return bs
+	}
+	if len(local) == 0 {
+		return nil
+	}
+	send := bufs(4*count, func(v int) []byte { return contribution(1, v, count) })
+	recv := bufs(4*count, nil)
+	if err := c.AllReduce(send, recv, count, engine.Float32, engine.Sum); err != nil {
+		return err
+	}
+	for k, v := range local {
+		put("allreduce", v, recv[k])
+	}
+	// In place, and non-blocking.
+	inplace := bufs(4*count, func(v int) []byte { return contribution(1, v, count) })
+	r, err := c.IAllReduce(inplace, inplace, count, engine.Float32, engine.Avg)
+	if err != nil {
+		return err
+	}
+	if err := r.Wait(); err != nil {
+		return err
+	}
+	for k, v := range local {
+		put("allreduce-avg", v, inplace[k])
+	}
+	root := m - 1
+	red := bufs(4*count, nil)
+	if err := c.Reduce(send, red, count, engine.Float32, engine.Sum, root); err != nil {
+		return err
+	}
+	for k, v := range local {
+		if v == root {
+			put("reduce", v, red[k])
+		}
+	}
+	bc := bufs(4*count, nil)
+	if err := c.Broadcast(send, bc, count, engine.Float32, m/2); err != nil {
+		return err
+	}
+	for k, v := range local {
+		put("broadcast", v, bc[k])
+	}
+	ag := bufs(4*count*m, nil)
+	if err := c.AllGather(send, ag, count, engine.Float32); err != nil {
+		return err
+	}
+	for k, v := range local {
+		put("allgather", v, ag[k])
+	}
+	big := bufs(4*count*m, func(v int) []byte { return contribution(2, v, count*m) })
+	rs := bufs(4*count, nil)
+	if err := c.ReduceScatter(big, rs, count, engine.Float32, engine.Sum); err != nil {
+		return err
+	}
+	for k, v := range local {
+		put("reducescatter", v, rs[k])
+	}
+	a2a := bufs(4*count*m, nil)
+	if err := c.AllToAll(big, a2a, count, engine.Float32); err != nil {
+		return err
+	}
+	for k, v := range local {
+		put("alltoall", v, a2a[k])
+	}
+	return c.Barrier()
 }
 
 // reference computes what every collective must give, from the

@@ -36,6 +36,9 @@ func child(role string) int {
 		return 3
 	}
 	defer pc.Destroy()
+	if role == "collectives" {
+		return collectivesChild(pc)
+	}
 	const m, count = 8, 50000
 	from, err1 := ParsePlace(os.Getenv("VPPU_FROM"), m)
 	to, err2 := ParsePlace(os.Getenv("VPPU_TO"), m)

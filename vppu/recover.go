@@ -1,7 +1,6 @@
 package vppu
 
 import (
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -54,14 +53,15 @@ type Recovery struct {
 	Bytes  int64  // registered bytes sent between processes
 }
 
-// recoverDesc is what a rank tells the others at the start of a recovery.
+// recoverDesc is what a rank tells the others at the start of a recovery
+// (encodeRecover).
 type recoverDesc struct {
-	Logical uint64           `json:"l"`
-	M       int              `json:"m"`
-	Step    uint64           `json:"s"`
-	Local   []int            `json:"d"`
-	Shared  map[string]int   `json:"sh"`
-	Own     []map[string]int `json:"o"` // per local device, name → size
+	Logical uint64
+	M       int
+	Step    uint64
+	Local   []int
+	Shared  map[string]int   // name → size
+	Own     []map[string]int // per local device, name → size
 }
 
 // Recover moves the virtual devices onto newParent, a communicator made
@@ -421,20 +421,16 @@ func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recov
 	return rec, nil
 }
 
-// gatherDescs all-gathers every rank's description (as JSON).
+// gatherDescs all-gathers every rank's description (encodeRecover).
 func gatherDescs(np *engine.Comm, d recoverDesc) ([]recoverDesc, error) {
-	mine, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	blobs, err := allGatherBlobs(np, mine)
+	blobs, err := allGatherBlobs(np, encodeRecover(d))
 	if err != nil {
 		return nil, err
 	}
 	out := make([]recoverDesc, len(blobs))
 	for r, b := range blobs {
-		if json.Unmarshal(b, &out[r]) != nil {
-			return nil, fmt.Errorf("rank %d sent a damaged description", r)
+		if out[r], err = decodeRecover(b); err != nil {
+			return nil, fmt.Errorf("rank %d sent a damaged description: %w", r, err)
 		}
 	}
 	return out, nil

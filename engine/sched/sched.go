@@ -375,8 +375,9 @@ type Params struct {
 	// NCCL's); nil: the builder's own pair.
 	Trees [][]int
 
-	// Devices places the virtual allreduce's devices (VirtualAllReduce):
-	// Devices[v] is the rank of device v. Nil for every other schedule.
+	// Devices places the virtual collectives' devices (VirtualAllReduce,
+	// vcoll.go): Devices[v] is the rank of device v. Nil for every other
+	// schedule.
 	Devices []int
 }
 

@@ -357,7 +357,7 @@ func (m *sim) pair(q, sq []*simTask) (ti, si int, ok bool) {
 func (m *sim) input(layouts []Params) error {
 	p, n := m.p, m.s.N
 	if p.Devices != nil {
-		m.inputDevices()
+		m.inputVirtual()
 		return nil
 	}
 	for r := 0; r < n; r++ {
@@ -428,7 +428,7 @@ func (m *sim) verify(layouts []Params) error {
 		return fmt.Errorf("sched: %s %s on %d ranks: rank %d: %s", s.Coll, s.Algo, n, r, fmt.Sprintf(format, args...))
 	}
 	if p.Devices != nil {
-		return m.verifyDevices(fail)
+		return m.verifyVirtual(fail)
 	}
 	reduced := func(r, i int, x int32) error {
 		ok, scaled := m.leaves(x, i)

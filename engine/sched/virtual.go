@@ -132,16 +132,7 @@ func VirtualAllReduce(p Params) (*Schedule, error) {
 					continue
 				}
 				round := c + h
-				devs := hop.Devices
-				if h == 0 {
-					ops = append(ops, Op{Kind: Copy, Src: contrib(devs[0]), Dst: part, Round: round})
-					devs = devs[1:]
-				} else {
-					ops = append(ops, Op{Kind: Recv, Peer: hops[h-1].Rank, Tag: tag(h - 1), Dst: part, Round: round - 1})
-				}
-				for _, v := range devs {
-					ops = append(ops, Op{Kind: Accumulate, Src: contrib(v), Dst: part, Round: round})
-				}
+				ops = foldHop(ops, hops, h, part, contrib, tag, round)
 				switch {
 				case h+1 < j:
 					ops = append(ops, Op{Kind: Send, Peer: hops[h+1].Rank, Tag: tag(h), Src: part, Round: round})
