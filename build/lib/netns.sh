@@ -3,7 +3,8 @@
 #
 # Each emulated host is a network namespace with its own veth on a bridge
 # (in a "switch" namespace of its own), its link limited with tc tbf to
-# RATE in both directions; a process started with on_host runs under
+# RATE in both directions (RATE=unlimited or 0: no tc at all, the veth
+# carries what the CPUs can push); a process started with on_host runs under
 # `unshare --mount --uts` with the host's name and the host's own tmpfs on
 # /dev/shm, so processes of one host share memory and hosts share only TCP.
 # The caller sets RATE and TMO (seconds per process) and calls netns_init
@@ -36,9 +37,13 @@ netns_check() {
 	done
 }
 
+# link_unlimited: whether RATE asks for links without tc.
+link_unlimited() { [ "$RATE" = unlimited ] || [ "$RATE" = 0 ]; }
+
 addr() { echo 198.18.0.$(($1 + 1)); }
 
-# hosts_up H: H namespaced hosts on a bridge, links limited to RATE.
+# hosts_up H: H namespaced hosts on a bridge, links limited to RATE
+# (unless link_unlimited).
 hosts_up() {
 	local n=$1 h
 	ip netns add $SW && ip -n $SW link add br0 type bridge && ip -n $SW link set br0 up || return 1
@@ -55,8 +60,10 @@ hosts_up() {
 		ip -n $ns addr add "$(addr $h)/24" dev v$h
 		ip -n $ns link set v$h up
 		ip -n $ns link set lo up
-		ip netns exec $ns tc qdisc add dev v$h root tbf rate $RATE burst 256kbit latency 100ms || return 1
-		ip netns exec $SW tc qdisc add dev b$h root tbf rate $RATE burst 256kbit latency 100ms || return 1
+		if ! link_unlimited; then
+			ip netns exec $ns tc qdisc add dev v$h root tbf rate $RATE burst 256kbit latency 100ms || return 1
+			ip netns exec $SW tc qdisc add dev b$h root tbf rate $RATE burst 256kbit latency 100ms || return 1
+		fi
 		mkdir -p "$WORK/shm$h" && mount -t tmpfs -o size=1g tmpfs "$WORK/shm$h" || return 1
 	done
 }

@@ -32,10 +32,11 @@ import (
 func main() {
 	raw := flag.String("raw", "", "raw.csv")
 	links := flag.String("links", "", "links.csv")
-	rate := flag.String("rate", "", "the tbf rate of every link (for the report)")
+	rate := flag.String("rate", "", "the tbf rate of every link (for the report; unlimited or 0: no tc)")
+	meta := flag.String("meta", "", "file of lines about the run (machine, load) for the report")
 	out := flag.String("out", ".", "output directory")
 	flag.Parse()
-	if err := run(*raw, *links, *rate, *out); err != nil {
+	if err := run(*raw, *links, *rate, *meta, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "hostsreport:", err)
 		os.Exit(1)
 	}
@@ -77,7 +78,7 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func run(rawPath, linksPath, rate, out string) error {
+func run(rawPath, linksPath, rate, metaPath, out string) error {
 	recs, err := readCSV(rawPath)
 	if err != nil {
 		return err
@@ -137,8 +138,29 @@ func run(rawPath, linksPath, rate, out string) error {
 	sort.Slice(labels, func(i, j int) bool { return labels[i] < labels[j] })
 	var md strings.Builder
 	fmt.Fprintf(&md, "# gocoll vs Gloo across emulated hosts (build/hosts)\n\n")
-	fmt.Fprintf(&md, "Hosts are network namespaces joined by a bridge; every host link is limited to %s each way with `tc tbf`; ranks of one host share a tmpfs on /dev/shm, hosts share only TCP. Cells: busbw GB/s, median over rounds of each run's median iteration (barrier, then one op; the max over ranks). Float32, sum.\n\n", rate)
-	fmt.Fprintf(&md, "Link rate L: measured in the same run with every host streaming TCP to the next at once (median over links).\n\n")
+	unlimited := rate == "unlimited" || rate == "0"
+	links := fmt.Sprintf("every host link is limited to %s each way with `tc tbf`", rate)
+	if unlimited {
+		links = "the host links are not limited (no tc): each veth carries what the cores can push, so the CPU, not the link, is the limit"
+	}
+	fmt.Fprintf(&md, "Hosts are network namespaces joined by a bridge; %s; ranks of one host share a tmpfs on /dev/shm, hosts share only TCP. Cells: busbw GB/s, median over rounds of each run's median iteration (barrier, then one op; the max over ranks). Float32, sum.\n\n", links)
+	if unlimited {
+		fmt.Fprintf(&md, "Link rate L: measured before every round with every host streaming TCP to the next at once (`build/bench/tcpstream`, 1 MiB writes); L is the median over links and rounds. A CPU-bound rate drifts with the machine's load, hence the measurement per round.\n\n")
+	} else {
+		fmt.Fprintf(&md, "Link rate L: measured in the same run with every host streaming TCP to the next at once (median over links).\n\n")
+	}
+	if metaPath != "" {
+		b, err := os.ReadFile(metaPath)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if l != "" {
+				fmt.Fprintf(&md, "- %s\n", l)
+			}
+		}
+		fmt.Fprintln(&md)
+	}
 	fmt.Fprintf(&md, "Bounds: ring = L (one rank per host, or a flat ring's busiest link); hierarchical = L·(2(n−1)/n)/(2(H−1)/H) for allreduce, L·((n−1)/n)/((H−1)/H) for allgather and reduce-scatter (each host sends and receives the data once), L for broadcast.\n\n")
 	configs := []string{}
 	for _, c := range cells {

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeRun writes a two-round 2x1 run: gocoll at 1.0 and 0.8 GB/s, Gloo
+// at 0.5, links measured before each round.
+func writeRun(t *testing.T, dir string) (raw, links, meta string) {
+	t.Helper()
+	raw = filepath.Join(dir, "raw.csv")
+	links = filepath.Join(dir, "links.csv")
+	meta = filepath.Join(dir, "meta.txt")
+	rows := "2x1,1,gocoll,allreduce,2,16777216,10,16000,15000,17000,16000,1.0,1.0,ok\n" +
+		"2x1,1,gloo,allreduce,2,16777216,10,32000,30000,34000,32000,0.5,0.5,ok\n" +
+		"2x1,2,gocoll,allreduce,2,16777216,10,20000,19000,21000,20000,0.8,0.8,ok\n" +
+		"2x1,2,gloo,allreduce,2,16777216,10,32000,30000,34000,32000,0.5,0.5,ok\n"
+	linkRows := "config,link,bytes_per_s\n2x1,0,2000000000\n2x1,1,1800000000\n2x1,0,1600000000\n2x1,1,1400000000\n"
+	for p, s := range map[string]string{raw: rows, links: linkRows, meta: "Machine: test CPU.\n2x1: load average (1 min) 0.50 at start, 0.70 at end.\n"} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return raw, links, meta
+}
+
+func TestReportUnlimited(t *testing.T) {
+	dir := t.TempDir()
+	raw, links, meta := writeRun(t, dir)
+	if err := run(raw, links, "unlimited", meta, dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{
+		"not limited (no tc)",
+		"measured before every round",
+		"- Machine: test CPU.",
+		"- 2x1: load average (1 min) 0.50 at start, 0.70 at end.",
+		// L is the median of the four measurements; gocoll's median
+		// busbw 0.9 is 1.8x Gloo's and 0.53 of L.
+		"L = 1.7000 GB/s",
+		"| allreduce | 16 MiB | 0.5000 (32.0 ms) | 0.9000 (18.0 ms) | 1.80 | 0.53 | 0.53 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "tc tbf") {
+		t.Errorf("an unlimited run's report speaks of tbf:\n%s", md)
+	}
+}
+
+func TestReportLimited(t *testing.T) {
+	dir := t.TempDir()
+	raw, links, _ := writeRun(t, dir)
+	if err := run(raw, links, "250mbit", "", dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := string(b); !strings.Contains(md, "limited to 250mbit each way with `tc tbf`") || strings.Contains(md, "not limited") {
+		t.Errorf("a limited run's report does not name its rate:\n%s", md)
+	}
+}
