@@ -351,6 +351,12 @@ type pathClass struct {
 	n      [2]uint8            // calls recorded per path, modulo estWindow
 	calls  uint32              // calls so far, the same on every rank
 	agreed uint8               // the leader's last valid vote: 0 none, 1 the slots, 2 cross-memory
+
+	// The exploration schedule (pick), the same on every rank: the call
+	// that explores next (0: exploreEvery-1, the first), the gap to the
+	// one after it, and the agreed path pick last saw.
+	next, gap uint32
+	seen      uint8
 }
 
 // estWindow is how many of a path's last calls its estimate covers.
@@ -369,9 +375,17 @@ func (c *pathClass) est(i int) int64 {
 
 // pick says whether the next call uses cross-memory copies: the first
 // call does, the second goes through the slots, later ones take the
-// agreed path (cross-memory while there is none), except every
-// exploreEvery-th, which tries the other so that the leader's estimate of
-// it stays fresh. It depends only on what every rank has alike.
+// agreed path (cross-memory while there is none), except the exploring
+// calls, which try the other so that the leader's estimate of it stays
+// fresh. The first explores at call exploreEvery-1; each exploration that
+// left the agreed path where it was doubles the gap to the next, up to
+// exploreMax, and a change of the agreed path brings it back to
+// exploreEvery: a path that keeps losing costs ever fewer calls (with more
+// ranks than cores, cross-memory copies took twice as long as the slots),
+// while a change, when the machine moved, is checked again soon. It
+// depends only on what every rank has alike: the calls of the class, and
+// the agreed path, which every rank holds the same at pick (the leader
+// applies its vote after its pick; the others at the call's barrier).
 func (c *pathClass) pick() bool {
 	n := c.calls
 	c.calls++
@@ -381,7 +395,21 @@ func (c *pathClass) pick() bool {
 	case 1:
 		return false
 	}
-	return (c.agreed != 1) != (n%exploreEvery == exploreEvery-1)
+	if c.next == 0 {
+		c.next, c.gap = exploreEvery-1, exploreEvery
+	}
+	if c.agreed != c.seen {
+		if c.seen != 0 { // a change of path, not the first agreement
+			c.next, c.gap = n+exploreEvery-1, exploreEvery
+		}
+		c.seen = c.agreed
+	}
+	explore := n == c.next
+	if explore {
+		c.gap = min(2*c.gap, exploreMax)
+		c.next = n + c.gap
+	}
+	return (c.agreed != 1) != explore
 }
 
 // vote is the leader's choice from its estimates, as desc bits: none until

@@ -210,56 +210,53 @@ func TestStoreGate(t *testing.T) {
 
 // TestPathChooser pins the chooser's rules as data: the first call of a
 // class copies out of the process, the second through the slots, then the
-// agreed path, with every exploreEvery-th call on the other; the leader
+// agreed path, with the exploring calls on the other: the first at
+// exploreEvery-1, then at gaps that double up to exploreMax while the
+// agreement holds, and exploreEvery again after it changed; the leader
 // votes only once it timed both paths, for the slots only when they are
 // 10 % faster; an estimate is the least of the path's last estWindow calls,
 // so that a path that became slower is abandoned.
 func TestPathChooser(t *testing.T) {
-	type step struct {
-		pick   bool   // expected path of the call (true: cross-memory)
-		took   int64  // ns the call took on it
-		vote   uint64 // expected vote at the call's start (the leader's)
-		agreed uint8  // expected agreed path after the call
-	}
 	const v, vc = voteValid, voteValid | voteCMA
-	// The slots take 100, the copies 200: after the two first calls the
-	// vote is the slots, taken from the third call's barrier on, and the
-	// calls explore the copies at exploreEvery-1 and 2*exploreEvery-1.
-	steps := []step{
-		{pick: true, took: 200, vote: 0, agreed: 0},
-		{pick: false, took: 100, vote: 0, agreed: 0},
-		{pick: true, took: 200, vote: v, agreed: 1}, // no agreement at its start yet
-	}
-	for n := 3; n < 2*exploreEvery; n++ {
-		explore := n%exploreEvery == exploreEvery-1
-		took := int64(100)
-		if explore {
-			took = 200
-		}
-		steps = append(steps, step{pick: explore, took: took, vote: v, agreed: 1})
-	}
-	// The slots become slower (the cores moved apart): 900 per call. Their
-	// estimate is the least of their last estWindow calls: after
-	// estWindow slow calls it is 900, the next call's vote flips, and the
-	// one after it takes the copies.
-	for range estWindow {
-		steps = append(steps, step{pick: false, took: 900, vote: v, agreed: 1})
-	}
-	steps = append(steps,
-		step{pick: false, took: 900, vote: vc, agreed: 2},
-		step{pick: true, took: 200, vote: vc, agreed: 2},
-	)
+	// The slots take 100 ns and the copies 200 until call 200, when the
+	// slots become slower (the cores moved apart): 900. The vote is the
+	// slots from call 2 (the leader timed both), agreed from call 3 on;
+	// the calls explore the copies at 7, then 16, 32, 64 and 64 calls
+	// later. From 200 the slots' estimate (the least of their last
+	// estWindow calls) is 900 after 4 slow calls: call 204's vote flips,
+	// and call 205 takes the copies, exploring the slots 8, 16 and 32
+	// calls after it.
+	explores := map[int]bool{7: true, 23: true, 55: true, 119: true, 183: true, 212: true, 228: true, 260: true}
+	const flip, voted = 200, 204
 	var c pathClass
-	for i, s := range steps {
+	for i := range 300 {
+		wantPick := explores[i] != (i >= voted+1) // (true: cross-memory)
+		wantVote, wantAgreed := uint64(v), uint8(1)
+		switch {
+		case i < 2:
+			wantPick = i == 0
+			wantVote, wantAgreed = 0, 0
+		case i == 2:
+			wantPick = true // no agreement yet at its start
+		case i >= voted:
+			wantVote, wantAgreed = vc, 2
+		}
 		got := c.pick()
 		vote := c.vote()
-		if got != s.pick || vote != s.vote {
-			t.Fatalf("call %d: cross-memory %v, vote %#x; want %v, %#x (estimates %d, %d)", i, got, vote, s.pick, s.vote, c.est(0), c.est(1))
+		if got != wantPick || vote != wantVote {
+			t.Fatalf("call %d: cross-memory %v, vote %#x; want %v, %#x (estimates %d, %d)", i, got, vote, wantPick, wantVote, c.est(0), c.est(1))
 		}
 		c.agree(vote | 7) // (other desc bits do not matter)
-		c.record(got, time.Duration(s.took))
-		if c.agreed != s.agreed {
-			t.Fatalf("call %d: agreed %d, want %d", i, c.agreed, s.agreed)
+		took := int64(200)
+		if !got {
+			took = 100
+			if i >= flip {
+				took = 900
+			}
+		}
+		c.record(got, time.Duration(took))
+		if c.agreed != wantAgreed {
+			t.Fatalf("call %d: agreed %d, want %d", i, c.agreed, wantAgreed)
 		}
 	}
 	// The estimate rules: the least of the last estWindow calls.
@@ -328,7 +325,7 @@ func TestPathAgreed(t *testing.T) {
 				for _, a := range w.arenas {
 					a.paths.cls[op][k].calls = 2 // past the first two calls
 				}
-				for call := 2; call < 2+2*exploreEvery; call++ {
+				for call := 2; call < 3*exploreEvery+2; call++ {
 					before := make([]int, n)
 					for r, a := range w.arenas {
 						before[r] = a.cmaReads + a.cmaWrites
@@ -343,8 +340,8 @@ func TestPathAgreed(t *testing.T) {
 					checkWorld(t, w, []tcase{{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: count, root: n - 1}}, 1)
 					// Call 2 has no agreement yet (cross-memory); from
 					// call 3 the leader's vote, the slots, but for the
-					// exploring calls.
-					want := call == 2 || call%exploreEvery == exploreEvery-1
+					// exploring calls (the gap doubles after the first).
+					want := call == 2 || call == exploreEvery-1 || call == 3*exploreEvery-1
 					for r, a := range w.arenas {
 						if got := a.cmaReads+a.cmaWrites > before[r]; got != want {
 							t.Fatalf("call %d, rank %d: cross-memory reads %v, want %v", call, r, got, want)
