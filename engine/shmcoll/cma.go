@@ -107,30 +107,36 @@ func (a *Arena) fetch(dst []byte, j, set, slotOff, lo, hi int, need uint64) erro
 		copy(dst, src)
 		return nil
 	}
+	return a.load(j, dst[:hi-lo], rec.addr+uint64(lo))
+}
+
+// load copies len(dst) bytes at addr, an address peer j's record of the
+// current phase published, out of j's process into dst.
+func (a *Arena) load(j int, dst []byte, addr uint64) error {
 	a.cmaReads++
-	if err := readRemote(a.segs[j].proc.Pid, dst[:hi-lo], rec.addr+uint64(lo)); err != nil {
+	if err := readRemote(a.segs[j].proc.Pid, dst, addr); err != nil {
 		var cause error = &transport.PeerLostError{Peer: j, Reason: fmt.Sprintf("process %d: process_vm_readv: %v", a.segs[j].proc.Pid, err)}
 		if err != syscall.ESRCH {
 			cause = fmt.Errorf("%w: rank %d: reading %d bytes of rank %d's buffer at %#x: process_vm_readv: %v",
-				transport.ErrProtocol, a.rank, hi-lo, j, rec.addr+uint64(lo), err)
+				transport.ErrProtocol, a.rank, len(dst), j, addr, err)
 		}
 		return a.fail(fmt.Errorf("shmcoll: rank %d: %w", a.rank, cause))
 	}
 	return nil
 }
 
-// store copies src into peer j's buffer at the address its record of the
-// current phase carries, plus off: the 2-rank broadcast's root writing its
-// half (see Arena.bcastSplit). It writes only while it holds j's store
+// store copies src into peer j's process at addr, an address its record
+// of the current phase published: the 2-rank broadcast's root writing its
+// half (see Arena.bcastSplit), a 2-rank AllReduce writing the peer's half
+// of the result (reduceDirect). It writes only while it holds j's store
 // gate for the phase, and does nothing when j already left the call (the
 // barrier after it then reports why).
-func (a *Arena) store(j int, src []byte, off int) error {
+func (a *Arena) store(j int, src []byte, addr uint64) error {
 	p := a.phase
 	if !a.claimStore(j, p) {
 		return nil
 	}
 	defer a.segs[j].gate.Store(p << 2)
-	addr := a.segs[j].recs[p&1].addr + uint64(off)
 	a.cmaWrites++
 	if err := writeRemote(a.segs[j].proc.Pid, src, addr); err != nil {
 		var cause error = &transport.PeerLostError{Peer: j, Reason: fmt.Sprintf("process %d: process_vm_writev: %v", a.segs[j].proc.Pid, err)}
@@ -230,6 +236,7 @@ const (
 	chooseAllToAll
 	chooseAllToAllv
 	chooseBroadcast // 2 ranks: the split cross-memory copy
+	chooseAllReduce // 2 ranks: reduceDirect
 	numChosen
 )
 
@@ -244,6 +251,8 @@ func chosenOp(kind uint64) int {
 		return chooseAllToAllv
 	case kindBroadcast:
 		return chooseBroadcast
+	case kindAllReduce:
+		return chooseAllReduce
 	}
 	return -1
 }
@@ -274,6 +283,7 @@ func (a *Arena) choosePath(op, size, leader int) (k int, timed bool) {
 	}
 	c := &a.paths.cls[op][k]
 	a.useCMA = c.pick()
+
 	if a.rank == leader {
 		if v := c.vote(); v != 0 {
 			a.cur.id.desc |= v | uint64(k)<<voteClassShift
@@ -292,7 +302,7 @@ func (a *Arena) takeVote(desc uint64) {
 }
 
 // chosenNames names the chosen operations in the log.
-var chosenNames = [numChosen]string{"allgather", "alltoall", "alltoallv", "broadcast"}
+var chosenNames = [numChosen]string{"allgather", "alltoall", "alltoallv", "broadcast", "allreduce"}
 
 // agreed takes a vote (desc) for op's class k, and logs a change of path
 // (GOCOLL_DEBUG): what the ranks chose on this machine, with this rank's

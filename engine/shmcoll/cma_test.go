@@ -381,3 +381,87 @@ func TestPathRegisteredUntimed(t *testing.T) {
 		}
 	}
 }
+
+// TestAllReduceDirectBitwise: a 2-rank AllReduce gives the same bits on
+// either path, the slots or cross-memory copies (reduceDirect): random
+// floats, in place or not, over several blocks and a short last one, from
+// plain and (rank 0) registered memory. The path is set as the agreed
+// one, and each call checked to have taken it.
+func TestAllReduceDirectBitwise(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	w := newWorld(t, 2, cmaSlot)
+	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
+	ctx := context.Background()
+	seq := uint64(10)
+	for _, dt := range []kernel.DataType{kernel.Float32, kernel.Float64, kernel.Float16, kernel.Bfloat16} {
+		for _, op := range []kernel.RedOp{kernel.Sum, kernel.Prod, kernel.Avg, kernel.Max} {
+			for _, count := range []int{(40 << 10) / dt.Size(), 3*cmaSlot/dt.Size() + 7} {
+				for _, v := range []struct{ inPlace, reg bool }{{false, false}, {true, false}, {false, true}} {
+					c := tcase{kind: "allreduce", dt: dt, op: op, count: count, random: true, inPlace: v.inPlace, reg: v.reg}
+					k := bits.Len(uint(count * dt.Size() / 2))
+					var hashes [2][2]uint64
+					seq++ // (the same data on both paths)
+					for p, cma := range []bool{false, true} {
+						errs := w.run(func(r int, a *Arena) error {
+							// The agreed path, as every rank holds it,
+							// with no exploration soon and the leader's
+							// estimates for it.
+							cl := &a.paths.cls[chooseAllReduce][k]
+							cl.calls, cl.next = max(cl.calls, 2), 1<<30
+							cl.agreed, cl.seen = uint8(1+p), uint8(1+p)
+							if cma {
+								setEst(cl, 1<<40, 1)
+							} else {
+								setEst(cl, 1, 1<<40)
+							}
+							before := a.cmaReads
+							h, err := runCase(ctx, a, seq, c)
+							if err != nil {
+								return err
+							}
+							hashes[p][r] = h
+							if got := a.cmaReads > before; got != cma {
+								return fmt.Errorf("rank %d: cross-memory reads %v, want %v", r, got, cma)
+							}
+							return nil
+						})
+						if err := errorsText(errs); err != "" {
+							t.Fatalf("%v, cross-memory %v:%s", c, cma, err)
+						}
+					}
+					if hashes[0] != hashes[1] || hashes[0][0] != hashes[0][1] {
+						t.Errorf("%v: hashes by path and rank %x differ", c, hashes)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAllReduceDirectDisagree: ranks that took different paths for a
+// 2-rank AllReduce (which the chooser never lets happen) fail with a
+// mismatch at the first barrier instead of waiting at different ones.
+func TestAllReduceDirectDisagree(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	w := newWorld(t, 2, cmaSlot)
+	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
+	const n = 1 << 20
+	k := bits.Len(n / 2)
+	errs := w.run(func(r int, a *Arena) error {
+		cl := &a.paths.cls[chooseAllReduce][k]
+		cl.calls, cl.next = 2, 1<<30
+		cl.agreed, cl.seen = uint8(1+r), uint8(1+r) // rank 0 the slots, rank 1 cross-memory
+		setEst(cl, 1, 1<<40)
+		b := make([]byte, n)
+		return a.AllReduce(context.Background(), Call{Seq: 7}, b, b, kernel.Float32, kernel.Sum)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, transport.ErrMismatch) {
+			t.Errorf("rank %d: %v, want a mismatch", r, err)
+		}
+	}
+}

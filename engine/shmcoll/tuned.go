@@ -33,6 +33,10 @@ const (
 	// chunk against 512 KiB pieces (docs/tuning.md).
 	cachedBlock = 512 << 10
 
+	// directBlock is reduceDirect's block: the peer's part read, folded
+	// and written back while it is in the cache.
+	directBlock = 256 << 10
+
 	// AllReduce and Reduce take the one-barrier path while n × bytes <=
 	// smallBytes (smallBytes2 at 2 ranks); above, the two-barrier
 	// reduce-scatter path, which measured faster from there on EPYC at 2
