@@ -285,7 +285,7 @@ func (a *Arena) choosePath(op, size, leader int) (k int, timed bool) {
 	a.useCMA = c.pick()
 
 	if a.rank == leader {
-		if v := c.vote(); v != 0 {
+		if v := c.vote(slotsFirst(op)); v != 0 {
 			a.cur.id.desc |= v | uint64(k)<<voteClassShift
 			a.agreed(op, k, v)
 		}
@@ -423,18 +423,26 @@ func (c *pathClass) pick() bool {
 }
 
 // vote is the leader's choice from its estimates, as desc bits: none until
-// it timed both paths; the slots only when clearly faster (where the two
-// are about even, the vote would flip back and forth on noise).
-func (c *pathClass) vote() uint64 {
+// it timed both paths; where the two are about even (within 10 %), the
+// path the operation prefers (slotsFirst), so that the vote does not flip
+// back and forth on noise.
+func (c *pathClass) vote(slotsFirst bool) uint64 {
 	slots, cma := c.est(0), c.est(1)
 	if slots == 0 || cma == 0 {
 		return 0
 	}
-	if slots*slotsDen <= cma*slotsNum {
+	if slotsFirst && cma*slotsDen > slots*slotsNum || !slotsFirst && slots*slotsDen <= cma*slotsNum {
 		return voteValid
 	}
 	return voteValid | voteCMA
 }
+
+// slotsFirst says which path op keeps where the two are about even: the
+// copy collectives cross-memory copies, which spare a copy and leave the
+// slots to others; the 2-rank AllReduce the slots, since its cross-memory
+// path measured as fast only at its best calls, and slower at most others
+// (docs/tuning.md).
+func slotsFirst(op int) bool { return op == chooseAllReduce }
 
 // agree takes the leader's desc: its vote, if valid, is the agreed path.
 func (c *pathClass) agree(desc uint64) {

@@ -242,7 +242,7 @@ func TestPathChooser(t *testing.T) {
 			wantVote, wantAgreed = vc, 2
 		}
 		got := c.pick()
-		vote := c.vote()
+		vote := c.vote(false)
 		if got != wantPick || vote != wantVote {
 			t.Fatalf("call %d: cross-memory %v, vote %#x; want %v, %#x (estimates %d, %d)", i, got, vote, wantPick, wantVote, c.est(0), c.est(1))
 		}
@@ -276,14 +276,20 @@ func TestPathChooser(t *testing.T) {
 	if got := e.est(0); got != 50 {
 		t.Errorf("estimate after a faster call %d, want 50", got)
 	}
-	// Within 10 %, the copies keep the vote.
-	setEst(&e, 91, 100)
-	if got := e.vote(); got != vc {
-		t.Errorf("slots 9 %% faster: vote %#x, want cross-memory", got)
-	}
-	setEst(&e, 90, 100)
-	if got := e.vote(); got != v {
-		t.Errorf("slots 10 %% faster: vote %#x, want the slots", got)
+	// Within 10 %, the path the operation prefers keeps the vote: the
+	// copies for the copy collectives, the slots for the AllReduce.
+	for _, m := range []struct {
+		slots, cma int64
+		slotsFirst bool
+		want       uint64
+	}{
+		{91, 100, false, vc}, {90, 100, false, v},
+		{100, 91, true, v}, {100, 90, true, vc},
+	} {
+		setEst(&e, m.slots, m.cma)
+		if got := e.vote(m.slotsFirst); got != m.want {
+			t.Errorf("slots %d, cross-memory %d, slots first %v: vote %#x, want %#x", m.slots, m.cma, m.slotsFirst, got, m.want)
+		}
 	}
 	// An invalid vote leaves the agreement alone.
 	e.agreed = 2
