@@ -350,12 +350,15 @@ type pathChooser struct {
 }
 
 // pathClass is one operation's size class. Each path's estimate is the
-// least of its last estWindow call times: a call that waited for a late
-// peer says little about the path, and both paths' estimates come from as
-// many calls, however rarely one of them runs (an estimate that kept the
-// best call ever of the path tried every exploreEvery-th call would favour
-// it over the one that runs all the time). A path that became slower is
-// abandoned once its last estWindow calls were slow.
+// second least of its last estWindow call times: not the mean, since a
+// call that waited for a late peer says little about the path; not the
+// least, since one lucky call of a path that is slow at most others would
+// win it the vote (the 2-rank AllReduce by cross-memory copies under load,
+// docs/tuning.md). Both paths' estimates come from as many calls,
+// however rarely one of them runs (an estimate that kept the best call
+// ever of the path tried in the exploring calls would favour it over the
+// one that runs all the time). A path that became slower is abandoned
+// once estWindow-1 of its last estWindow calls were slow.
 type pathClass struct {
 	last   [2][estWindow]int64 // ns; [0] the slots, [1] cross-memory; 0: no call
 	n      [2]uint8            // calls recorded per path, modulo estWindow
@@ -372,15 +375,23 @@ type pathClass struct {
 // estWindow is how many of a path's last calls its estimate covers.
 const estWindow = 4
 
-// est is path i's estimate (0: no call yet).
+// est is path i's estimate (0: no call yet): the second least of its last
+// estWindow calls (the least while it has one).
 func (c *pathClass) est(i int) int64 {
-	var m int64
+	var m1, m2 int64 // the least and the second least
 	for _, v := range c.last[i] {
-		if v != 0 && (m == 0 || v < m) {
-			m = v
+		switch {
+		case v == 0:
+		case m1 == 0 || v < m1:
+			m1, m2 = v, m1
+		case m2 == 0 || v < m2:
+			m2 = v
 		}
 	}
-	return m
+	if m2 == 0 {
+		return m1
+	}
+	return m2
 }
 
 // pick says whether the next call uses cross-memory copies: the first
