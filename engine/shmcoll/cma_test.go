@@ -191,6 +191,40 @@ func TestStoreGate(t *testing.T) {
 			t.Error("the root could claim the gate of a phase rank 1 gave up on")
 		}
 	})
+	// The same in a 2-rank AllReduce by cross-memory copies, where each
+	// rank writes half of the result into the other's recv.
+	t.Run("allreduce peer waits", func(t *testing.T) {
+		w := setup(t)
+		a := w.arenas[1]
+		cl := &a.paths.cls[chooseAllReduce][bits.Len(n/2)]
+		cl.calls, cl.next, cl.agreed, cl.seen = 2, 1<<30, 2, 2 // cross-memory agreed
+		p := a.phase + 1
+		if !w.arenas[0].claimStore(1, p) {
+			t.Fatal("gate closed before the call")
+		}
+		early, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			b := make([]byte, n)
+			done <- a.AllReduce(early, Call{Seq: 2, Sig: 7}, b, b, kernel.Float32, kernel.Sum)
+		}()
+		proctest.Until(t, time.Minute, "rank 1 waiting at its gate or returned", func() bool {
+			return a.gateWaits.Load() > 0 || len(done) > 0
+		})
+		select {
+		case err := <-done:
+			t.Fatalf("rank 1 returned (%v) while rank 0 held its store gate", err)
+		default:
+		}
+		a.segs[1].gate.Store(p << 2) // rank 0's release
+		if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("rank 1's allreduce without rank 0: %v, want its deadline", err)
+		}
+		if w.arenas[0].claimStore(1, p) {
+			t.Error("rank 0 could claim the gate of a phase rank 1 gave up on")
+		}
+	})
 	// Once rank 1 gave up on the phase, the root does not write.
 	t.Run("root refrains", func(t *testing.T) {
 		w := setup(t)
@@ -198,7 +232,7 @@ func TestStoreGate(t *testing.T) {
 		mine := make([]byte, n)
 		w.arenas[1].me.recs[p&1].addr = addrOf(mine) // where rank 1's record would send the write
 		w.arenas[1].closeGate(p, 0)
-		if err := w.arenas[0].store(1, bytes.Repeat([]byte{0xab}, n), 0); err != nil {
+		if err := w.arenas[0].store(1, bytes.Repeat([]byte{0xab}, n), addrOf(mine)); err != nil {
 			t.Fatal(err)
 		}
 		if i := bytes.IndexByte(mine, 0xab); i >= 0 || w.arenas[0].cmaWrites != 0 {
