@@ -147,9 +147,14 @@ func (groupMaker) GroupRoles() map[string]transporttest.Role[transporttest.Group
 // estimates favour cross-memory copies ("paths-skew").
 const skewCalls, skewFlip = 140, 100
 
-// pathTrace runs calls rounds of a 32 KiB AllGather, AllToAll and Broadcast
-// (root: the round modulo the ranks) and says "PATHS" with the path of
-// every call and the hashes of what it received. With flip >= 0, every
+// pathKinds are the calls of a pathTrace round, AllToAll second (the one
+// whose ranks receive different bytes).
+var pathKinds = []string{"allgather", "alltoall", "broadcast", "allreduce"}
+
+// pathTrace runs calls rounds of a 32 KiB AllGather, AllToAll, Broadcast
+// (root: the round modulo the ranks) and AllReduce (random floats) and
+// says "PATHS" with the path of every call and the hashes of what it
+// received. With flip >= 0, every
 // rank sets its estimates before each call: the leader's favour the slots
 // before round flip and cross-memory copies from there, the other ranks'
 // the opposite.
@@ -162,24 +167,26 @@ func pathTrace(ctx context.Context, a *Arena, p *transporttest.Parent, calls, fl
 	}
 	var paths, hashes strings.Builder
 	for i := range calls {
-		for j, kind := range []string{"allgather", "alltoall", "broadcast"} {
-			c := tcase{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: bytes / 4, root: i % a.Size()}
+		for j, kind := range pathKinds {
+			c := tcase{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: bytes / 4, root: i % a.Size(), random: kind == "allreduce"}
 			if flip >= 0 {
-				op, leader := chooseAllGather, 0
+				op, leader, per := chooseAllGather, 0, bytes
 				switch kind {
 				case "alltoall":
 					op = chooseAllToAll
 				case "broadcast":
 					op, leader = chooseBroadcast, 1-c.root
+				case "allreduce":
+					op, per = chooseAllReduce, bytes/2
 				}
-				cl := &a.paths.cls[op][bits.Len(bytes)]
+				cl := &a.paths.cls[op][bits.Len(uint(per))]
 				if (a.Rank() == leader) == (i < flip) {
 					setEst(cl, 1, 1<<40)
 				} else {
 					setEst(cl, 1<<40, 1)
 				}
 			}
-			h, err := runCase(ctx, a, uint64(3*i+j+1), c)
+			h, err := runCase(ctx, a, uint64(len(pathKinds)*i+j+1), c)
 			if err != nil {
 				return err
 			}
@@ -268,10 +275,10 @@ func TestProcessPathsAgree(t *testing.T) {
 			if len(got) != 2 || got[0] != first[0] {
 				t.Errorf("%d ranks: rank %d took paths %v, rank 0 %v", n, r, got[0], first[0])
 			}
-			// allgather and broadcast deliver the same bytes everywhere.
+			// All but alltoall deliver the same bytes everywhere.
 			h, h0 := strings.Split(got[1], ","), strings.Split(first[1], ",")
 			for i := range h {
-				if i%3 != 1 && h[i] != h0[i] {
+				if i%len(pathKinds) != 1 && h[i] != h0[i] {
 					t.Errorf("%d ranks: call %d: rank %d received other bytes than rank 0", n, i, r)
 				}
 			}
@@ -308,12 +315,12 @@ func TestProcessPathsBackoff(t *testing.T) {
 			if len(got) != 2 {
 				t.Fatalf("%d ranks: rank %d said %v", n, r, got)
 			}
-			for j, kind := range []string{"allgather", "alltoall", "broadcast"} {
-				if kind == "broadcast" && n != 2 {
+			for j, kind := range pathKinds {
+				if (kind == "broadcast" || kind == "allreduce") && n != 2 {
 					continue // chosen at 2 ranks only
 				}
 				var trace []byte
-				for i := j; i < len(got[0]); i += 3 {
+				for i := j; i < len(got[0]); i += len(pathKinds) {
 					trace = append(trace, got[0][i])
 				}
 				if string(trace) != string(want) {
@@ -326,7 +333,7 @@ func TestProcessPathsBackoff(t *testing.T) {
 			}
 			h, h0 := strings.Split(got[1], ","), strings.Split(first[1], ",")
 			for i := range h {
-				if i%3 != 1 && h[i] != h0[i] {
+				if i%len(pathKinds) != 1 && h[i] != h0[i] {
 					t.Errorf("%d ranks: call %d: rank %d received other bytes than rank 0", n, i, r)
 				}
 			}
