@@ -34,7 +34,9 @@ const (
 	cachedBlock = 512 << 10
 
 	// directBlock is reduceDirect's block: the peer's part read, folded
-	// and written back while it is in the cache.
+	// and written back while it is in the cache, so the block and the own
+	// operand fit a core's L2 (1 MiB on EPYC) with room to spare. Set from
+	// the cache size, not timed against other sizes (docs/tuning.md).
 	directBlock = 256 << 10
 
 	// AllReduce and Reduce take the one-barrier path while n × bytes <=
