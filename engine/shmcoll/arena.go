@@ -626,8 +626,11 @@ func describe(r callID) string {
 	case kindAllReduce, kindReduce, kindReduceScatter:
 		s += fmt.Sprintf(", %v %v", kernel.DataType(uint8(r.desc>>8)), kernel.RedOp(uint8(r.desc>>16)))
 	}
-	if root := int(uint32(r.desc>>32)) - 1; root >= 0 {
+	if root := int(uint32(r.desc&^descDirect>>32)) - 1; root >= 0 {
 		s += fmt.Sprintf(", root %d", root)
+	}
+	if r.desc&descDirect != 0 {
+		s += ", by cross-memory copies"
 	}
 	return s + ")"
 }

@@ -107,30 +107,36 @@ func (a *Arena) fetch(dst []byte, j, set, slotOff, lo, hi int, need uint64) erro
 		copy(dst, src)
 		return nil
 	}
+	return a.load(j, dst[:hi-lo], rec.addr+uint64(lo))
+}
+
+// load copies len(dst) bytes at addr, an address peer j's record of the
+// current phase published, out of j's process into dst.
+func (a *Arena) load(j int, dst []byte, addr uint64) error {
 	a.cmaReads++
-	if err := readRemote(a.segs[j].proc.Pid, dst[:hi-lo], rec.addr+uint64(lo)); err != nil {
+	if err := readRemote(a.segs[j].proc.Pid, dst, addr); err != nil {
 		var cause error = &transport.PeerLostError{Peer: j, Reason: fmt.Sprintf("process %d: process_vm_readv: %v", a.segs[j].proc.Pid, err)}
 		if err != syscall.ESRCH {
 			cause = fmt.Errorf("%w: rank %d: reading %d bytes of rank %d's buffer at %#x: process_vm_readv: %v",
-				transport.ErrProtocol, a.rank, hi-lo, j, rec.addr+uint64(lo), err)
+				transport.ErrProtocol, a.rank, len(dst), j, addr, err)
 		}
 		return a.fail(fmt.Errorf("shmcoll: rank %d: %w", a.rank, cause))
 	}
 	return nil
 }
 
-// store copies src into peer j's buffer at the address its record of the
-// current phase carries, plus off: the 2-rank broadcast's root writing its
-// half (see Arena.bcastSplit). It writes only while it holds j's store
+// store copies src into peer j's process at addr, an address its record
+// of the current phase published: the 2-rank broadcast's root writing its
+// half (see Arena.bcastSplit), a 2-rank AllReduce writing the peer's half
+// of the result (reduceDirect). It writes only while it holds j's store
 // gate for the phase, and does nothing when j already left the call (the
 // barrier after it then reports why).
-func (a *Arena) store(j int, src []byte, off int) error {
+func (a *Arena) store(j int, src []byte, addr uint64) error {
 	p := a.phase
 	if !a.claimStore(j, p) {
 		return nil
 	}
 	defer a.segs[j].gate.Store(p << 2)
-	addr := a.segs[j].recs[p&1].addr + uint64(off)
 	a.cmaWrites++
 	if err := writeRemote(a.segs[j].proc.Pid, src, addr); err != nil {
 		var cause error = &transport.PeerLostError{Peer: j, Reason: fmt.Sprintf("process %d: process_vm_writev: %v", a.segs[j].proc.Pid, err)}
@@ -230,6 +236,7 @@ const (
 	chooseAllToAll
 	chooseAllToAllv
 	chooseBroadcast // 2 ranks: the split cross-memory copy
+	chooseAllReduce // 2 ranks: reduceDirect
 	numChosen
 )
 
@@ -244,6 +251,8 @@ func chosenOp(kind uint64) int {
 		return chooseAllToAllv
 	case kindBroadcast:
 		return chooseBroadcast
+	case kindAllReduce:
+		return chooseAllReduce
 	}
 	return -1
 }
@@ -274,8 +283,9 @@ func (a *Arena) choosePath(op, size, leader int) (k int, timed bool) {
 	}
 	c := &a.paths.cls[op][k]
 	a.useCMA = c.pick()
+
 	if a.rank == leader {
-		if v := c.vote(); v != 0 {
+		if v := c.vote(slotsFirst(op)); v != 0 {
 			a.cur.id.desc |= v | uint64(k)<<voteClassShift
 			a.agreed(op, k, v)
 		}
@@ -292,7 +302,7 @@ func (a *Arena) takeVote(desc uint64) {
 }
 
 // chosenNames names the chosen operations in the log.
-var chosenNames = [numChosen]string{"allgather", "alltoall", "alltoallv", "broadcast"}
+var chosenNames = [numChosen]string{"allgather", "alltoall", "alltoallv", "broadcast", "allreduce"}
 
 // agreed takes a vote (desc) for op's class k, and logs a change of path
 // (GOCOLL_DEBUG): what the ranks chose on this machine, with this rank's
@@ -340,38 +350,63 @@ type pathChooser struct {
 }
 
 // pathClass is one operation's size class. Each path's estimate is the
-// least of its last estWindow call times: a call that waited for a late
-// peer says little about the path, and both paths' estimates come from as
-// many calls, however rarely one of them runs (an estimate that kept the
-// best call ever of the path tried every exploreEvery-th call would favour
-// it over the one that runs all the time). A path that became slower is
-// abandoned once its last estWindow calls were slow.
+// second least of its last estWindow call times: not the mean, since a
+// call that waited for a late peer says little about the path; not the
+// least, since one lucky call of a path that is slow at most others would
+// win it the vote (the 2-rank AllReduce by cross-memory copies under load,
+// docs/tuning.md). Both paths' estimates come from as many calls,
+// however rarely one of them runs (an estimate that kept the best call
+// ever of the path tried in the exploring calls would favour it over the
+// one that runs all the time). A path that became slower is abandoned
+// once estWindow-1 of its last estWindow calls were slow.
 type pathClass struct {
 	last   [2][estWindow]int64 // ns; [0] the slots, [1] cross-memory; 0: no call
 	n      [2]uint8            // calls recorded per path, modulo estWindow
 	calls  uint32              // calls so far, the same on every rank
 	agreed uint8               // the leader's last valid vote: 0 none, 1 the slots, 2 cross-memory
+
+	// The exploration schedule (pick), the same on every rank: the call
+	// that explores next (0: exploreEvery-1, the first), the gap to the
+	// one after it, and the agreed path pick last saw.
+	next, gap uint32
+	seen      uint8
 }
 
 // estWindow is how many of a path's last calls its estimate covers.
 const estWindow = 4
 
-// est is path i's estimate (0: no call yet).
+// est is path i's estimate (0: no call yet): the second least of its last
+// estWindow calls (the least while it has one).
 func (c *pathClass) est(i int) int64 {
-	var m int64
+	var m1, m2 int64 // the least and the second least
 	for _, v := range c.last[i] {
-		if v != 0 && (m == 0 || v < m) {
-			m = v
+		switch {
+		case v == 0:
+		case m1 == 0 || v < m1:
+			m1, m2 = v, m1
+		case m2 == 0 || v < m2:
+			m2 = v
 		}
 	}
-	return m
+	if m2 == 0 {
+		return m1
+	}
+	return m2
 }
 
 // pick says whether the next call uses cross-memory copies: the first
 // call does, the second goes through the slots, later ones take the
-// agreed path (cross-memory while there is none), except every
-// exploreEvery-th, which tries the other so that the leader's estimate of
-// it stays fresh. It depends only on what every rank has alike.
+// agreed path (cross-memory while there is none), except the exploring
+// calls, which try the other so that the leader's estimate of it stays
+// fresh. The first explores at call exploreEvery-1; each exploration that
+// left the agreed path where it was doubles the gap to the next, up to
+// exploreMax, and a change of the agreed path brings it back to
+// exploreEvery: a path that keeps losing costs ever fewer calls (with more
+// ranks than cores, cross-memory copies took twice as long as the slots),
+// while a change, when the machine moved, is checked again soon. It
+// depends only on what every rank has alike: the calls of the class, and
+// the agreed path, which every rank holds the same at pick (the leader
+// applies its vote after its pick; the others at the call's barrier).
 func (c *pathClass) pick() bool {
 	n := c.calls
 	c.calls++
@@ -381,22 +416,44 @@ func (c *pathClass) pick() bool {
 	case 1:
 		return false
 	}
-	return (c.agreed != 1) != (n%exploreEvery == exploreEvery-1)
+	if c.next == 0 {
+		c.next, c.gap = exploreEvery-1, exploreEvery
+	}
+	if c.agreed != c.seen {
+		if c.seen != 0 { // a change of path, not the first agreement
+			c.next, c.gap = n+exploreEvery-1, exploreEvery
+		}
+		c.seen = c.agreed
+	}
+	explore := n == c.next
+	if explore {
+		c.gap = min(2*c.gap, exploreMax)
+		c.next = n + c.gap
+	}
+	return (c.agreed != 1) != explore
 }
 
 // vote is the leader's choice from its estimates, as desc bits: none until
-// it timed both paths; the slots only when clearly faster (where the two
-// are about even, the vote would flip back and forth on noise).
-func (c *pathClass) vote() uint64 {
+// it timed both paths; where the two are about even (within 10 %), the
+// path the operation prefers (slotsFirst), so that the vote does not flip
+// back and forth on noise.
+func (c *pathClass) vote(slotsFirst bool) uint64 {
 	slots, cma := c.est(0), c.est(1)
 	if slots == 0 || cma == 0 {
 		return 0
 	}
-	if slots*slotsDen <= cma*slotsNum {
+	if slotsFirst && cma*slotsDen > slots*slotsNum || !slotsFirst && slots*slotsDen <= cma*slotsNum {
 		return voteValid
 	}
 	return voteValid | voteCMA
 }
+
+// slotsFirst says which path op keeps where the two are about even: the
+// copy collectives cross-memory copies, which spare a copy and leave the
+// slots to others; the 2-rank AllReduce the slots, since its cross-memory
+// path measured as fast only at its best calls, and slower at most others
+// (docs/tuning.md).
+func slotsFirst(op int) bool { return op == chooseAllReduce }
 
 // agree takes the leader's desc: its vote, if valid, is the agreed path.
 func (c *pathClass) agree(desc uint64) {

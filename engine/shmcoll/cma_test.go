@@ -191,6 +191,40 @@ func TestStoreGate(t *testing.T) {
 			t.Error("the root could claim the gate of a phase rank 1 gave up on")
 		}
 	})
+	// The same in a 2-rank AllReduce by cross-memory copies, where each
+	// rank writes half of the result into the other's recv.
+	t.Run("allreduce peer waits", func(t *testing.T) {
+		w := setup(t)
+		a := w.arenas[1]
+		cl := &a.paths.cls[chooseAllReduce][bits.Len(n/2)]
+		cl.calls, cl.next, cl.agreed, cl.seen = 2, 1<<30, 2, 2 // cross-memory agreed
+		p := a.phase + 1
+		if !w.arenas[0].claimStore(1, p) {
+			t.Fatal("gate closed before the call")
+		}
+		early, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			b := make([]byte, n)
+			done <- a.AllReduce(early, Call{Seq: 2, Sig: 7}, b, b, kernel.Float32, kernel.Sum)
+		}()
+		proctest.Until(t, time.Minute, "rank 1 waiting at its gate or returned", func() bool {
+			return a.gateWaits.Load() > 0 || len(done) > 0
+		})
+		select {
+		case err := <-done:
+			t.Fatalf("rank 1 returned (%v) while rank 0 held its store gate", err)
+		default:
+		}
+		a.segs[1].gate.Store(p << 2) // rank 0's release
+		if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("rank 1's allreduce without rank 0: %v, want its deadline", err)
+		}
+		if w.arenas[0].claimStore(1, p) {
+			t.Error("rank 0 could claim the gate of a phase rank 1 gave up on")
+		}
+	})
 	// Once rank 1 gave up on the phase, the root does not write.
 	t.Run("root refrains", func(t *testing.T) {
 		w := setup(t)
@@ -198,7 +232,7 @@ func TestStoreGate(t *testing.T) {
 		mine := make([]byte, n)
 		w.arenas[1].me.recs[p&1].addr = addrOf(mine) // where rank 1's record would send the write
 		w.arenas[1].closeGate(p, 0)
-		if err := w.arenas[0].store(1, bytes.Repeat([]byte{0xab}, n), 0); err != nil {
+		if err := w.arenas[0].store(1, bytes.Repeat([]byte{0xab}, n), addrOf(mine)); err != nil {
 			t.Fatal(err)
 		}
 		if i := bytes.IndexByte(mine, 0xab); i >= 0 || w.arenas[0].cmaWrites != 0 {
@@ -210,83 +244,83 @@ func TestStoreGate(t *testing.T) {
 
 // TestPathChooser pins the chooser's rules as data: the first call of a
 // class copies out of the process, the second through the slots, then the
-// agreed path, with every exploreEvery-th call on the other; the leader
+// agreed path, with the exploring calls on the other: the first at
+// exploreEvery-1, then at gaps that double up to exploreMax while the
+// agreement holds, and exploreEvery again after it changed; the leader
 // votes only once it timed both paths, for the slots only when they are
-// 10 % faster; an estimate is the least of the path's last estWindow calls,
-// so that a path that became slower is abandoned.
+// 10 % faster; an estimate is the second least of the path's last
+// estWindow calls, so that a path that became slower is abandoned and one
+// lucky call does not win a vote.
 func TestPathChooser(t *testing.T) {
-	type step struct {
-		pick   bool   // expected path of the call (true: cross-memory)
-		took   int64  // ns the call took on it
-		vote   uint64 // expected vote at the call's start (the leader's)
-		agreed uint8  // expected agreed path after the call
-	}
 	const v, vc = voteValid, voteValid | voteCMA
-	// The slots take 100, the copies 200: after the two first calls the
-	// vote is the slots, taken from the third call's barrier on, and the
-	// calls explore the copies at exploreEvery-1 and 2*exploreEvery-1.
-	steps := []step{
-		{pick: true, took: 200, vote: 0, agreed: 0},
-		{pick: false, took: 100, vote: 0, agreed: 0},
-		{pick: true, took: 200, vote: v, agreed: 1}, // no agreement at its start yet
-	}
-	for n := 3; n < 2*exploreEvery; n++ {
-		explore := n%exploreEvery == exploreEvery-1
-		took := int64(100)
-		if explore {
-			took = 200
-		}
-		steps = append(steps, step{pick: explore, took: took, vote: v, agreed: 1})
-	}
-	// The slots become slower (the cores moved apart): 900 per call. Their
-	// estimate is the least of their last estWindow calls: after
-	// estWindow slow calls it is 900, the next call's vote flips, and the
-	// one after it takes the copies.
-	for range estWindow {
-		steps = append(steps, step{pick: false, took: 900, vote: v, agreed: 1})
-	}
-	steps = append(steps,
-		step{pick: false, took: 900, vote: vc, agreed: 2},
-		step{pick: true, took: 200, vote: vc, agreed: 2},
-	)
+	// The slots take 100 ns and the copies 200 until call 200, when the
+	// slots become slower (the cores moved apart): 900. The vote is the
+	// slots from call 2 (the leader timed both), agreed from call 3 on;
+	// the calls explore the copies at 7, then 16, 32, 64 and 64 calls
+	// later. From 200 the slots' estimate (the second least of their
+	// last estWindow calls) is 900 after 3 slow calls: call 203's vote
+	// flips, and call 204 takes the copies, exploring the slots 8, 16 and
+	// 32 calls after it.
+	explores := map[int]bool{7: true, 23: true, 55: true, 119: true, 183: true, 211: true, 227: true, 259: true}
+	const flip, voted = 200, 203
 	var c pathClass
-	for i, s := range steps {
+	for i := range 300 {
+		wantPick := explores[i] != (i >= voted+1) // (true: cross-memory)
+		wantVote, wantAgreed := uint64(v), uint8(1)
+		switch {
+		case i < 2:
+			wantPick = i == 0
+			wantVote, wantAgreed = 0, 0
+		case i == 2:
+			wantPick = true // no agreement yet at its start
+		case i >= voted:
+			wantVote, wantAgreed = vc, 2
+		}
 		got := c.pick()
-		vote := c.vote()
-		if got != s.pick || vote != s.vote {
-			t.Fatalf("call %d: cross-memory %v, vote %#x; want %v, %#x (estimates %d, %d)", i, got, vote, s.pick, s.vote, c.est(0), c.est(1))
+		vote := c.vote(false)
+		if got != wantPick || vote != wantVote {
+			t.Fatalf("call %d: cross-memory %v, vote %#x; want %v, %#x (estimates %d, %d)", i, got, vote, wantPick, wantVote, c.est(0), c.est(1))
 		}
 		c.agree(vote | 7) // (other desc bits do not matter)
-		c.record(got, time.Duration(s.took))
-		if c.agreed != s.agreed {
-			t.Fatalf("call %d: agreed %d, want %d", i, c.agreed, s.agreed)
+		took := int64(200)
+		if !got {
+			took = 100
+			if i >= flip {
+				took = 900
+			}
+		}
+		c.record(got, time.Duration(took))
+		if c.agreed != wantAgreed {
+			t.Fatalf("call %d: agreed %d, want %d", i, c.agreed, wantAgreed)
 		}
 	}
-	// The estimate rules: the least of the last estWindow calls.
+	// The estimate rules: the second least of the last estWindow calls,
+	// the least while there is one.
 	var e pathClass
-	e.record(false, 100)
-	e.record(false, 900)
-	if got := e.est(0); got != 100 {
-		t.Errorf("estimate after a slower call %d, want 100", got)
+	for i, m := range []struct{ took, want int64 }{
+		{100, 100}, {100, 100}, {900, 100}, {900, 100}, // 2 slow calls of 4
+		{900, 900},          // 3 slow calls of 4: abandoned
+		{50, 900}, {50, 50}, // one lucky call does not move it, two do
+	} {
+		e.record(false, time.Duration(m.took))
+		if got := e.est(0); got != m.want {
+			t.Errorf("after call %d (%d ns): estimate %d, want %d", i, m.took, got, m.want)
+		}
 	}
-	for range estWindow - 1 {
-		e.record(false, 900)
-	}
-	if got := e.est(0); got != 900 {
-		t.Errorf("estimate after %d slower calls %d, want 900", estWindow, got)
-	}
-	e.record(false, 50)
-	if got := e.est(0); got != 50 {
-		t.Errorf("estimate after a faster call %d, want 50", got)
-	}
-	// Within 10 %, the copies keep the vote.
-	setEst(&e, 91, 100)
-	if got := e.vote(); got != vc {
-		t.Errorf("slots 9 %% faster: vote %#x, want cross-memory", got)
-	}
-	setEst(&e, 90, 100)
-	if got := e.vote(); got != v {
-		t.Errorf("slots 10 %% faster: vote %#x, want the slots", got)
+	// Within 10 %, the path the operation prefers keeps the vote: the
+	// copies for the copy collectives, the slots for the AllReduce.
+	for _, m := range []struct {
+		slots, cma int64
+		slotsFirst bool
+		want       uint64
+	}{
+		{91, 100, false, vc}, {90, 100, false, v},
+		{100, 91, true, v}, {100, 90, true, vc},
+	} {
+		setEst(&e, m.slots, m.cma)
+		if got := e.vote(m.slotsFirst); got != m.want {
+			t.Errorf("slots %d, cross-memory %d, slots first %v: vote %#x, want %#x", m.slots, m.cma, m.slotsFirst, got, m.want)
+		}
 	}
 	// An invalid vote leaves the agreement alone.
 	e.agreed = 2
@@ -328,7 +362,7 @@ func TestPathAgreed(t *testing.T) {
 				for _, a := range w.arenas {
 					a.paths.cls[op][k].calls = 2 // past the first two calls
 				}
-				for call := 2; call < 2+2*exploreEvery; call++ {
+				for call := 2; call < 3*exploreEvery+2; call++ {
 					before := make([]int, n)
 					for r, a := range w.arenas {
 						before[r] = a.cmaReads + a.cmaWrites
@@ -343,8 +377,8 @@ func TestPathAgreed(t *testing.T) {
 					checkWorld(t, w, []tcase{{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: count, root: n - 1}}, 1)
 					// Call 2 has no agreement yet (cross-memory); from
 					// call 3 the leader's vote, the slots, but for the
-					// exploring calls.
-					want := call == 2 || call%exploreEvery == exploreEvery-1
+					// exploring calls (the gap doubles after the first).
+					want := call == 2 || call == exploreEvery-1 || call == 3*exploreEvery-1
 					for r, a := range w.arenas {
 						if got := a.cmaReads+a.cmaWrites > before[r]; got != want {
 							t.Fatalf("call %d, rank %d: cross-memory reads %v, want %v", call, r, got, want)
@@ -381,6 +415,90 @@ func TestPathRegisteredUntimed(t *testing.T) {
 			if c.calls == 0 || c.est(0) != 0 || c.est(1) != 0 {
 				t.Errorf("rank %d, op %d: %d calls counted, estimates %d, %d; want calls, no estimate", r, op, c.calls, c.est(0), c.est(1))
 			}
+		}
+	}
+}
+
+// TestAllReduceDirectBitwise: a 2-rank AllReduce gives the same bits on
+// either path, the slots or cross-memory copies (reduceDirect): random
+// floats, in place or not, over several blocks and a short last one, from
+// plain and (rank 0) registered memory. The path is set as the agreed
+// one, and each call checked to have taken it.
+func TestAllReduceDirectBitwise(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	w := newWorld(t, 2, cmaSlot)
+	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
+	ctx := context.Background()
+	seq := uint64(10)
+	for _, dt := range []kernel.DataType{kernel.Float32, kernel.Float64, kernel.Float16, kernel.Bfloat16} {
+		for _, op := range []kernel.RedOp{kernel.Sum, kernel.Prod, kernel.Avg, kernel.Max} {
+			for _, count := range []int{(40 << 10) / dt.Size(), 3*cmaSlot/dt.Size() + 7} {
+				for _, v := range []struct{ inPlace, reg bool }{{false, false}, {true, false}, {false, true}} {
+					c := tcase{kind: "allreduce", dt: dt, op: op, count: count, random: true, inPlace: v.inPlace, reg: v.reg}
+					k := bits.Len(uint(count * dt.Size() / 2))
+					var hashes [2][2]uint64
+					seq++ // (the same data on both paths)
+					for p, cma := range []bool{false, true} {
+						errs := w.run(func(r int, a *Arena) error {
+							// The agreed path, as every rank holds it,
+							// with no exploration soon and the leader's
+							// estimates for it.
+							cl := &a.paths.cls[chooseAllReduce][k]
+							cl.calls, cl.next = max(cl.calls, 2), 1<<30
+							cl.agreed, cl.seen = uint8(1+p), uint8(1+p)
+							if cma {
+								setEst(cl, 1<<40, 1)
+							} else {
+								setEst(cl, 1, 1<<40)
+							}
+							before := a.cmaReads
+							h, err := runCase(ctx, a, seq, c)
+							if err != nil {
+								return err
+							}
+							hashes[p][r] = h
+							if got := a.cmaReads > before; got != cma {
+								return fmt.Errorf("rank %d: cross-memory reads %v, want %v", r, got, cma)
+							}
+							return nil
+						})
+						if err := errorsText(errs); err != "" {
+							t.Fatalf("%v, cross-memory %v:%s", c, cma, err)
+						}
+					}
+					if hashes[0] != hashes[1] || hashes[0][0] != hashes[0][1] {
+						t.Errorf("%v: hashes by path and rank %x differ", c, hashes)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAllReduceDirectDisagree: ranks that took different paths for a
+// 2-rank AllReduce (which the chooser never lets happen) fail with a
+// mismatch at the first barrier instead of waiting at different ones.
+func TestAllReduceDirectDisagree(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	w := newWorld(t, 2, cmaSlot)
+	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
+	const n = 1 << 20
+	k := bits.Len(n / 2)
+	errs := w.run(func(r int, a *Arena) error {
+		cl := &a.paths.cls[chooseAllReduce][k]
+		cl.calls, cl.next = 2, 1<<30
+		cl.agreed, cl.seen = uint8(1+r), uint8(1+r) // rank 0 the slots, rank 1 cross-memory
+		setEst(cl, 1, 1<<40)
+		b := make([]byte, n)
+		return a.AllReduce(context.Background(), Call{Seq: 7}, b, b, kernel.Float32, kernel.Sum)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, transport.ErrMismatch) {
+			t.Errorf("rank %d: %v, want a mismatch", r, err)
 		}
 	}
 }

@@ -81,6 +81,23 @@ func (a *Arena) reduce(ctx context.Context, send, recv []byte, dt kernel.DataTyp
 		}
 		return nil
 	}
+	k, timed := 0, false
+	if a.size == 2 && a.cur.id.desc&0xff == kindAllReduce {
+		k, timed = a.choosePath(chooseAllReduce, len(send)/2, 0)
+	}
+	start := a.pathStart(timed)
+	var err error
+	if timed && a.useCMA {
+		err = a.reduceDirect(ctx, send, recv, dt, op)
+	} else {
+		err = a.reduceSlots(ctx, send, recv, dt, op)
+	}
+	a.pathEnd(chooseAllReduce, k, timed, start, err)
+	return err
+}
+
+// reduceSlots is reduce's path through the slots, in pieces of a slot.
+func (a *Arena) reduceSlots(ctx context.Context, send, recv []byte, dt kernel.DataType, op kernel.RedOp) error {
 	reg, regOff := a.lookupReg(send)
 	var rreg *regAlloc
 	rregOff := 0
@@ -278,7 +295,8 @@ func (a *Arena) broadcast(ctx context.Context, buf []byte, root int) (gate uint6
 					return gate, err
 				}
 			} else if split < len(buf) {
-				if err := a.store(1-root, buf[split:], split); err != nil {
+				addr := a.segs[1-root].recs[a.phase&1].addr + uint64(split)
+				if err := a.store(1-root, buf[split:], addr); err != nil {
 					return gate, err
 				}
 			}

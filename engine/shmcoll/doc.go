@@ -152,12 +152,17 @@
 // process_vm_writev while the peer reads the first (the store gate in the
 // peer's segment keeps a failing peer from returning while the root
 // writes). One copy instead of two took a 2-rank 1 MiB AllGather, AllToAll
-// or Broadcast to about half its time (docs/performance.md). Not used:
-// Broadcast with more than one reader (each reader's kernel copy pins the
-// owner's pages; the owner's one copy into the shared slot served all
-// readers better in every case measured) and the reductions (an AllReduce
-// that copies peers' chunks out of their processes and their results out
-// of their recv buffers was about even at 2 ranks and slower at 4).
+// or Broadcast to about half its time (docs/performance.md). A 2-rank
+// AllReduce may go by cross-memory copies too, chosen the same way
+// (reduceDirect): both ranks publish send and recv, each reads the peer's
+// part of its chunk block by block, folds it and writes the result into
+// the peer's recv under the same store gate; its path is part of the
+// compared record, since the two paths meet at different barriers. Not
+// used: Broadcast with more than one reader (each reader's kernel copy
+// pins the owner's pages; the owner's one copy into the shared slot served
+// all readers better in every case measured) and the reductions with more
+// than 2 ranks (an AllReduce that copies peers' chunks out of their
+// processes was slower at 4).
 //
 // # Waiting
 //

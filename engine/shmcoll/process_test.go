@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"slices"
 	"strings"
@@ -53,27 +54,13 @@ func (groupMaker) GroupRoles() map[string]transporttest.Role[transporttest.Group
 		// reports the path it took in every call (P: cross-memory, S:
 		// the slots) and the hashes of what it received.
 		"paths": arena(func(ctx context.Context, a *Arena, p *transporttest.Parent) error {
-			var cases []tcase
-			for i := range 3 * exploreEvery {
-				for _, kind := range []string{"allgather", "alltoall", "broadcast"} {
-					cases = append(cases, tcase{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: (32 << 10) / 4, root: i % a.Size()})
-				}
-			}
-			var paths, hashes strings.Builder
-			for i, c := range cases {
-				h, err := runCase(ctx, a, uint64(i+1), c)
-				if err != nil {
-					return err
-				}
-				path := byte('S')
-				if a.useCMA {
-					path = 'P'
-				}
-				paths.WriteByte(path)
-				fmt.Fprintf(&hashes, "%x,", h)
-			}
-			p.Say("PATHS %s %s", paths.String(), hashes.String())
-			return nil
+			return pathTrace(ctx, a, p, 3*exploreEvery, -1)
+		}),
+		// The same with estimates that contradict each other: the leader's
+		// favour the slots until call skewFlip and cross-memory copies
+		// from there, the other ranks' the other way round.
+		"paths-skew": arena(func(ctx context.Context, a *Arena, p *transporttest.Parent) error {
+			return pathTrace(ctx, a, p, skewCalls, skewFlip)
 		}),
 		// Rank 0 broadcasts and exits at once; the others come later.
 		"bcast-exit": arena(func(ctx context.Context, a *Arena, p *transporttest.Parent) error {
@@ -156,6 +143,65 @@ func (groupMaker) GroupRoles() map[string]transporttest.Role[transporttest.Group
 	}
 }
 
+// The skewed trace's length and the call from which the leader's
+// estimates favour cross-memory copies ("paths-skew").
+const skewCalls, skewFlip = 140, 100
+
+// pathKinds are the calls of a pathTrace round, AllToAll second (the one
+// whose ranks receive different bytes).
+var pathKinds = []string{"allgather", "alltoall", "broadcast", "allreduce"}
+
+// pathTrace runs calls rounds of a 32 KiB AllGather, AllToAll, Broadcast
+// (root: the round modulo the ranks) and AllReduce (random floats) and
+// says "PATHS" with the path of every call and the hashes of what it
+// received. With flip >= 0, every
+// rank sets its estimates before each call: the leader's favour the slots
+// before round flip and cross-memory copies from there, the other ranks'
+// the opposite.
+func pathTrace(ctx context.Context, a *Arena, p *transporttest.Parent, calls, flip int) error {
+	const bytes = 32 << 10
+	// The first call decides cross-memory copies: before it, no call is
+	// timed or counted.
+	if err := a.Barrier(ctx, Call{Seq: 1 << 40}); err != nil {
+		return err
+	}
+	var paths, hashes strings.Builder
+	for i := range calls {
+		for j, kind := range pathKinds {
+			c := tcase{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: bytes / 4, root: i % a.Size(), random: kind == "allreduce"}
+			if flip >= 0 {
+				op, leader, per := chooseAllGather, 0, bytes
+				switch kind {
+				case "alltoall":
+					op = chooseAllToAll
+				case "broadcast":
+					op, leader = chooseBroadcast, 1-c.root
+				case "allreduce":
+					op, per = chooseAllReduce, bytes/2
+				}
+				cl := &a.paths.cls[op][bits.Len(uint(per))]
+				if (a.Rank() == leader) == (i < flip) {
+					setEst(cl, 1, 1<<40)
+				} else {
+					setEst(cl, 1<<40, 1)
+				}
+			}
+			h, err := runCase(ctx, a, uint64(len(pathKinds)*i+j+1), c)
+			if err != nil {
+				return err
+			}
+			path := byte('S')
+			if a.useCMA {
+				path = 'P'
+			}
+			paths.WriteByte(path)
+			fmt.Fprintf(&hashes, "%x,", h)
+		}
+	}
+	p.Say("PATHS %s %s", paths.String(), hashes.String())
+	return nil
+}
+
 // report tells the parent how err classifies.
 func report(p *transporttest.Parent, err error) {
 	if err == nil {
@@ -229,10 +275,65 @@ func TestProcessPathsAgree(t *testing.T) {
 			if len(got) != 2 || got[0] != first[0] {
 				t.Errorf("%d ranks: rank %d took paths %v, rank 0 %v", n, r, got[0], first[0])
 			}
-			// allgather and broadcast deliver the same bytes everywhere.
+			// All but alltoall deliver the same bytes everywhere.
 			h, h0 := strings.Split(got[1], ","), strings.Split(first[1], ",")
 			for i := range h {
-				if i%3 != 1 && h[i] != h0[i] {
+				if i%len(pathKinds) != 1 && h[i] != h0[i] {
+					t.Errorf("%d ranks: call %d: rank %d received other bytes than rank 0", n, i, r)
+				}
+			}
+		}
+	}
+}
+
+// TestProcessPathsBackoff: ranks in separate processes whose estimates
+// contradict each other, and whose leader changes its mind at call
+// skewFlip, still take the same path in every call: the leader's, with the
+// exploring calls backed off while its vote holds (7, 23, 55) and back to
+// 8 calls after it changed (108, 124).
+func TestProcessPathsBackoff(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	explores := map[int]bool{7: true, 23: true, 55: true, 108: true, 124: true}
+	want := make([]byte, skewCalls)
+	for i := range want {
+		// Cross-memory: the first call, the explorations while the slots
+		// are agreed (from call 2, after the leader's first vote, until
+		// the call after the flip), the agreed path after it.
+		cma := i == 0 || (i >= 2 && explores[i] != (i > skewFlip))
+		want[i] = 'S'
+		if cma {
+			want[i] = 'P'
+		}
+	}
+	for _, n := range []int{2, 3} {
+		_, kids := transporttest.StartGroup(t, groupMaker{}, roles(n, "paths-skew"))
+		var first []string
+		for r, c := range kids {
+			got := strings.Fields(c.ExpectWithin(t, "PATHS", 2*time.Minute))
+			if len(got) != 2 {
+				t.Fatalf("%d ranks: rank %d said %v", n, r, got)
+			}
+			for j, kind := range pathKinds {
+				if (kind == "broadcast" || kind == "allreduce") && n != 2 {
+					continue // chosen at 2 ranks only
+				}
+				var trace []byte
+				for i := j; i < len(got[0]); i += len(pathKinds) {
+					trace = append(trace, got[0][i])
+				}
+				if string(trace) != string(want) {
+					t.Errorf("%d ranks: rank %d: %s paths\n%s, want\n%s", n, r, kind, trace, want)
+				}
+			}
+			if r == 0 {
+				first = got
+				continue
+			}
+			h, h0 := strings.Split(got[1], ","), strings.Split(first[1], ",")
+			for i := range h {
+				if i%len(pathKinds) != 1 && h[i] != h0[i] {
 					t.Errorf("%d ranks: call %d: rank %d received other bytes than rank 0", n, i, r)
 				}
 			}

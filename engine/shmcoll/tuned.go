@@ -16,11 +16,15 @@ const (
 	// and far (figures: docs/tuning.md).
 	cmaFloor = 8 << 10
 
-	// exploreEvery: every exploreEvery-th call of a size class tries the
-	// path not agreed on, so that the leader's estimate of it stays fresh
-	// (a chooser rule, not a measurement: the exploration costs at most
-	// one call in exploreEvery).
+	// exploreEvery: the exploreEvery-th call of a size class tries the
+	// path not agreed on, so that the leader's estimate of it stays fresh,
+	// and again exploreEvery calls after each change of the agreed path;
+	// while the agreement holds, the gap doubles after each exploration up
+	// to exploreMax (pathClass.pick). Chooser rules, not measurements: the
+	// exploration costs at most one call in exploreEvery, one in
+	// exploreMax once the choice has been stable for a while.
 	exploreEvery = 8
+	exploreMax   = 64
 
 	// cachedBlock is copyIn's piece size with a core per rank, below
 	// memmove's non-temporal threshold (1 MiB) so that a slot's lines stay
@@ -28,6 +32,12 @@ const (
 	// 2026-11-27, goroutines, 16 MiB, 2 ranks, AllReduce p50 in one copy per
 	// chunk against 512 KiB pieces (docs/tuning.md).
 	cachedBlock = 512 << 10
+
+	// directBlock is reduceDirect's block: the peer's part read, folded
+	// and written back while it is in the cache, so the block and the own
+	// operand fit a core's L2 (1 MiB on EPYC) with room to spare. Set from
+	// the cache size, not timed against other sizes (docs/tuning.md).
+	directBlock = 256 << 10
 
 	// AllReduce and Reduce take the one-barrier path while n × bytes <=
 	// smallBytes (smallBytes2 at 2 ranks); above, the two-barrier
