@@ -124,6 +124,30 @@ func (m *MLP) Backward() (float64, error) {
 // as a Solver takes them.
 func (m *MLP) Learnables() []G.ValueGrad { return G.NodesToValueGrads(m.params) }
 
+// Slots pairs each parameter (in Learnables' order) with a zero gradient
+// tensor of its own, for a Solver, and returns those gradients' backing
+// arrays: Pass writes a step's gradients there, and Gorgonia's solvers zero
+// them after each step, so they are what the graph's dual values would hold
+// (0 + the pass's gradient).
+func (m *MLP) Slots() ([]G.ValueGrad, [][]float64) {
+	vg := make([]G.ValueGrad, len(m.params))
+	data := make([][]float64, len(m.params))
+	for i, p := range m.params {
+		data[i] = make([]float64, p.Shape().TotalSize())
+		vg[i] = &slot{v: p.Value(), g: tensor.New(tensor.WithShape(p.Shape().Clone()...), tensor.WithBacking(data[i]))}
+	}
+	return vg, data
+}
+
+// slot is a parameter and its gradient, as a Solver takes them.
+type slot struct {
+	v G.Value
+	g *tensor.Dense
+}
+
+func (s *slot) Value() G.Value         { return s.v }
+func (s *slot) Grad() (G.Value, error) { return s.g, nil }
+
 // ParamData returns the backing arrays of the parameters (live, not copies).
 func (m *MLP) ParamData() [][]float64 {
 	out := make([][]float64, len(m.params))
