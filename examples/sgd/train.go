@@ -100,9 +100,9 @@ func (cfg Config) sizes(d *Dataset) []int {
 }
 
 // Train runs data-parallel minibatch SGD on rank c.Rank() of c.Size(). Each
-// rank computes the gradient of its shard of every global batch with
-// Gorgonia; the DataParallel solver averages them with gocoll and applies
-// the same update everywhere. test may be nil. Progress lines go to log on
+// rank computes the gradient of its shard of every global batch with a
+// Pass (bit for bit the model's Gorgonia graph); the DataParallel solver
+// averages them with gocoll and applies the same update everywhere. test may be nil. Progress lines go to log on
 // rank 0 (log may be nil).
 func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*RunResult, error) {
 	rank, ranks := c.Rank(), c.Size()
