@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -154,5 +155,34 @@ func TestPassRejectsBadShapes(t *testing.T) {
 	}
 	if err := p.Run(vec(), good, make([]float64, 2)); err != nil {
 		t.Errorf("good shapes: %v", err)
+	}
+}
+
+// BenchmarkPass: one step's pass over 64 examples as one shard (plain data
+// parallelism at 2 processes) and as 4 shards of 16 (-virtual 8 there).
+func BenchmarkPass(b *testing.B) {
+	for _, shards := range []int{1, 4} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
+			p, err := NewPass([]int{784, 128, 10}, 64/shards, shards)
+			if err != nil {
+				b.Fatal(err)
+			}
+			randomInputs(p, rand.New(rand.NewPCG(1, 2)))
+			np := p.NumParams()
+			params := make([]float64, np)
+			for i := range params {
+				params[i] = float64(i%7-3) / 100
+			}
+			grads := make([][][]float64, shards)
+			for k := range grads {
+				grads[k] = p.Parts(make([]float64, np))
+			}
+			losses := make([]float64, shards)
+			for i := 0; i < b.N; i++ {
+				if err := p.Run(p.Parts(params), grads, losses); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
