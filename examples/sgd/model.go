@@ -100,7 +100,7 @@ func forward(x *G.Node, params G.Nodes) (*G.Node, error) {
 	return h, nil
 }
 
-// Load copies the examples idx of d into the input tensors.
+// Load copies the examples idx of d into the input tensors (for Backward).
 func (m *MLP) Load(d *Dataset, idx []int) {
 	in, classes := m.Sizes[0], m.Sizes[len(m.Sizes)-1]
 	clear(m.yBuf)
@@ -110,8 +110,10 @@ func (m *MLP) Load(d *Dataset, idx []int) {
 	}
 }
 
-// Backward runs the forward and backward pass on the loaded shard and
-// returns the shard's mean loss; the gradients are left on the learnables.
+// Backward runs the graph's own forward and backward pass on the loaded
+// shard and returns the shard's mean loss; the gradients are added to the
+// learnables'. Training runs Pass instead, which computes the same bits
+// without the tape (TestPassMatchesGraph holds it to this one).
 func (m *MLP) Backward() (float64, error) {
 	m.vm.Reset()
 	if err := m.vm.RunAll(); err != nil {

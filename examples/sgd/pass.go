@@ -267,7 +267,7 @@ func (p *Pass) backward(k int, params, g [][]float64) float64 {
 			}
 		}
 		// Aᵀ·dZ from a zeroed result: never −0, so 0 + it is itself.
-		blas64.Dgemm(blas.Trans, blas.NoTrans, in, out, shard, 1, a, in, dz, out, 0, g[2*l], out)
+		weightGrad(in, out, shard, a, dz, g[2*l])
 		if l == 0 {
 			break // the graph also computes the input's gradient; nobody reads it
 		}
@@ -280,4 +280,25 @@ func (p *Pass) backward(k int, params, g [][]float64) float64 {
 		dz = m
 	}
 	return loss
+}
+
+// weightRows is how many rows of a weight gradient weightGrad computes at
+// once: a block of them stays in the cache from its zeroing to its last
+// update.
+const weightRows = 64
+
+// weightGrad sets c (m×n) to aᵀ·b for a (k×m) and b (k×n), a block of
+// weightRows rows of c at a time. Every element is the same as in one
+// Dgemm over all of c: gonum's Aᵀ·B zeroes the element, then adds
+// a[l][i]·b[l][j] for l = 0, 1, …, k−1 in that order (skipping a zero
+// a[l][i]) whether it runs serially or in blocks, so cutting c's rows
+// changes only when each element is computed. One Dgemm zeroes all of c
+// first, which for a 784×128 gradient sends it out of the cache before
+// the sums read it back; per device, with 4 devices a process, that is
+// 3 MB more memory traffic a step.
+func weightGrad(m, n, k int, a, b, c []float64) {
+	for i := 0; i < m; i += weightRows {
+		rows := min(weightRows, m-i)
+		blas64.Dgemm(blas.Trans, blas.NoTrans, rows, n, k, 1, a[i:], m, b, n, 0, c[i*n:(i+rows)*n], n)
+	}
 }
