@@ -69,6 +69,7 @@ func TestPassMatchesGraph(t *testing.T) {
 		{[]int{784, 128, 10}, 16, 4},
 		{[]int{784, 128, 10}, 64, 1},
 		{[]int{784, 128, 10}, 8, 8},
+		{[]int{784, 128, 10}, 16, 8}, // 128 rows: gonum's A·W runs in parallel blocks
 		{[]int{100, 70, 130, 10}, 5, 3},
 		{[]int{30, 200, 7}, 32, 2},
 	}
