@@ -49,9 +49,7 @@ func devFold(m, count int, avg bool) []byte {
 // cyclic and explicit placements, over the in-memory transport and over
 // shared memory: every rank gets the fold in device order, bit for bit.
 func TestVirtualAllReduce(t *testing.T) {
-	// More than two default chunks (and not a multiple of one), so the
-	// chain pipelines.
-	const m, count = 8, 150_001
+	const m, count = 8, 150_001 // over two default chunks: the chain pipelines
 	for _, tc := range []struct {
 		name    string
 		n       int
