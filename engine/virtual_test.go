@@ -49,7 +49,7 @@ func devFold(m, count int, avg bool) []byte {
 // cyclic and explicit placements, over the in-memory transport and over
 // shared memory: every rank gets the fold in device order, bit for bit.
 func TestVirtualAllReduce(t *testing.T) {
-	const m, count = 8, 150_001 // over two default chunks: the chain pipelines
+	const m, count = 8, 40_001
 	for _, tc := range []struct {
 		name    string
 		n       int
