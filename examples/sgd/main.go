@@ -1,6 +1,7 @@
 // Command sgd trains a multi-layer perceptron on Fashion-MNIST with
-// data-parallel minibatch SGD: Gorgonia computes each rank's gradients,
-// gocoll averages them, and every rank applies the same update.
+// data-parallel minibatch SGD: a hand-written pass, bit for bit the model's
+// Gorgonia graph, computes each rank's gradients, gocoll averages them, and
+// every rank applies the same update.
 //
 // With no flags it runs the demo: the same training on 1, 2 and 4 ranks
 // (separate processes on this host), one after another, and writes a report

@@ -100,7 +100,7 @@ func forward(x *G.Node, params G.Nodes) (*G.Node, error) {
 	return h, nil
 }
 
-// Load copies the examples idx of d into the input tensors.
+// Load copies the examples idx of d into the input tensors (for Backward).
 func (m *MLP) Load(d *Dataset, idx []int) {
 	in, classes := m.Sizes[0], m.Sizes[len(m.Sizes)-1]
 	clear(m.yBuf)
@@ -110,8 +110,10 @@ func (m *MLP) Load(d *Dataset, idx []int) {
 	}
 }
 
-// Backward runs the forward and backward pass on the loaded shard and
-// returns the shard's mean loss; the gradients are left on the learnables.
+// Backward runs the graph's own forward and backward pass on the loaded
+// shard and returns the shard's mean loss; the gradients are added to the
+// learnables'. Training runs Pass instead, which computes the same bits
+// without the tape (TestPassMatchesGraph holds it to this one).
 func (m *MLP) Backward() (float64, error) {
 	m.vm.Reset()
 	if err := m.vm.RunAll(); err != nil {
@@ -123,6 +125,30 @@ func (m *MLP) Backward() (float64, error) {
 // Learnables are the parameter nodes, in graph order (w0, b0, w1, b1, …),
 // as a Solver takes them.
 func (m *MLP) Learnables() []G.ValueGrad { return G.NodesToValueGrads(m.params) }
+
+// Slots pairs each parameter (in Learnables' order) with a zero gradient
+// tensor of its own, for a Solver, and returns those gradients' backing
+// arrays: Pass writes a step's gradients there, and Gorgonia's solvers zero
+// them after each step, so they are what the graph's dual values would hold
+// (0 + the pass's gradient).
+func (m *MLP) Slots() ([]G.ValueGrad, [][]float64) {
+	vg := make([]G.ValueGrad, len(m.params))
+	data := make([][]float64, len(m.params))
+	for i, p := range m.params {
+		data[i] = make([]float64, p.Shape().TotalSize())
+		vg[i] = &slot{v: p.Value(), g: tensor.New(tensor.WithShape(p.Shape().Clone()...), tensor.WithBacking(data[i]))}
+	}
+	return vg, data
+}
+
+// slot is a parameter and its gradient, as a Solver takes them.
+type slot struct {
+	v G.Value
+	g *tensor.Dense
+}
+
+func (s *slot) Value() G.Value         { return s.v }
+func (s *slot) Grad() (G.Value, error) { return s.g, nil }
 
 // ParamData returns the backing arrays of the parameters (live, not copies).
 func (m *MLP) ParamData() [][]float64 {

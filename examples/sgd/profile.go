@@ -20,9 +20,7 @@ type Profile struct {
 // Phases of a step, as the two training loops name them.
 const (
 	phaseLoad      = "load"      // copying the shard's examples into the input tensors
-	phaseBackward  = "backward"  // Gorgonia's forward and backward pass
-	phaseGradCopy  = "gradcopy"  // gradients out of Gorgonia (and cleared)
-	phaseParams    = "params"    // parameters into Gorgonia
+	phaseBackward  = "backward"  // the forward and backward pass (Pass), all local devices
 	phasePack      = "pack"      // plain: gradients into buckets, allreduces issued
 	phaseAllReduce = "allreduce" // waiting for the (virtual) allreduce
 	phaseUnpack    = "unpack"    // plain: averaged gradients out of the buckets

@@ -66,7 +66,7 @@ func reportMarkdown(runs []*RunResult, cmdline string, elapsed time.Duration) st
 	r0 := runs[0]
 	fmt.Fprintf(&b, "# Data-parallel minibatch SGD with gocoll\n\n")
 	fmt.Fprintf(&b, "`%s` — %s, total %s.\n\n", cmdline, time.Now().Format("2006-01-02 15:04"), elapsed.Round(time.Second))
-	fmt.Fprintf(&b, "Model: MLP with hidden layers %v (%d float64 parameters), built and differentiated with Gorgonia v0.9.18; "+
+	fmt.Fprintf(&b, "Model: MLP with hidden layers %v (%d float64 parameters), defined as a Gorgonia v0.9.18 graph, gradients by a hand-written pass equal to it bit for bit; "+
 		"momentum SGD (learning rate %g, momentum %g) through the `DataParallel` solver wrapper; global batch %d; seed %d; "+
 		"%d training and %d test examples of %s. Every rank computes the gradient of the mean loss over its equal shard of each global batch; "+
 		"gocoll averages the shards' gradients (allreduce, in buckets, overlapped with packing and with loading the next batch), so each step "+

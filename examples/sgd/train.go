@@ -100,9 +100,9 @@ func (cfg Config) sizes(d *Dataset) []int {
 }
 
 // Train runs data-parallel minibatch SGD on rank c.Rank() of c.Size(). Each
-// rank computes the gradient of its shard of every global batch with
-// Gorgonia; the DataParallel solver averages them with gocoll and applies
-// the same update everywhere. test may be nil. Progress lines go to log on
+// rank computes the gradient of its shard of every global batch with a
+// Pass (bit for bit the model's Gorgonia graph); the DataParallel solver
+// averages them with gocoll and applies the same update everywhere. test may be nil. Progress lines go to log on
 // rank 0 (log may be nil).
 func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*RunResult, error) {
 	rank, ranks := c.Rank(), c.Size()
@@ -150,7 +150,14 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 	res := newResult(c, cfg, model, train, test)
 	sched := Schedule{N: train.N, Batch: cfg.Batch, Seed: cfg.Seed}
 	steps := sched.StepsPerEpoch()
-	learn := model.Learnables()
+	// The pass computes what the graph would, into the solver's gradient
+	// tensors.
+	learn, gd := model.Slots()
+	pass, err := NewPass(cfg.sizes(train), cfg.Batch/ranks, 1)
+	if err != nil {
+		return nil, err
+	}
+	grads, losses := [][][]float64{gd}, []float64{0}
 	var compute time.Duration
 	prof := newProfile(cfg.Profile)
 	seen := 0
@@ -161,14 +168,13 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 		lossSum := 0.0
 		t := time.Now()
 		prof.Start()
-		model.Load(train, sched.Shard(perm, 0, rank, ranks))
+		pass.Load(train, 0, sched.Shard(perm, 0, rank, ranks))
 		prof.Mark(phaseLoad)
 		for s := 0; s < steps; s++ {
-			loss, err := model.Backward()
-			if err != nil {
+			if err := pass.Run(model.ParamData(), grads, losses); err != nil {
 				return nil, err
 			}
-			dp.Aux[0] = loss
+			dp.Aux[0] = losses[0]
 			compute += time.Since(t)
 			prof.Mark(phaseBackward)
 			if err := dp.Start(learn); err != nil {
@@ -179,7 +185,7 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 			// input tensors are no longer needed by this step.
 			t = time.Now()
 			if s+1 < steps {
-				model.Load(train, sched.Shard(perm, s+1, rank, ranks))
+				pass.Load(train, 0, sched.Shard(perm, s+1, rank, ranks))
 			}
 			compute += time.Since(t)
 			prof.Mark(phaseLoad)

@@ -121,11 +121,14 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	res.Virtual = m
 	sched := Schedule{N: train.N, Batch: cfg.Batch, Seed: cfg.Seed}
 	steps := sched.StepsPerEpoch()
-	learn := model.Learnables()
 	// Per local device: its gradient, then its shard's loss, as views of
 	// one array (which the virtual allreduce reads in place); avg is the
-	// average, every device's alike, written once.
+	// average, every device's alike, written once. One pass computes all
+	// the local devices' gradients, each straight into its view.
 	var grads, avgs [][]byte
+	var pass *Pass
+	var gparts [][][]float64
+	var losses []float64
 	avg := make([]float64, width)
 	var comm, compute time.Duration
 	prof := newProfile(cfg.Profile)
@@ -213,35 +216,28 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 		if len(grads) != len(local) {
 			all := make([]byte, 8*width*len(local))
 			grads, avgs = make([][]byte, len(local)), make([][]byte, len(local))
+			if pass, err = NewPass(cfg.sizes(train), cfg.Batch/m, len(local)); err != nil {
+				return nil, err
+			}
+			gparts, losses = make([][][]float64, len(local)), make([]float64, len(local))
 			for k := range grads {
 				grads[k] = all[8*width*k : 8*width*(k+1)]
 				avgs[k] = f64Bytes(avg)
+				gparts[k] = pass.Parts(f64s(grads[k])[:np])
 			}
 		}
 		params, velocity := deviceVec(v, local[0], "params"), deviceVec(v, local[0], "velocity")
-		unflatten(model.ParamData(), params)
-		prof.Mark(phaseParams)
 		for k, d := range local {
-			model.Load(train, sched.Shard(perm, s, d, m))
-			prof.Mark(phaseLoad)
-			loss, err := model.Backward()
-			if err != nil {
-				return nil, err
-			}
-			prof.Mark(phaseBackward)
-			gd, err := gradData(learn)
-			if err != nil {
-				return nil, err
-			}
-			g := f64s(grads[k])
-			off := 0
-			for _, x := range gd {
-				off += copy(g[off:], x)
-				clear(x) // Gorgonia adds each pass's gradient to the last
-			}
-			g[np] = loss
-			prof.Mark(phaseGradCopy)
+			pass.Load(train, k, sched.Shard(perm, s, d, m))
 		}
+		prof.Mark(phaseLoad)
+		if err := pass.Run(pass.Parts(params), gparts, losses); err != nil {
+			return nil, err
+		}
+		for k, loss := range losses {
+			f64s(grads[k])[np] = loss
+		}
+		prof.Mark(phaseBackward)
 		t1 := time.Now()
 		compute += t1.Sub(t)
 		if vc.Respawn {
