@@ -28,37 +28,39 @@ var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain", build
 // laid out back to back in device order are used in place; otherwise they
 // are copied together first.
 func (c *Comm) VirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) error {
-	return c.run(c.virtualAllReduceReq(send, recv, count, dt, op, devices))
+	var r Request
+	return c.run(&r, c.virtualAllReduceReq(&r, send, recv, count, dt, op, devices))
 }
 
 // IVirtualAllReduce is the non-blocking VirtualAllReduce.
 func (c *Comm) IVirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) (*Request, error) {
-	return c.start(c.virtualAllReduceReq(send, recv, count, dt, op, devices))
+	var r Request
+	return c.start(&r, c.virtualAllReduceReq(&r, send, recv, count, dt, op, devices))
 }
 
-func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) (Request, error) {
+func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) error {
 	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("recv", recv, count, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	if len(devices) == 0 {
-		return Request{}, invalidArg("virtual allreduce of no devices")
+		return invalidArg("virtual allreduce of no devices")
 	}
 	local := 0
 	for v, r := range devices {
 		if r < 0 || r >= c.size {
-			return Request{}, invalidArg("virtual device %d placed on rank %d of %d", v, r, c.size)
+			return invalidArg("virtual device %d placed on rank %d of %d", v, r, c.size)
 		}
 		if r == c.rank {
 			local++
 		}
 	}
 	if len(send) != local {
-		return Request{}, invalidArg("%d send buffers for the %d virtual devices on rank %d", len(send), local, c.rank)
+		return invalidArg("%d send buffers for the %d virtual devices on rank %d", len(send), local, c.rank)
 	}
 	n := count * dt.Size()
 	for k := range send {
 		if err := checkBuf("send buffer "+strconv.Itoa(k), send[k], count, dt); err != nil {
-			return Request{}, err
+			return err
 		}
 	}
 	recv = recv[:n]
@@ -77,7 +79,7 @@ func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, count int, dt Dat
 	a := &virtualChain
 	sig := signature(sched.AllReduce, dt, count, op, place, a.name)
 	devs := append([]int(nil), devices...)
-	return c.newReq(sched.AllReduce, a, dt, n, func(x *execCtx) error {
+	return c.newReq(r, sched.AllReduce, a, dt, n, func(x *execCtx) error {
 		x.start(sig, a, n)
 		if n == 0 {
 			return nil
