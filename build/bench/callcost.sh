@@ -38,12 +38,11 @@ command -v valgrind > /dev/null || { echo "callcost.sh: valgrind not found (apt-
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-BASE_SHA=$(cd "$ROOT" && git rev-parse --verify --quiet "$BASE^{commit}") || {
-	echo "callcost.sh: BASE=$BASE is not a commit" >&2; exit 2; }
 SRC=$OUT/base-src
-(cd "$ROOT" && { git worktree remove --force "$SRC" 2>/dev/null || true; rm -rf "$SRC"; git worktree prune;
-	git worktree add --detach "$SRC" "$BASE_SHA"; }) > "$OUT/worktree.log" 2>&1
-trap '(cd "$ROOT" && git worktree remove --force "$SRC" && git worktree prune) > /dev/null 2>&1' EXIT
+. "$ROOT/build/lib/base.sh"
+base_checkout "$ROOT" "$BASE" "$SRC" "$OUT/worktree.log" || {
+	echo "callcost.sh: BASE=$BASE: no checkout:" >&2; tail -5 "$OUT/worktree.log" >&2; exit 2; }
+trap 'base_remove "$ROOT" "$SRC"' EXIT
 
 # build TAG TREE: libgocoll and callcost of TREE.
 build() {
