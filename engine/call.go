@@ -47,7 +47,7 @@ var collectives [sched.NumColls]collective
 
 // call completes r, whose args its constructor filled in (the algorithm for
 // k.n bytes and the signature), into a collective's request. Requests are
-// built in place, never returned by value: a request is ~280 bytes, and
+// built in place, never returned by value: a request is ~250 bytes, and
 // its copies between the constructor, the Op and the run were a sixth of a
 // small call's instructions.
 func (c *Comm) call(r *Request, coll sched.Coll) error {

@@ -365,10 +365,10 @@ func (c *Comm) AsyncError() error {
 // Op is an operation checked and prepared but not yet issued: Run issues it
 // and waits (on the caller's goroutine when nothing else is pending, which
 // is what makes small blocking calls cheap); Start issues it without
-// waiting. Bindings that offer both forms of every call use it to share the
+// waiting. Bindings that offer both forms of a call can use it to share the
 // argument handling. An Op is used once. The …Op constructors build the
 // request inside the Op they return, and Run takes it by pointer: an Op is
-// ~300 bytes, and each copy of it cost a small call more than its lock.
+// ~270 bytes, and each copy of it cost a small call more than its lock.
 type Op struct {
 	c   *Comm
 	r   Request
