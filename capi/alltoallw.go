@@ -65,23 +65,26 @@ func wlayout(what string, displs *C.size_t, types *C.gocollBlockType_t, n int) (
 func capi_AllToAllw(send unsafe.Pointer, sdispls *C.size_t, sendtypes *C.gocollBlockType_t, recv unsafe.Pointer, rdispls *C.size_t,
 	recvtypes *C.gocollBlockType_t, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllToAllw", "gocollIAllToAllw")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		sd, st, sspan, err := wlayout("send", sdispls, sendtypes, c.Size())
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		rd, rt, rspan, err := wlayout("recv", rdispls, recvtypes, c.Size())
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		sb, err := buffer("sendbuff", send, C.size_t(sspan), 1, engine.Uint8)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		rb, err := buffer("recvbuff", recv, C.size_t(rspan), 1, engine.Uint8)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
-		return c.AllToAllwOp(sb, sd, st, rb, rd, rt)
+		if nb {
+			return c.IAllToAllw(sb, sd, st, rb, rd, rt)
+		}
+		return nil, c.AllToAllw(sb, sd, st, rb, rd, rt)
 	})
 }

@@ -376,10 +376,13 @@ func capi_MemFree(ptr unsafe.Pointer, comm C.uintptr_t) (rc C.int) {
 // Collectives
 
 // collective is the shared body of every collective entry point: find the
-// communicator, let issue convert the C arguments and start the engine's
-// non-blocking form, then either hand back a request (nonBlocking) or wait.
+// communicator and let issue convert the C arguments and call the engine's
+// blocking form, or its non-blocking one (nb), whose request becomes a
+// handle. issue calls the engine's plain forms rather than building an
+// engine.Op: an Op holds a whole request, and handing it back through issue
+// cost two copies of it, a few percent of a small call.
 func collective(name string, comm C.uintptr_t, nonBlocking, reqOK C.int, out *C.uintptr_t,
-	prepare func(c *engine.Comm) engine.Op) (rc C.int) {
+	issue func(c *engine.Comm, nb bool) (*engine.Request, error)) (rc C.int) {
 	defer guard(name, &rc)
 	cs, err := handles.comm(uintptr(comm))
 	if err != nil {
@@ -388,21 +391,26 @@ func collective(name string, comm C.uintptr_t, nonBlocking, reqOK C.int, out *C.
 	if nonBlocking != 0 && reqOK == 0 {
 		return fail(name, cs, argErr("request is NULL"))
 	}
-	op := prepare(cs.c)
-	if nonBlocking != 0 {
-		r, err := op.Start()
-		if err != nil {
-			return fail(name, cs, err)
-		}
-		*out = C.uintptr_t(handles.addRequest(r, cs, name))
-		return resSuccess
-	}
 	// Blocking calls run inline: no hand-off to the communicator's
 	// goroutine, which costs two thread wake-ups from a C thread.
-	if err := op.Run(); err != nil {
+	r, err := issue(cs.c, nonBlocking != 0)
+	if err != nil {
 		return fail(name, cs, err)
 	}
+	if nonBlocking != 0 {
+		*out = C.uintptr_t(handles.addRequest(r, cs, name))
+	}
 	return resSuccess
+}
+
+// issueOp runs o, or starts it (nb): for the calls whose engine forms
+// differ in more than blocking (a receive from any source reports its
+// sender through got).
+func issueOp(o engine.Op, nb bool) (*engine.Request, error) {
+	if nb {
+		return o.Start()
+	}
+	return nil, o.Run()
 }
 
 // datatype checks a gocollDataType_t (the byte sizes below need it).
@@ -443,124 +451,142 @@ func elems(prefix, name string, count C.size_t) (int, error) {
 //export capi_AllReduce
 func capi_AllReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllReduce", "gocollIAllReduce")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		sb, err := buffer("sendbuff", send, count, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		rb, err := buffer("recvbuff", recv, count, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
-		return c.AllReduceOp(sb, rb, int(count), dt, engine.RedOp(op))
+		if nb {
+			return c.IAllReduce(sb, rb, int(count), dt, engine.RedOp(op))
+		}
+		return nil, c.AllReduce(sb, rb, int(count), dt, engine.RedOp(op))
 	})
 }
 
 //export capi_Reduce
 func capi_Reduce(send, recv unsafe.Pointer, count C.size_t, dtype, op, root C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollReduce", "gocollIReduce")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		sb, err := buffer("sendbuff", send, count, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		var rb []byte
 		if int(root) == c.Rank() || recv != nil { // recvbuff is only used on the root
 			if rb, err = buffer("recvbuff", recv, count, 1, dt); err != nil {
-				return engine.ErrOp(err)
+				return nil, err
 			}
 		}
-		return c.ReduceOp(sb, rb, int(count), dt, engine.RedOp(op), int(root))
+		if nb {
+			return c.IReduce(sb, rb, int(count), dt, engine.RedOp(op), int(root))
+		}
+		return nil, c.Reduce(sb, rb, int(count), dt, engine.RedOp(op), int(root))
 	})
 }
 
 //export capi_Broadcast
 func capi_Broadcast(send, recv unsafe.Pointer, count C.size_t, dtype, root C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollBroadcast", "gocollIBroadcast")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		var sb []byte
 		if int(root) == c.Rank() || send != nil { // sendbuff is only read on the root
 			if sb, err = buffer("sendbuff", send, count, 1, dt); err != nil {
-				return engine.ErrOp(err)
+				return nil, err
 			}
 		}
 		rb, err := buffer("recvbuff", recv, count, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
-		return c.BroadcastOp(sb, rb, int(count), dt, int(root))
+		if nb {
+			return c.IBroadcast(sb, rb, int(count), dt, int(root))
+		}
+		return nil, c.Broadcast(sb, rb, int(count), dt, int(root))
 	})
 }
 
 //export capi_AllGather
 func capi_AllGather(send, recv unsafe.Pointer, sendcount C.size_t, dtype C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllGather", "gocollIAllGather")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		sb, err := buffer("sendbuff", send, sendcount, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		rb, err := buffer("recvbuff", recv, sendcount, c.Size(), dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
-		return c.AllGatherOp(sb, rb, int(sendcount), dt)
+		if nb {
+			return c.IAllGather(sb, rb, int(sendcount), dt)
+		}
+		return nil, c.AllGather(sb, rb, int(sendcount), dt)
 	})
 }
 
 //export capi_ReduceScatter
 func capi_ReduceScatter(send, recv unsafe.Pointer, recvcount C.size_t, dtype, op C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollReduceScatter", "gocollIReduceScatter")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		sb, err := buffer("sendbuff", send, recvcount, c.Size(), dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		rb, err := buffer("recvbuff", recv, recvcount, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
-		return c.ReduceScatterOp(sb, rb, int(recvcount), dt, engine.RedOp(op))
+		if nb {
+			return c.IReduceScatter(sb, rb, int(recvcount), dt, engine.RedOp(op))
+		}
+		return nil, c.ReduceScatter(sb, rb, int(recvcount), dt, engine.RedOp(op))
 	})
 }
 
 //export capi_AllToAll
 func capi_AllToAll(send, recv unsafe.Pointer, count C.size_t, dtype C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllToAll", "gocollIAllToAll")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		sb, err := buffer("sendbuff", send, count, c.Size(), dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		rb, err := buffer("recvbuff", recv, count, c.Size(), dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
-		return c.AllToAllOp(sb, rb, int(count), dt)
+		if nb {
+			return c.IAllToAll(sb, rb, int(count), dt)
+		}
+		return nil, c.AllToAll(sb, rb, int(count), dt)
 	})
 }
 
@@ -594,31 +620,34 @@ func vlayout(what string, counts, displs *C.size_t, cs, ds []int) (span C.size_t
 func capi_AllToAllv(send unsafe.Pointer, sendcounts, sdispls *C.size_t, recv unsafe.Pointer, recvcounts, rdispls *C.size_t,
 	dtype C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollAllToAllv", "gocollIAllToAllv")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		n := c.Size()
 		v := make([]int, 4*n) // (one allocation for the four lists)
 		sc, sd, rc, rd := v[:n:n], v[n:2*n:2*n], v[2*n:3*n:3*n], v[3*n:]
 		sspan, err := vlayout("send", sendcounts, sdispls, sc, sd)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		rspan, err := vlayout("recv", recvcounts, rdispls, rc, rd)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		sb, err := buffer("sendbuff", send, sspan, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		rb, err := buffer("recvbuff", recv, rspan, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
-		return c.AllToAllvOp(sb, sc, sd, rb, rc, rd, dt)
+		if nb {
+			return c.IAllToAllv(sb, sc, sd, rb, rc, rd, dt)
+		}
+		return nil, c.AllToAllv(sb, sc, sd, rb, rc, rd, dt)
 	})
 }
 
@@ -633,10 +662,10 @@ func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer
 	if tag != 0 {
 		name += "Tag"
 	}
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		what := "recvbuff"
 		if isSend != 0 {
@@ -644,15 +673,15 @@ func capi_SendRecv(isSend C.int, buf unsafe.Pointer, count C.size_t, dtype, peer
 		}
 		b, err := buffer(what, buf, count, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		if isSend != 0 {
-			return c.SendTagOp(b, int(count), dt, int(peer), int(tag))
+			return issueOp(c.SendTagOp(b, int(count), dt, int(peer), int(tag)), nb)
 		}
 		if peer == anySource {
-			return c.RecvAnyOp(b, int(count), dt, int(tag), nil)
+			return issueOp(c.RecvAnyOp(b, int(count), dt, int(tag), nil), nb)
 		}
-		return c.RecvTagOp(b, int(count), dt, int(peer), int(tag))
+		return issueOp(c.RecvTagOp(b, int(count), dt, int(peer), int(tag)), nb)
 	})
 }
 
@@ -662,28 +691,31 @@ const anySource = engine.AnySource
 //export capi_RecvAny
 func capi_RecvAny(buf unsafe.Pointer, count C.size_t, dtype, tag C.int, source *C.int, comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollRecvAny", "gocollIRecvAny")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
 		dt, err := datatype(dtype)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		b, err := buffer("recvbuff", buf, count, 1, dt)
 		if err != nil {
-			return engine.ErrOp(err)
+			return nil, err
 		}
 		var got func(int)
 		if source != nil {
 			got = func(s int) { *source = C.int(s) }
 		}
-		return c.RecvAnyOp(b, int(count), dt, int(tag), got)
+		return issueOp(c.RecvAnyOp(b, int(count), dt, int(tag), got), nb)
 	})
 }
 
 //export capi_Barrier
 func capi_Barrier(comm C.uintptr_t, nb, reqOK C.int, out *C.uintptr_t) C.int {
 	name := pick(nb, "gocollBarrier", "gocollIBarrier")
-	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm) engine.Op {
-		return c.BarrierOp()
+	return collective(name, comm, nb, reqOK, out, func(c *engine.Comm, nb bool) (*engine.Request, error) {
+		if nb {
+			return c.IBarrier()
+		}
+		return nil, c.Barrier()
 	})
 }
 

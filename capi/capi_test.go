@@ -91,6 +91,11 @@ func TestHandles(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
 		}
 	}
+	// Looked up once, the handle is the table's cached last one: taking
+	// it must drop that too.
+	if got, err := tab.comm(s.h); err != nil || got != s {
+		t.Fatalf("live comm: %v, %v", got, err)
+	}
 	if _, err := tab.takeComm(s.h); err != nil {
 		t.Fatal(err)
 	}

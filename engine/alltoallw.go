@@ -34,24 +34,28 @@ func (b BlockType) Bytes() int { return b.Count * b.BlockLen * b.Type.Size() }
 // between. A block whose sizes differ is reported as a mismatch naming
 // both ranks. Receive blocks may not overlap each other or any send block.
 func (c *Comm) AllToAllw(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) error {
-	return c.run(c.allToAllwReq(send, sdispls, sendtypes, recv, rdispls, recvtypes))
+	var r Request
+	return c.run(&r, c.allToAllwReq(&r, send, sdispls, sendtypes, recv, rdispls, recvtypes))
 }
 
 // IAllToAllw is the non-blocking AllToAllw: it returns once the operation
 // is queued.
 func (c *Comm) IAllToAllw(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (*Request, error) {
-	return c.start(c.allToAllwReq(send, sdispls, sendtypes, recv, rdispls, recvtypes))
+	var r Request
+	return c.start(&r, c.allToAllwReq(&r, send, sdispls, sendtypes, recv, rdispls, recvtypes))
 }
 
 // AllToAllwOp prepares an AllToAllw without issuing it (see Op).
-func (c *Comm) AllToAllwOp(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) Op {
-	return c.op(c.allToAllwReq(send, sdispls, sendtypes, recv, rdispls, recvtypes))
+func (c *Comm) AllToAllwOp(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (o Op) {
+	o.c = c
+	o.err = c.allToAllwReq(&o.r, send, sdispls, sendtypes, recv, rdispls, recvtypes)
+	return
 }
 
-func (c *Comm) allToAllwReq(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (Request, error) {
+func (c *Comm) allToAllwReq(r *Request, send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) error {
 	n := c.size
 	if len(sdispls) != n || len(sendtypes) != n || len(rdispls) != n || len(recvtypes) != n {
-		return Request{}, invalidArg("alltoallw needs %d displacements and types per side, got %d and %d to send, %d and %d to receive",
+		return invalidArg("alltoallw needs %d displacements and types per side, got %d and %d to send, %d and %d to receive",
 			n, len(sdispls), len(sendtypes), len(rdispls), len(recvtypes))
 	}
 	lay := &blockLayout{send: send, recv: recv, in: make([]span, n), work: make([]span, n)}
@@ -59,20 +63,21 @@ func (c *Comm) allToAllwReq(send []byte, sdispls []int, sendtypes []BlockType, r
 	for i := range n {
 		var err error
 		if lay.in[i], err = spanOf("send", i, send, sdispls[i], sendtypes[i]); err != nil {
-			return Request{}, err
+			return err
 		}
 		if lay.work[i], err = spanOf("recv", i, recv, rdispls[i], recvtypes[i]); err != nil {
-			return Request{}, err
+			return err
 		}
 		sent += lay.in[i].size()
 	}
 	if lay.in[c.rank].size() != lay.work[c.rank].size() {
-		return Request{}, invalidArg("alltoallw: block sizes differ: rank %d sends itself %d bytes but expects %d", c.rank, lay.in[c.rank].size(), lay.work[c.rank].size())
+		return invalidArg("alltoallw: block sizes differ: rank %d sends itself %d bytes but expects %d", c.rank, lay.in[c.rank].size(), lay.work[c.rank].size())
 	}
 	if err := checkRuns(send, lay.in, recv, lay.work); err != nil {
-		return Request{}, err
+		return err
 	}
-	return c.call(sched.AllToAllw, args{send: send, recv: recv, dt: noType, root: -1, n: sent, lay: lay})
+	r.args = args{send: send, recv: recv, dt: noType, root: -1, n: sent, lay: lay}
+	return c.call(r, sched.AllToAllw)
 }
 
 // schedAllToAllw runs its schedule (on one rank too: see execCtx.alone).

@@ -42,16 +42,30 @@ func signature(coll sched.Coll, dt DataType, count int, op RedOp, root int, algo
 // collective, but their messages are fingerprinted the same way.
 const pointToPoint = sched.Coll(0xff)
 
+// The checks run on every call: each is a test the compiler inlines, and
+// only a failure calls out to build its error (a call per check and
+// argument was a tenth of a small call's instructions).
+
 func checkType(dt DataType) error {
-	if !dt.Valid() {
-		return invalidArg("unknown datatype %d", int32(dt))
+	if dt.Valid() {
+		return nil
 	}
-	return nil
+	return typeErr(dt)
 }
+
+func typeErr(dt DataType) error { return invalidArg("unknown datatype %d", int32(dt)) }
 
 // checkOp refuses unknown ops and ops not defined on dt (bitwise ops on
 // floating-point types, avg on bool) before anything is sent.
 func checkOp(dt DataType, op RedOp) error {
+	// Sum, by far the most used op, is defined on every type: no more to check.
+	if op == Sum && dt.Valid() {
+		return nil
+	}
+	return opErr(dt, op)
+}
+
+func opErr(dt DataType, op RedOp) error {
 	if err := kernel.CheckOp(dt, op); err != nil {
 		return invalidArg("%v", err)
 	}
@@ -59,13 +73,17 @@ func checkOp(dt DataType, op RedOp) error {
 }
 
 func checkBuf(name string, b []byte, count int, dt DataType) error {
+	if count >= 0 && len(b) >= count*dt.Size() {
+		return nil
+	}
+	return bufErr(name, b, count, dt)
+}
+
+func bufErr(name string, b []byte, count int, dt DataType) error {
 	if count < 0 {
 		return invalidArg("negative count %d", count)
 	}
-	if need := count * dt.Size(); len(b) < need {
-		return invalidArg("%s holds %d bytes, %d elements of %s need %d", name, len(b), count, dt, need)
-	}
-	return nil
+	return invalidArg("%s holds %d bytes, %d elements of %s need %d", name, len(b), count, dt, count*dt.Size())
 }
 
 func (c *Comm) checkRank(what string, r int) error {
@@ -106,30 +124,35 @@ func checkInPlace(send []byte, ns int, recv []byte, nr int, inPlaceOff int) (inP
 // AllReduce combines count elements from every rank with op and leaves the
 // result in recv on every rank.
 func (c *Comm) AllReduce(send, recv []byte, count int, dt DataType, op RedOp) error {
-	return c.run(c.allReduceReq(send, recv, count, dt, op))
+	var r Request
+	return c.run(&r, c.allReduceReq(&r, send, recv, count, dt, op))
 }
 
 // IAllReduce is the non-blocking AllReduce: it returns once the operation is queued.
 func (c *Comm) IAllReduce(send, recv []byte, count int, dt DataType, op RedOp) (*Request, error) {
-	return c.start(c.allReduceReq(send, recv, count, dt, op))
+	var r Request
+	return c.start(&r, c.allReduceReq(&r, send, recv, count, dt, op))
 }
 
 // AllReduceOp prepares a AllReduce without issuing it (see Op).
-func (c *Comm) AllReduceOp(send, recv []byte, count int, dt DataType, op RedOp) Op {
-	return c.op(c.allReduceReq(send, recv, count, dt, op))
+func (c *Comm) AllReduceOp(send, recv []byte, count int, dt DataType, op RedOp) (o Op) {
+	o.c = c
+	o.err = c.allReduceReq(&o.r, send, recv, count, dt, op)
+	return
 }
 
-func (c *Comm) allReduceReq(send, recv []byte, count int, dt DataType, op RedOp) (Request, error) {
+func (c *Comm) allReduceReq(r *Request, send, recv []byte, count int, dt DataType, op RedOp) error {
 	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("send", send, count, dt), checkBuf("recv", recv, count, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	n := count * dt.Size()
 	inPlace, err := checkInPlace(send, n, recv, n, 0)
 	if err != nil {
-		return Request{}, err
+		return err
 	}
 	send, recv = send[:n], recv[:n]
-	return c.call(sched.AllReduce, args{send: send, recv: recv, count: count, dt: dt, op: op, root: -1, n: n, inPlace: inPlace})
+	r.args = args{send: send, recv: recv, count: count, dt: dt, op: op, root: -1, n: n, inPlace: inPlace}
+	return c.call(r, sched.AllReduce)
 }
 
 func shmAllReduce(x *execCtx, k args) error {
@@ -147,37 +170,42 @@ func schedAllReduce(x *execCtx, k args) error {
 // Reduce combines count elements from every rank into recv on root; recv is
 // not touched on other ranks.
 func (c *Comm) Reduce(send, recv []byte, count int, dt DataType, op RedOp, root int) error {
-	return c.run(c.reduceReq(send, recv, count, dt, op, root))
+	var r Request
+	return c.run(&r, c.reduceReq(&r, send, recv, count, dt, op, root))
 }
 
 // IReduce is the non-blocking Reduce: it returns once the operation is queued.
 func (c *Comm) IReduce(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
-	return c.start(c.reduceReq(send, recv, count, dt, op, root))
+	var r Request
+	return c.start(&r, c.reduceReq(&r, send, recv, count, dt, op, root))
 }
 
 // ReduceOp prepares a Reduce without issuing it (see Op).
-func (c *Comm) ReduceOp(send, recv []byte, count int, dt DataType, op RedOp, root int) Op {
-	return c.op(c.reduceReq(send, recv, count, dt, op, root))
+func (c *Comm) ReduceOp(send, recv []byte, count int, dt DataType, op RedOp, root int) (o Op) {
+	o.c = c
+	o.err = c.reduceReq(&o.r, send, recv, count, dt, op, root)
+	return
 }
 
-func (c *Comm) reduceReq(send, recv []byte, count int, dt DataType, op RedOp, root int) (Request, error) {
+func (c *Comm) reduceReq(r *Request, send, recv []byte, count int, dt DataType, op RedOp, root int) error {
 	if err := firstErr(checkType(dt), checkOp(dt, op), c.checkRank("root", root), checkBuf("send", send, count, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	n := count * dt.Size()
 	inPlace := false
 	if c.rank == root {
 		if err := checkBuf("recv", recv, count, dt); err != nil {
-			return Request{}, err
+			return err
 		}
 		var err error
 		if inPlace, err = checkInPlace(send, n, recv, n, 0); err != nil {
-			return Request{}, err
+			return err
 		}
 		recv = recv[:n]
 	}
 	send = send[:n]
-	return c.call(sched.Reduce, args{send: send, recv: recv, count: count, dt: dt, op: op, root: root, n: n, inPlace: inPlace})
+	r.args = args{send: send, recv: recv, count: count, dt: dt, op: op, root: root, n: n, inPlace: inPlace}
+	return c.call(r, sched.Reduce)
 }
 
 func shmReduce(x *execCtx, k args) error {
@@ -205,37 +233,42 @@ func schedReduce(x *execCtx, k args) error {
 // before the others have read it (they still get it if the root has
 // closed or exited meanwhile).
 func (c *Comm) Broadcast(send, recv []byte, count int, dt DataType, root int) error {
-	return c.run(c.broadcastReq(send, recv, count, dt, root))
+	var r Request
+	return c.run(&r, c.broadcastReq(&r, send, recv, count, dt, root))
 }
 
 // IBroadcast is the non-blocking Broadcast: it returns once the operation is queued.
 func (c *Comm) IBroadcast(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
-	return c.start(c.broadcastReq(send, recv, count, dt, root))
+	var r Request
+	return c.start(&r, c.broadcastReq(&r, send, recv, count, dt, root))
 }
 
 // BroadcastOp prepares a Broadcast without issuing it (see Op).
-func (c *Comm) BroadcastOp(send, recv []byte, count int, dt DataType, root int) Op {
-	return c.op(c.broadcastReq(send, recv, count, dt, root))
+func (c *Comm) BroadcastOp(send, recv []byte, count int, dt DataType, root int) (o Op) {
+	o.c = c
+	o.err = c.broadcastReq(&o.r, send, recv, count, dt, root)
+	return
 }
 
-func (c *Comm) broadcastReq(send, recv []byte, count int, dt DataType, root int) (Request, error) {
+func (c *Comm) broadcastReq(r *Request, send, recv []byte, count int, dt DataType, root int) error {
 	if err := firstErr(checkType(dt), c.checkRank("root", root), checkBuf("recv", recv, count, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	n := count * dt.Size()
 	inPlace := false
 	if c.rank == root {
 		if err := checkBuf("send", send, count, dt); err != nil {
-			return Request{}, err
+			return err
 		}
 		var err error
 		if inPlace, err = checkInPlace(send, n, recv, n, 0); err != nil {
-			return Request{}, err
+			return err
 		}
 		send = send[:n]
 	}
 	recv = recv[:n]
-	return c.call(sched.Broadcast, args{send: send, recv: recv, count: count, dt: dt, root: root, n: n, inPlace: inPlace})
+	r.args = args{send: send, recv: recv, count: count, dt: dt, root: root, n: n, inPlace: inPlace}
+	return c.call(r, sched.Broadcast)
 }
 
 func shmBroadcast(x *execCtx, k args) error {
@@ -252,30 +285,35 @@ func schedBroadcast(x *execCtx, k args) error {
 // into recv (size*sendcount elements) on every rank. In place when send is
 // recv's block of this rank.
 func (c *Comm) AllGather(send, recv []byte, sendcount int, dt DataType) error {
-	return c.run(c.allGatherReq(send, recv, sendcount, dt))
+	var r Request
+	return c.run(&r, c.allGatherReq(&r, send, recv, sendcount, dt))
 }
 
 // IAllGather is the non-blocking AllGather: it returns once the operation is queued.
 func (c *Comm) IAllGather(send, recv []byte, sendcount int, dt DataType) (*Request, error) {
-	return c.start(c.allGatherReq(send, recv, sendcount, dt))
+	var r Request
+	return c.start(&r, c.allGatherReq(&r, send, recv, sendcount, dt))
 }
 
 // AllGatherOp prepares a AllGather without issuing it (see Op).
-func (c *Comm) AllGatherOp(send, recv []byte, sendcount int, dt DataType) Op {
-	return c.op(c.allGatherReq(send, recv, sendcount, dt))
+func (c *Comm) AllGatherOp(send, recv []byte, sendcount int, dt DataType) (o Op) {
+	o.c = c
+	o.err = c.allGatherReq(&o.r, send, recv, sendcount, dt)
+	return
 }
 
-func (c *Comm) allGatherReq(send, recv []byte, sendcount int, dt DataType) (Request, error) {
+func (c *Comm) allGatherReq(r *Request, send, recv []byte, sendcount int, dt DataType) error {
 	if err := firstErr(checkType(dt), checkBuf("send", send, sendcount, dt), checkBuf("recv", recv, sendcount*c.size, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	block := sendcount * dt.Size()
 	inPlace, err := checkInPlace(send, block, recv, block*c.size, block*c.rank)
 	if err != nil {
-		return Request{}, err
+		return err
 	}
 	send, recv = send[:block], recv[:block*c.size]
-	return c.call(sched.AllGather, args{send: send, recv: recv, count: sendcount, dt: dt, root: -1, n: block * c.size, block: block, inPlace: inPlace})
+	r.args = args{send: send, recv: recv, count: sendcount, dt: dt, root: -1, n: block * c.size, block: block, inPlace: inPlace}
+	return c.call(r, sched.AllGather)
 }
 
 func shmAllGather(x *execCtx, k args) error {
@@ -291,31 +329,36 @@ func schedAllGather(x *execCtx, k args) error {
 // leaves block r of the result (recvcount elements) in recv on rank r. In
 // place when recv is send's block of this rank.
 func (c *Comm) ReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) error {
-	return c.run(c.reduceScatterReq(send, recv, recvcount, dt, op))
+	var r Request
+	return c.run(&r, c.reduceScatterReq(&r, send, recv, recvcount, dt, op))
 }
 
 // IReduceScatter is the non-blocking ReduceScatter: it returns once the operation is queued.
 func (c *Comm) IReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
-	return c.start(c.reduceScatterReq(send, recv, recvcount, dt, op))
+	var r Request
+	return c.start(&r, c.reduceScatterReq(&r, send, recv, recvcount, dt, op))
 }
 
 // ReduceScatterOp prepares a ReduceScatter without issuing it (see Op).
-func (c *Comm) ReduceScatterOp(send, recv []byte, recvcount int, dt DataType, op RedOp) Op {
-	return c.op(c.reduceScatterReq(send, recv, recvcount, dt, op))
+func (c *Comm) ReduceScatterOp(send, recv []byte, recvcount int, dt DataType, op RedOp) (o Op) {
+	o.c = c
+	o.err = c.reduceScatterReq(&o.r, send, recv, recvcount, dt, op)
+	return
 }
 
-func (c *Comm) reduceScatterReq(send, recv []byte, recvcount int, dt DataType, op RedOp) (Request, error) {
+func (c *Comm) reduceScatterReq(r *Request, send, recv []byte, recvcount int, dt DataType, op RedOp) error {
 	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("send", send, recvcount*c.size, dt), checkBuf("recv", recv, recvcount, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	block := recvcount * dt.Size()
 	// In place means recv == send + rank*block; overlap is judged from send's side.
 	inPlace := block > 0 && addr(recv) == addr(send)+uintptr(block*c.rank)
 	if !inPlace && overlap(send, block*c.size, recv, block) {
-		return Request{}, invalidArg("send and receive buffers overlap without being in place")
+		return invalidArg("send and receive buffers overlap without being in place")
 	}
 	send, recv = send[:block*c.size], recv[:block]
-	return c.call(sched.ReduceScatter, args{send: send, recv: recv, count: recvcount, dt: dt, op: op, root: -1, n: block * c.size, block: block, inPlace: inPlace})
+	r.args = args{send: send, recv: recv, count: recvcount, dt: dt, op: op, root: -1, n: block * c.size, block: block, inPlace: inPlace}
+	return c.call(r, sched.ReduceScatter)
 }
 
 func shmReduceScatter(x *execCtx, k args) error {
@@ -343,31 +386,36 @@ func schedReduceScatter(x *execCtx, k args) error {
 // AllToAll sends block j (count elements) of send to rank j, which stores it
 // as block i of its recv, for every pair (i, j).
 func (c *Comm) AllToAll(send, recv []byte, count int, dt DataType) error {
-	return c.run(c.allToAllReq(send, recv, count, dt))
+	var r Request
+	return c.run(&r, c.allToAllReq(&r, send, recv, count, dt))
 }
 
 // IAllToAll is the non-blocking AllToAll: it returns once the operation is queued.
 func (c *Comm) IAllToAll(send, recv []byte, count int, dt DataType) (*Request, error) {
-	return c.start(c.allToAllReq(send, recv, count, dt))
+	var r Request
+	return c.start(&r, c.allToAllReq(&r, send, recv, count, dt))
 }
 
 // AllToAllOp prepares a AllToAll without issuing it (see Op).
-func (c *Comm) AllToAllOp(send, recv []byte, count int, dt DataType) Op {
-	return c.op(c.allToAllReq(send, recv, count, dt))
+func (c *Comm) AllToAllOp(send, recv []byte, count int, dt DataType) (o Op) {
+	o.c = c
+	o.err = c.allToAllReq(&o.r, send, recv, count, dt)
+	return
 }
 
-func (c *Comm) allToAllReq(send, recv []byte, count int, dt DataType) (Request, error) {
+func (c *Comm) allToAllReq(r *Request, send, recv []byte, count int, dt DataType) error {
 	if err := firstErr(checkType(dt), checkBuf("send", send, count*c.size, dt), checkBuf("recv", recv, count*c.size, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	block := count * dt.Size()
 	total := block * c.size
 	inPlace, err := checkInPlace(send, total, recv, total, 0)
 	if err != nil {
-		return Request{}, err
+		return err
 	}
 	send, recv = send[:total], recv[:total]
-	return c.call(sched.AllToAll, args{send: send, recv: recv, count: count, dt: dt, root: -1, n: total, block: block, inPlace: inPlace})
+	r.args = args{send: send, recv: recv, count: count, dt: dt, root: -1, n: total, block: block, inPlace: inPlace}
+	return c.call(r, sched.AllToAll)
 }
 
 func shmAllToAll(x *execCtx, k args) error {
@@ -387,53 +435,58 @@ func schedAllToAll(x *execCtx, k args) error {
 // per peer on each side. sendcounts[j] on rank i must equal recvcounts[i] on
 // rank j; a difference is reported as a mismatch on both ranks.
 func (c *Comm) AllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
-	return c.run(c.allToAllvReq(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+	var r Request
+	return c.run(&r, c.allToAllvReq(&r, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
 }
 
 // IAllToAllv is the non-blocking AllToAllv: it returns once the operation is queued.
 func (c *Comm) IAllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
-	return c.start(c.allToAllvReq(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+	var r Request
+	return c.start(&r, c.allToAllvReq(&r, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
 }
 
 // AllToAllvOp prepares a AllToAllv without issuing it (see Op).
-func (c *Comm) AllToAllvOp(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) Op {
-	return c.op(c.allToAllvReq(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+func (c *Comm) AllToAllvOp(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (o Op) {
+	o.c = c
+	o.err = c.allToAllvReq(&o.r, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt)
+	return
 }
 
-func (c *Comm) allToAllvReq(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (Request, error) {
+func (c *Comm) allToAllvReq(r *Request, send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
 	if err := checkType(dt); err != nil {
-		return Request{}, err
+		return err
 	}
 	es := dt.Size()
 	blocks := make([]sched.Block, 2*c.size) // (one allocation for both sides)
 	sl, rl := blocks[:c.size:c.size], blocks[c.size:]
 	if err := layout(sl, "send", send, sendcounts, sdispls, es); err != nil {
-		return Request{}, err
+		return err
 	}
 	if err := layout(rl, "recv", recv, recvcounts, rdispls, es); err != nil {
-		return Request{}, err
+		return err
 	}
 	if overlap(send, len(send), recv, len(recv)) { // (separate buffers, the usual case: n² checks saved)
 		for _, r := range rl {
 			for _, s := range sl {
 				if overlap(send[s.Off:], s.Len, recv[r.Off:], r.Len) {
-					return Request{}, invalidArg("alltoallv send and receive blocks overlap")
+					return invalidArg("alltoallv send and receive blocks overlap")
 				}
 			}
 		}
 	}
 	if i, j, ok := overlappingBlocks(rl); ok {
-		return Request{}, invalidArg("alltoallv receive blocks %d and %d overlap", i, j)
+		return invalidArg("alltoallv receive blocks %d and %d overlap", i, j)
 	}
 	if sl[c.rank].Len != rl[c.rank].Len {
-		return Request{}, invalidArg("counts differ: rank %d sends itself %d elements but expects %d", c.rank, sendcounts[c.rank], recvcounts[c.rank])
+		return invalidArg("counts differ: rank %d sends itself %d elements but expects %d", c.rank, sendcounts[c.rank], recvcounts[c.rank])
 	}
 	sent := 0
 	for i := range sl {
 		sent += sl[i].Len
 	}
 	lay := &blockLayout{send: send, recv: recv, sendBlocks: sl, recvBlocks: rl}
-	return c.call(sched.AllToAllv, args{send: send, recv: recv, dt: dt, root: -1, n: sent, lay: lay})
+	r.args = args{send: send, recv: recv, dt: dt, root: -1, n: sent, lay: lay}
+	return c.call(r, sched.AllToAllv)
 }
 
 func shmAllToAllv(x *execCtx, k args) error {
@@ -524,16 +577,27 @@ func layout(l []sched.Block, name string, buf []byte, counts, displs []int, es i
 }
 
 // Barrier returns once every rank called it.
-func (c *Comm) Barrier() error { return c.run(c.barrierReq()) }
+func (c *Comm) Barrier() error {
+	var r Request
+	return c.run(&r, c.barrierReq(&r))
+}
 
 // IBarrier is the non-blocking Barrier.
-func (c *Comm) IBarrier() (*Request, error) { return c.start(c.barrierReq()) }
+func (c *Comm) IBarrier() (*Request, error) {
+	var r Request
+	return c.start(&r, c.barrierReq(&r))
+}
 
 // BarrierOp prepares a Barrier without issuing it.
-func (c *Comm) BarrierOp() Op { return c.op(c.barrierReq()) }
+func (c *Comm) BarrierOp() (o Op) {
+	o.c = c
+	o.err = c.barrierReq(&o.r)
+	return
+}
 
-func (c *Comm) barrierReq() (Request, error) {
-	return c.call(sched.Barrier, args{dt: noType, root: -1})
+func (c *Comm) barrierReq(r *Request) error {
+	r.args = args{dt: noType, root: -1}
+	return c.call(r, sched.Barrier)
 }
 
 func shmBarrier(x *execCtx, _ args) error { return x.shm(x.c.arena.Barrier(x.light(), x.call())) }

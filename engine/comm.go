@@ -365,22 +365,23 @@ func (c *Comm) AsyncError() error {
 // Op is an operation checked and prepared but not yet issued: Run issues it
 // and waits (on the caller's goroutine when nothing else is pending, which
 // is what makes small blocking calls cheap); Start issues it without
-// waiting. Bindings that offer both forms of every call use it to share the
-// argument handling. An Op is used once.
+// waiting. Bindings that offer both forms of a call can use it to share the
+// argument handling. An Op is used once. The …Op constructors build the
+// request inside the Op they return, and Run takes it by pointer: an Op is
+// ~270 bytes, and each copy of it cost a small call more than its lock.
 type Op struct {
 	c   *Comm
 	r   Request
 	err error
 }
 
-func (c *Comm) op(r Request, err error) Op { return Op{c, r, err} }
-
 // ErrOp is an operation that fails with err when run or started: for
 // bindings whose own argument checks failed.
 func ErrOp(err error) Op { return Op{err: err} }
 
-// Run issues the operation and waits for it.
-func (o Op) Run() error {
+// Run issues the operation and waits for it. (A pointer receiver: an Op
+// holds a whole request, which a value receiver would copy on every call.)
+func (o *Op) Run() error {
 	if o.err != nil {
 		return o.err
 	}
@@ -392,13 +393,14 @@ func (o Op) Start() (*Request, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	return o.c.start(o.r, nil)
+	return o.c.start(&o.r, nil)
 }
 
-// newReq makes the request of a collective that runs a with bytes of dt
+// newReq makes r the request of a collective that runs a with bytes of dt
 // (noType: none) by calling run.
-func (c *Comm) newReq(coll sched.Coll, a *algorithm, dt DataType, bytes int, run func(x *execCtx) error) (Request, error) {
-	return Request{op: coll.String(), algo: a.name, dt: dt, hasType: dt != noType, bytes: bytes, peer: -1, run: run}, nil
+func (c *Comm) newReq(r *Request, coll sched.Coll, a *algorithm, dt DataType, bytes int, run func(x *execCtx) error) error {
+	*r = Request{op: coll.String(), algo: a.name, dt: dt, hasType: dt != noType, bytes: bytes, peer: -1, run: run}
+	return nil
 }
 
 // noType stands for the datatype of a call that has none (barrier).
@@ -420,12 +422,12 @@ func (c *Comm) usable(op string) error {
 
 // start queues an operation for the worker. Argument errors come back at
 // once and do not poison the communicator: nothing was sent.
-func (c *Comm) start(req Request, err error) (*Request, error) {
+func (c *Comm) start(req *Request, err error) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
 	r := new(Request)
-	*r = req
+	*r = *req
 	r.done = make(chan struct{})
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -449,11 +451,11 @@ func (c *Comm) start(req Request, err error) (*Request, error) {
 // many times a second per rank, and each cycle stops the caller's thread, which
 // for a thread locked by a C caller means handing its P to another thread
 // and back.
-func (c *Comm) run(r Request, err error) error {
+func (c *Comm) run(r *Request, err error) error {
 	if err != nil {
 		return err
 	}
-	return c.runReq(&r)
+	return c.runReq(r)
 }
 
 // runReq is run on a request the caller holds (a copy of a Request is
@@ -464,7 +466,7 @@ func (c *Comm) runReq(r *Request) error {
 	// queues behind it) or queues behind this one (the worker then waits
 	// for execMu).
 	if r.p2p() || !c.pending.CompareAndSwap(0, 1) {
-		q, err := c.start(*r, nil)
+		q, err := c.start(r, nil)
 		if err != nil {
 			return err
 		}

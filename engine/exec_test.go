@@ -25,7 +25,8 @@ func runProgram(comms []*Comm, s *sched.Schedule, work [][]byte) []error {
 		ops := s.Ops(c.Rank())
 		var bufs [sched.NumBufs][]byte
 		bufs[sched.Work] = work[c.Rank()]
-		return c.run(c.newReq(sched.Barrier, &algorithm{name: "program"}, Uint8, len(bufs[sched.Work]), func(x *execCtx) error {
+		var r Request
+		return c.run(&r, c.newReq(&r, sched.Barrier, &algorithm{name: "program"}, Uint8, len(bufs[sched.Work]), func(x *execCtx) error {
 			x.sig = 42
 			return x.runSchedule(s, ops, bufs, Uint8, Sum, nil)
 		}))

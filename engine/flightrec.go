@@ -80,10 +80,11 @@ func (f *recorder) begin(x *execCtx, r *Request, now time.Duration) {
 	}
 	f.next = (i + 1) % len(f.slots)
 	f.n++
+	// Field by field: a slot literal is built aside and copied in whole.
 	s := &f.slots[i]
-	*s = slot{n: f.n, op: r.op, algo: r.algo, seq: x.seq &^ p2pSeqBit, p2p: r.p2p(),
-		dt: r.dt, hasType: r.hasType, bytes: int64(r.bytes), start: now, peer: int32(r.peer),
-		state: slotRunning, live: x}
+	s.n, s.op, s.algo, s.seq, s.p2p = f.n, r.op, r.algo, x.seq&^p2pSeqBit, r.p2p()
+	s.dt, s.hasType, s.bytes, s.start, s.end, s.peer = r.dt, r.hasType, int64(r.bytes), now, 0, int32(r.peer)
+	s.state, s.err, s.live = slotRunning, nil, x
 	x.slot, x.slotN = i, f.n
 	f.mu.Unlock()
 }

@@ -341,33 +341,38 @@ func (c *Comm) SendOp(buf []byte, count int, dt DataType, peer int) Op {
 // order; the receiver may take messages of different tags in any order. A
 // send may wait until the peer posts a receive from this rank (any tag).
 func (c *Comm) SendTag(buf []byte, count int, dt DataType, peer, tag int) error {
-	return c.run(c.sendReq(buf, count, dt, peer, tag))
+	var r Request
+	return c.run(&r, c.sendReq(&r, buf, count, dt, peer, tag))
 }
 
 // ISendTag is the non-blocking SendTag: it returns once the operation is queued.
 func (c *Comm) ISendTag(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
-	return c.start(c.sendReq(buf, count, dt, peer, tag))
+	var r Request
+	return c.start(&r, c.sendReq(&r, buf, count, dt, peer, tag))
 }
 
 // SendTagOp prepares a SendTag without issuing it (see Op).
-func (c *Comm) SendTagOp(buf []byte, count int, dt DataType, peer, tag int) Op {
-	return c.op(c.sendReq(buf, count, dt, peer, tag))
+func (c *Comm) SendTagOp(buf []byte, count int, dt DataType, peer, tag int) (o Op) {
+	o.c = c
+	o.err = c.sendReq(&o.r, buf, count, dt, peer, tag)
+	return
 }
 
-func (c *Comm) sendReq(buf []byte, count int, dt DataType, peer, tag int) (Request, error) {
+func (c *Comm) sendReq(r *Request, buf []byte, count int, dt DataType, peer, tag int) error {
 	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf("send", buf, count, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	if peer == c.rank {
-		return Request{}, fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
+		return fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
 	}
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
-	return Request{op: "send", peer: peer, tag: tag, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
+	*r = Request{op: "send", peer: peer, tag: tag, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return x.sendTagged(peer, env, buf)
-	}}, nil
+	}}
+	return nil
 }
 
 // Recv receives count elements from peer's Send (tag 0; see RecvTag).
@@ -391,33 +396,38 @@ func (c *Comm) RecvOp(buf []byte, count int, dt DataType, peer int) Op {
 // communicator). Receives with different tags from one peer complete in
 // whatever order their messages arrive; receives with one tag, in issue order.
 func (c *Comm) RecvTag(buf []byte, count int, dt DataType, peer, tag int) error {
-	return c.run(c.recvReq(buf, count, dt, peer, tag))
+	var r Request
+	return c.run(&r, c.recvReq(&r, buf, count, dt, peer, tag))
 }
 
 // IRecvTag is the non-blocking RecvTag: it returns once the operation is queued.
 func (c *Comm) IRecvTag(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
-	return c.start(c.recvReq(buf, count, dt, peer, tag))
+	var r Request
+	return c.start(&r, c.recvReq(&r, buf, count, dt, peer, tag))
 }
 
 // RecvTagOp prepares a RecvTag without issuing it (see Op).
-func (c *Comm) RecvTagOp(buf []byte, count int, dt DataType, peer, tag int) Op {
-	return c.op(c.recvReq(buf, count, dt, peer, tag))
+func (c *Comm) RecvTagOp(buf []byte, count int, dt DataType, peer, tag int) (o Op) {
+	o.c = c
+	o.err = c.recvReq(&o.r, buf, count, dt, peer, tag)
+	return
 }
 
-func (c *Comm) recvReq(buf []byte, count int, dt DataType, peer, tag int) (Request, error) {
+func (c *Comm) recvReq(r *Request, buf []byte, count int, dt DataType, peer, tag int) error {
 	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf("recv", buf, count, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	if peer == c.rank {
-		return Request{}, fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
+		return fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
 	}
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
-	return Request{op: "recv", peer: peer, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
+	*r = Request{op: "recv", peer: peer, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		return c.recvTagged(x, peer, &posting{env: env, buf: buf})
-	}}, nil
+	}}
+	return nil
 }
 
 // AnySource, as the peer of a receive, takes a message from whichever peer
@@ -433,7 +443,8 @@ const AnySource = -1
 // complete in issue order.
 func (c *Comm) RecvAny(buf []byte, count int, dt DataType, tag int) (int, error) {
 	src := -1
-	if err := c.run(c.recvAnyReq(buf, count, dt, tag, func(s int) { src = s })); err != nil {
+	var r Request
+	if err := c.run(&r, c.recvAnyReq(&r, buf, count, dt, tag, func(s int) { src = s })); err != nil {
 		return -1, err
 	}
 	return src, nil
@@ -442,32 +453,35 @@ func (c *Comm) RecvAny(buf []byte, count int, dt DataType, tag int) (int, error)
 // IRecvAny is the non-blocking RecvAny: it returns once the operation is
 // queued; the request's Source names the sender once it finished.
 func (c *Comm) IRecvAny(buf []byte, count int, dt DataType, tag int) (*Request, error) {
-	return c.start(c.recvAnyReq(buf, count, dt, tag, nil))
+	var r Request
+	return c.start(&r, c.recvAnyReq(&r, buf, count, dt, tag, nil))
 }
 
 // RecvAnyOp prepares a RecvAny without issuing it (see Op). got, when not
 // nil, is called with the sender's rank before the operation completes
 // (the started request's Source has it too).
-func (c *Comm) RecvAnyOp(buf []byte, count int, dt DataType, tag int, got func(source int)) Op {
-	return c.op(c.recvAnyReq(buf, count, dt, tag, got))
+func (c *Comm) RecvAnyOp(buf []byte, count int, dt DataType, tag int, got func(source int)) (o Op) {
+	o.c = c
+	o.err = c.recvAnyReq(&o.r, buf, count, dt, tag, got)
+	return
 }
 
-func (c *Comm) recvAnyReq(buf []byte, count int, dt DataType, tag int, got func(int)) (Request, error) {
+func (c *Comm) recvAnyReq(r *Request, buf []byte, count int, dt DataType, tag int, got func(int)) error {
 	if err := firstErr(checkType(dt), checkTag(tag), checkBuf("recv", buf, count, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	if c.size < 2 {
-		return Request{}, fmt.Errorf("%w: receive from any source on a communicator of one rank would never complete", ErrInvalidUsage)
+		return fmt.Errorf("%w: receive from any source on a communicator of one rank would never complete", ErrInvalidUsage)
 	}
 	pk, ok := c.tr.(transport.Peeker)
 	if !ok {
-		return Request{}, fmt.Errorf("%w: this communicator's transport cannot receive from any source", ErrInvalidUsage)
+		return fmt.Errorf("%w: this communicator's transport cannot receive from any source", ErrInvalidUsage)
 	}
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
 	src := new(int)
-	return Request{op: "recv", peer: -1, anySrc: true, src: src, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
+	*r = Request{op: "recv", peer: -1, anySrc: true, src: src, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
 		peer, err := c.recvAny(x, pk, &posting{env: env, buf: buf})
 		if err != nil {
@@ -478,7 +492,8 @@ func (c *Comm) recvAnyReq(buf []byte, count int, dt DataType, tag int, got func(
 			got(peer)
 		}
 		return nil
-	}}, nil
+	}}
+	return nil
 }
 
 // Polling of a receive from any source: after a round that found nothing

@@ -28,12 +28,14 @@ var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain", build
 // laid out back to back in device order are used in place; otherwise they
 // are copied together first.
 func (c *Comm) VirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) error {
-	return c.run(c.virtualAllReduceReq(send, recv, nil, count, dt, op, devices))
+	var r Request
+	return c.run(&r, c.virtualAllReduceReq(&r, send, recv, nil, count, dt, op, devices))
 }
 
 // IVirtualAllReduce is the non-blocking VirtualAllReduce.
 func (c *Comm) IVirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) (*Request, error) {
-	return c.start(c.virtualAllReduceReq(send, recv, nil, count, dt, op, devices))
+	var r Request
+	return c.start(&r, c.virtualAllReduceReq(&r, send, recv, nil, count, dt, op, devices))
 }
 
 // VirtualAllReduceEach is VirtualAllReduce with a receive buffer per
@@ -41,41 +43,43 @@ func (c *Comm) IVirtualAllReduce(send [][]byte, recv []byte, count int, dt DataT
 // recv[0] and copied to the others, except those that are recv[0] itself
 // (state kept once per rank).
 func (c *Comm) VirtualAllReduceEach(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) error {
-	return c.run(c.virtualAllReduceEachReq(send, recv, count, dt, op, devices))
+	var r Request
+	return c.run(&r, c.virtualAllReduceEachReq(&r, send, recv, count, dt, op, devices))
 }
 
 // IVirtualAllReduceEach is the non-blocking VirtualAllReduceEach.
 func (c *Comm) IVirtualAllReduceEach(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) (*Request, error) {
-	return c.start(c.virtualAllReduceEachReq(send, recv, count, dt, op, devices))
+	var r Request
+	return c.start(&r, c.virtualAllReduceEachReq(&r, send, recv, count, dt, op, devices))
 }
 
-func (c *Comm) virtualAllReduceEachReq(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) (Request, error) {
+func (c *Comm) virtualAllReduceEachReq(r *Request, send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) error {
 	if err := checkEach("recv", recv, len(send), count, dt); err != nil {
-		return Request{}, err
+		return err
 	}
 	if len(recv) == 0 {
 		if count < 0 {
-			return Request{}, invalidArg("negative count %d", count)
+			return invalidArg("negative count %d", count)
 		}
 		// No device here, but the rank may relay the result: it takes a
 		// buffer of its own.
-		return c.virtualAllReduceReq(send, make([]byte, count*dt.Size()), nil, count, dt, op, devices)
+		return c.virtualAllReduceReq(r, send, make([]byte, count*dt.Size()), nil, count, dt, op, devices)
 	}
-	return c.virtualAllReduceReq(send, recv[0], recv[1:], count, dt, op, devices)
+	return c.virtualAllReduceReq(r, send, recv[0], recv[1:], count, dt, op, devices)
 }
 
 // virtualAllReduceReq: copies, when set, get the result too (after the
 // fold; they may overlap send).
-func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, copies [][]byte, count int, dt DataType, op RedOp, devices []int) (Request, error) {
+func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copies [][]byte, count int, dt DataType, op RedOp, devices []int) error {
 	if err := firstErr(checkType(dt), checkOp(dt, op)); err != nil {
-		return Request{}, err
+		return err
 	}
 	local, err := c.checkDevices(devices)
 	if err != nil {
-		return Request{}, err
+		return err
 	}
 	if err := firstErr(checkBuf("recv", recv, count, dt), checkEach("send", send, local, count, dt)); err != nil {
-		return Request{}, err
+		return err
 	}
 	n := count * dt.Size()
 	recv = recv[:n]
@@ -90,7 +94,7 @@ func (c *Comm) virtualAllReduceReq(send [][]byte, recv []byte, copies [][]byte, 
 	a := &virtualChain
 	sig := signature(sched.AllReduce, dt, count, op, place, a.name)
 	devs := append([]int(nil), devices...)
-	return c.newReq(sched.AllReduce, a, dt, n, func(x *execCtx) error {
+	return c.newReq(r, sched.AllReduce, a, dt, n, func(x *execCtx) error {
 		x.start(sig, a, n)
 		if n == 0 {
 			return nil
@@ -235,7 +239,7 @@ type vcall struct {
 // vreq makes v's request: the local vectors are read in place where they
 // lie back to back (else copied together), Work is v.work where it is
 // disjoint from them (else scratch).
-func (c *Comm) vreq(v vcall) (Request, error) {
+func (c *Comm) vreq(r *Request, v vcall) error {
 	in := contiguous(v.send, v.sendN)
 	for _, s := range v.send {
 		if overlap(s, v.sendN, v.work, v.workN) {
@@ -245,7 +249,7 @@ func (c *Comm) vreq(v vcall) (Request, error) {
 	devs := append([]int(nil), v.devices...)
 	// The root is part of the placement's hash: it decides the schedule.
 	sig := signature(v.a.coll, v.dt, v.count, v.op, placementHash(append(devs, v.root)), v.a.name)
-	return c.newReq(v.a.coll, v.a, v.dt, v.sendN, func(x *execCtx) error {
+	return c.newReq(r, v.a.coll, v.a, v.dt, v.sendN, func(x *execCtx) error {
 		x.start(sig, v.a, v.sendN)
 		if v.workN == 0 {
 			return nil
@@ -285,32 +289,34 @@ func (c *Comm) vreq(v vcall) (Request, error) {
 // elsewhere. The chain of devices ends on the last device's rank, which
 // sends the result to the root's.
 func (c *Comm) VirtualReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, root int, devices []int) error {
-	return c.run(c.virtualReduceReq(send, recv, count, dt, op, root, devices))
+	var r Request
+	return c.run(&r, c.virtualReduceReq(&r, send, recv, count, dt, op, root, devices))
 }
 
 // IVirtualReduce is the non-blocking VirtualReduce.
 func (c *Comm) IVirtualReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, root int, devices []int) (*Request, error) {
-	return c.start(c.virtualReduceReq(send, recv, count, dt, op, root, devices))
+	var r Request
+	return c.start(&r, c.virtualReduceReq(&r, send, recv, count, dt, op, root, devices))
 }
 
-func (c *Comm) virtualReduceReq(send [][]byte, recv []byte, count int, dt DataType, op RedOp, root int, devices []int) (Request, error) {
+func (c *Comm) virtualReduceReq(r *Request, send [][]byte, recv []byte, count int, dt DataType, op RedOp, root int, devices []int) error {
 	if _, err := c.vcheck(send, 1, count, dt, op, true, devices); err != nil {
-		return Request{}, err
+		return err
 	}
 	if root < 0 || root >= len(devices) {
-		return Request{}, invalidArg("root %d of %d virtual devices", root, len(devices))
+		return invalidArg("root %d of %d virtual devices", root, len(devices))
 	}
 	n := count * dt.Size()
 	rootRank := devices[root]
 	v := vcall{a: &virtualReduce, dt: dt, op: op, count: count, root: rootRank, devices: devices, send: send, sendN: n, workN: n, finish: func([]byte) {}}
 	if c.rank == rootRank {
 		if err := checkBuf("recv", recv, count, dt); err != nil {
-			return Request{}, err
+			return err
 		}
 		v.work = recv[:n]
 		v.finish = func(w []byte) { copyOut([][]byte{recv}, w) }
 	}
-	return c.vreq(v)
+	return c.vreq(r, v)
 }
 
 // VirtualReduceScatter folds the devices' vectors of M·count elements in
@@ -318,26 +324,28 @@ func (c *Comm) virtualReduceReq(send [][]byte, recv []byte, count int, dt DataTy
 // elements) of the result in device v's recv: send[k] and recv[k] belong
 // to the k-th device of this rank.
 func (c *Comm) VirtualReduceScatter(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) error {
-	return c.run(c.virtualReduceScatterReq(send, recv, count, dt, op, devices))
+	var r Request
+	return c.run(&r, c.virtualReduceScatterReq(&r, send, recv, count, dt, op, devices))
 }
 
 // IVirtualReduceScatter is the non-blocking VirtualReduceScatter.
 func (c *Comm) IVirtualReduceScatter(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) (*Request, error) {
-	return c.start(c.virtualReduceScatterReq(send, recv, count, dt, op, devices))
+	var r Request
+	return c.start(&r, c.virtualReduceScatterReq(&r, send, recv, count, dt, op, devices))
 }
 
-func (c *Comm) virtualReduceScatterReq(send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) (Request, error) {
+func (c *Comm) virtualReduceScatterReq(r *Request, send, recv [][]byte, count int, dt DataType, op RedOp, devices []int) error {
 	m := len(devices)
 	local, err := c.vcheck(send, m, count, dt, op, true, devices)
 	if err != nil {
-		return Request{}, err
+		return err
 	}
 	if err := checkEach("recv", recv, local, count, dt); err != nil {
-		return Request{}, err
+		return err
 	}
 	n := count * dt.Size()
 	mine := sched.LocalDevices(devices, c.rank)
-	return c.vreq(vcall{a: &virtualReduceScatter, dt: dt, op: op, count: count, root: -1, devices: devices, send: send, sendN: m * n, workN: m * n,
+	return c.vreq(r, vcall{a: &virtualReduceScatter, dt: dt, op: op, count: count, root: -1, devices: devices, send: send, sendN: m * n, workN: m * n,
 		finish: func(w []byte) {
 			for k, d := range mine {
 				copy(recv[k][:n], w[d*n:(d+1)*n])
@@ -349,22 +357,24 @@ func (c *Comm) virtualReduceScatterReq(send, recv [][]byte, count int, dt DataTy
 // first, into every local device's recv (M·count elements each; they may
 // all be one buffer, written once).
 func (c *Comm) VirtualAllGather(send, recv [][]byte, count int, dt DataType, devices []int) error {
-	return c.run(c.virtualAllGatherReq(send, recv, count, dt, devices))
+	var r Request
+	return c.run(&r, c.virtualAllGatherReq(&r, send, recv, count, dt, devices))
 }
 
 // IVirtualAllGather is the non-blocking VirtualAllGather.
 func (c *Comm) IVirtualAllGather(send, recv [][]byte, count int, dt DataType, devices []int) (*Request, error) {
-	return c.start(c.virtualAllGatherReq(send, recv, count, dt, devices))
+	var r Request
+	return c.start(&r, c.virtualAllGatherReq(&r, send, recv, count, dt, devices))
 }
 
-func (c *Comm) virtualAllGatherReq(send, recv [][]byte, count int, dt DataType, devices []int) (Request, error) {
+func (c *Comm) virtualAllGatherReq(r *Request, send, recv [][]byte, count int, dt DataType, devices []int) error {
 	m := len(devices)
 	local, err := c.vcheck(send, 1, count, dt, 0, false, devices)
 	if err != nil {
-		return Request{}, err
+		return err
 	}
 	if err := checkEach("recv", recv, local, m*count, dt); err != nil {
-		return Request{}, err
+		return err
 	}
 	n := count * dt.Size()
 	v := vcall{a: &virtualAllGather, dt: dt, count: count, root: -1, devices: devices, send: send, sendN: n, workN: m * n,
@@ -372,28 +382,30 @@ func (c *Comm) virtualAllGatherReq(send, recv [][]byte, count int, dt DataType, 
 	if local > 0 {
 		v.work = recv[0][:m*n]
 	}
-	return c.vreq(v)
+	return c.vreq(r, v)
 }
 
 // VirtualAllToAll sends block w (count elements) of device v's send (M
 // blocks) to device w, which keeps it as block v of its recv.
 func (c *Comm) VirtualAllToAll(send, recv [][]byte, count int, dt DataType, devices []int) error {
-	return c.run(c.virtualAllToAllReq(send, recv, count, dt, devices))
+	var r Request
+	return c.run(&r, c.virtualAllToAllReq(&r, send, recv, count, dt, devices))
 }
 
 // IVirtualAllToAll is the non-blocking VirtualAllToAll.
 func (c *Comm) IVirtualAllToAll(send, recv [][]byte, count int, dt DataType, devices []int) (*Request, error) {
-	return c.start(c.virtualAllToAllReq(send, recv, count, dt, devices))
+	var r Request
+	return c.start(&r, c.virtualAllToAllReq(&r, send, recv, count, dt, devices))
 }
 
-func (c *Comm) virtualAllToAllReq(send, recv [][]byte, count int, dt DataType, devices []int) (Request, error) {
+func (c *Comm) virtualAllToAllReq(r *Request, send, recv [][]byte, count int, dt DataType, devices []int) error {
 	m := len(devices)
 	local, err := c.vcheck(send, m, count, dt, 0, false, devices)
 	if err != nil {
-		return Request{}, err
+		return err
 	}
 	if err := checkEach("recv", recv, local, m*count, dt); err != nil {
-		return Request{}, err
+		return err
 	}
 	each := m * count * dt.Size()
 	v := vcall{a: &virtualAllToAll, dt: dt, count: count, root: -1, devices: devices, send: send, sendN: each, workN: local * each,
@@ -405,7 +417,7 @@ func (c *Comm) virtualAllToAllReq(send, recv [][]byte, count int, dt DataType, d
 			}
 		}}
 	v.work = contiguous(recv, each)
-	return c.vreq(v)
+	return c.vreq(r, v)
 }
 
 // vcheck checks a virtual collective's type, op (where it reduces),
@@ -436,27 +448,29 @@ func (c *Comm) vcheck(send [][]byte, mult, count int, dt DataType, op RedOp, red
 // the engine's broadcast from the root's rank, with the algorithm the
 // registry chooses for it.
 func (c *Comm) VirtualBroadcast(send []byte, recv [][]byte, count int, dt DataType, root int, devices []int) error {
-	return c.run(c.virtualBroadcastReq(send, recv, count, dt, root, devices))
+	var r Request
+	return c.run(&r, c.virtualBroadcastReq(&r, send, recv, count, dt, root, devices))
 }
 
 // IVirtualBroadcast is the non-blocking VirtualBroadcast.
 func (c *Comm) IVirtualBroadcast(send []byte, recv [][]byte, count int, dt DataType, root int, devices []int) (*Request, error) {
-	return c.start(c.virtualBroadcastReq(send, recv, count, dt, root, devices))
+	var r Request
+	return c.start(&r, c.virtualBroadcastReq(&r, send, recv, count, dt, root, devices))
 }
 
-func (c *Comm) virtualBroadcastReq(send []byte, recv [][]byte, count int, dt DataType, root int, devices []int) (Request, error) {
+func (c *Comm) virtualBroadcastReq(r *Request, send []byte, recv [][]byte, count int, dt DataType, root int, devices []int) error {
 	if err := checkType(dt); err != nil {
-		return Request{}, err
+		return err
 	}
 	local, err := c.checkDevices(devices)
 	if err != nil {
-		return Request{}, err
+		return err
 	}
 	if root < 0 || root >= len(devices) {
-		return Request{}, invalidArg("root %d of %d virtual devices", root, len(devices))
+		return invalidArg("root %d of %d virtual devices", root, len(devices))
 	}
 	if err := checkEach("recv", recv, local, count, dt); err != nil {
-		return Request{}, err
+		return err
 	}
 	n := count * dt.Size()
 	if local == 0 {
@@ -466,12 +480,12 @@ func (c *Comm) virtualBroadcastReq(send []byte, recv [][]byte, count int, dt Dat
 	if devices[root] != c.rank {
 		send = recv[0]
 	}
-	r, err := c.broadcastReq(send, recv[0], count, dt, devices[root])
-	if err != nil {
-		return Request{}, err
+	var b Request
+	if err := c.broadcastReq(&b, send, recv[0], count, dt, devices[root]); err != nil {
+		return err
 	}
-	k := r.args
-	return c.newReq(sched.Broadcast, k.a, dt, n, func(x *execCtx) error {
+	k := b.args
+	return c.newReq(r, sched.Broadcast, k.a, dt, n, func(x *execCtx) error {
 		if err := x.issue(&k); err != nil {
 			return err
 		}

@@ -24,11 +24,11 @@ from collections import defaultdict
 
 OPNAME = {"bcast": "broadcast"}
 OP_ORDER = ["allreduce", "allgather", "broadcast", "alltoall", "alltoallv", "reduce_scatter"]
-LIBS = ["gocoll", "gocoll-memalloc", "gloo", "openmpi"]
+LIBS = ["gocoll", "gocoll-base", "gocoll-memalloc", "gloo", "openmpi"]
 # (library, op) pairs its bench script cannot run: build/compare does not
 # ask for them, so they are not missing.
 NO_BENCH = {("gloo", "alltoallv"): "../shared/bench/gloo_bench.py has no alltoallv"}
-LIBNAME = {"gocoll": "gocoll", "gocoll-memalloc": "gocoll (MemAlloc)", "gloo": "Gloo", "openmpi": "Open MPI"}
+LIBNAME = {"gocoll": "gocoll", "gocoll-base": "gocoll (base)", "gocoll-memalloc": "gocoll (MemAlloc)", "gloo": "Gloo", "openmpi": "Open MPI"}
 FACTOR = {"allreduce": "2(n-1)/n", "allgather": "(n-1)/n", "reduce_scatter": "(n-1)/n", "alltoall": "(n-1)/n",
           "alltoallv": "(n-1)/n", "broadcast": "1"}
 SIZE_MEANING = {"allreduce": "buffer bytes", "broadcast": "buffer bytes", "allgather": "gathered output bytes",
@@ -233,8 +233,8 @@ def main():
       % (meta.get("seconds_runs", "?"), meta.get("rounds_done", "?"), meta.get("rounds", "?")))
     w("")
     over = meta.get("oversubscribed", "")
-    w("- Machine: %s, %s cores online, kernel %s. Load average (1/5/15 min) at start %s, at end %s%s." % (
-        meta.get("cpu", "?"), meta.get("nproc", "?"), meta.get("kernel", "?"), meta.get("load_start", "?"),
+    w("- Machine: %s%s, %s cores online, kernel %s. Load average (1/5/15 min) at start %s, at end %s%s." % (
+        meta.get("cpu", "?"), " (%s)" % meta["cpu_id"] if meta.get("cpu_id") else "", meta.get("nproc", "?"), meta.get("kernel", "?"), meta.get("load_start", "?"),
         meta.get("load_end", "?"),
         " -- **the machine was loaded by other work when the run started (load above the core count): every "
         "library here shared the cores with other processes, so absolute numbers are low and noisy; the "
@@ -246,6 +246,9 @@ def main():
       "`gocollCommInitFromEnv`); Gloo via torch %s (`../shared/bench/gloo_bench.py`, TCP loopback, one thread per "
       "rank); Open MPI %s (`build/bench/gocoll_bench.c` built with `-DBENCH_MPI`: `../shared/bench/mpi_bench.c`'s method plus the tails, `mpirun --oversubscribe`, library defaults); %s." % (
           meta.get("git", "?"), meta.get("torch", "?"), meta.get("openmpi", "?"), meta.get("go", "")))
+    if meta.get("base"):
+        w("- gocoll (base): BASE=%s, built from a git worktree of that commit with its own `build/build.sh`, "
+          "measured by the same `gocoll_bench.c` in the same rounds: the before of a before/after." % meta["base"])
     w("- Method (same for all): float32, sum; sizes %s; per (op, size) one exact-integer correctness check, "
       "warm-up (%s), then ~%s s of iterations each = (barrier; one op), iteration time = max over ranks; the "
       "table shows the median over iterations (p50), then the median of that over rounds. busbw = size/time x "
@@ -285,12 +288,15 @@ def main():
         w("What a call costs with no peer to wait for: the C ABI, argument checks, bookkeeping and the copy of "
           "the rank's own block. Targets subtract the difference from a 4 KiB cell behind Open MPI.")
         w("")
-        w("| op | gocoll | Open MPI | difference |")
-        w("|---|---:|---:|---:|")
+        base = any(k[0] == "gocoll-base" for k in percall)
+        w("| op | gocoll |%s Open MPI | difference |" % (" gocoll (base) |" if base else ""))
+        w("|---|---:|%s---:|---:|" % ("---:|" if base else ""))
         for op in pops:
             g, o = percall[("gocoll", op)], percall.get(("openmpi", op))
-            w("| %s | %.2f | %s | %s |" % (op, g, "-" if o is None else "%.2f" % o,
-                                          "-" if o is None else "%+.2f" % (g - o)))
+            b = percall.get(("gocoll-base", op))
+            w("| %s | %.2f |%s %s | %s |" % (op, g, (" %s |" % ("-" if b is None else "%.2f" % b)) if base else "",
+                                            "-" if o is None else "%.2f" % o,
+                                            "-" if o is None else "%+.2f" % (g - o)))
         w("")
     if mrows:
         w("## Machine limits: memcpy_bw (`../shared/bench/memcpy_bw.c`) and the cross-core copy-in rate "
@@ -382,6 +388,9 @@ def write_regime(w, cells, mrows, libs, ops, nps, sizes, unsupported, nproc, per
                 w("| %s | %d | %s |" % (op, np_, " | ".join(row)))
         w("")
 
+    if "gocoll-base" in libs and "gocoll" in libs:
+        write_base(w, cells, ops, nps, sizes)
+
     trows = targets(cells, mrows, percall)
     if trows:
         w("### Targets")
@@ -422,6 +431,54 @@ def write_regime(w, cells, mrows, libs, ops, nps, sizes, unsupported, nproc, per
                 w("| " + " | ".join(row) + " |")
             w("")
 
+
+
+# The tolerance of a before/after cell measured in one round only (no
+# spread of its own): the machine's usual noise (see the header).
+NOISE = 0.20
+
+
+def slower_than_base(g, b):
+    """Whether gocoll's cell g is slower than the base's b beyond the
+    run-to-run spread: its median p50 above the base's by more than the
+    larger of the two libraries' spreads over rounds (max/min - 1 of p50),
+    or than NOISE where either was measured in one round only."""
+    if len(g["med"]) < 2 or len(b["med"]) < 2:
+        tol = NOISE
+    else:
+        tol = max(max(c["med"]) / min(c["med"]) - 1 for c in (g, b))
+    return med(g["med"]) > med(b["med"]) * (1 + tol)
+
+
+def write_base(w, cells, ops, nps, sizes):
+    """Before/after: gocoll / gocoll-base busbw per cell, and the cells
+    slower than the base beyond the spread of the rounds (marked **)."""
+    w("### gocoll / gocoll (base) busbw ratio: after / before (> 1: faster now)")
+    w("")
+    w("`**`: slower than the base beyond the run-to-run spread (gocoll's median p50 above the base's by more than "
+      "the larger of the two spreads over rounds; by more than %d%% where a cell has one round in this regime)."
+      % (100 * NOISE))
+    w("")
+    w("| op | np | " + " | ".join(human(s) for s in sizes) + " |")
+    w("|---|---:|" + "---:|" * len(sizes))
+    flagged = []
+    for op in ops:
+        for np_ in nps:
+            row = []
+            for s in sizes:
+                g, b = cells.get(("gocoll", op, np_, s)), cells.get(("gocoll-base", op, np_, s))
+                if not g or not b or not g["busbw"] or not b["busbw"]:
+                    row.append("-")
+                    continue
+                r = ratio(med(g["busbw"]), med(b["busbw"]))
+                slow = slower_than_base(g, b)
+                if slow:
+                    flagged.append("%s np=%d %s %s×" % (op, np_, human(s), r))
+                row.append(r + (" **" if slow else ""))
+            w("| %s | %d | %s |" % (op, np_, " | ".join(row)))
+    w("")
+    w("Slower than the base beyond the spread: %s." % ("; ".join(flagged) if flagged else "none"))
+    w("")
 
 
 def targets(cells, mrows, percall=None):

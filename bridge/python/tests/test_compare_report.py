@@ -90,3 +90,30 @@ def test_per_call_difference(tmp_path):
     md = report(tmp_path)
     assert "allgather np=2 4 KiB 0.72× (1.44× less the per-call difference)" in md, md
     assert "| allgather | 0.30 | 0.05 | +0.25 |" in md, md
+
+
+def test_base_before_after(tmp_path):
+    # BASE=: gocoll against the build of an earlier commit, three rounds.
+    # 4 KiB: gocoll 1.00-1.10 µs (spread 10 %), the base 0.80-0.82: slower
+    # beyond the spread, flagged. 64 KiB: gocoll 10.0-11.0 µs, the base 9.6:
+    # 9 % slower, within gocoll's own 10 % spread, not flagged.
+    def ag(lib, rnd, size, us):
+        busbw = size / us / 1e3 / 2
+        return "%s#%d,allgather,2,%d,1000,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,ok,%.3f,%.3f,%.3f\n" % (
+            lib, rnd, size, us, us, us, us, 2 * busbw, busbw, us, us, us)
+    rows = ""
+    for rnd, (g4, b4, g64) in enumerate([(1.00, 0.80, 10.0), (1.10, 0.82, 11.0), (1.05, 0.81, 10.5)], 1):
+        rows += ag("gocoll", rnd, 4096, g4) + ag("gocoll-base", rnd, 4096, b4)
+        rows += ag("gocoll", rnd, 65536, g64) + ag("gocoll-base", rnd, 65536, 9.6)
+    (tmp_path / "raw.csv").write_text(rows)
+    (tmp_path / "percall.csv").write_text(
+        "gocoll#1,allgather,1,4096,1000,0.250,0.25,0.25,0.25,1,1,ok,0.3,0.25,0.3\n"
+        "gocoll-base#1,allgather,1,4096,1000,0.350,0.35,0.35,0.35,1,1,ok,0.4,0.35,0.4\n")
+    (tmp_path / "meta.txt").write_text("rounds=3\nrounds_done=3\nnproc=2\nbase=main (abc123: old)\n"
+                                       "cpu=AMD EPYC\ncpu_id=vendor id AuthenticAMD, cpu family 25\n")
+    md = report(tmp_path)
+    assert "BASE=main (abc123: old)" in md, md
+    assert "AMD EPYC (vendor id AuthenticAMD, cpu family 25)" in md, md
+    assert "| allgather | 2 | 0.77 ** | 0.91 |" in md, md
+    assert "Slower than the base beyond the spread: allgather np=2 4 KiB 0.77×." in md, md
+    assert "| allgather | 0.25 | 0.35 | - | - |" in md, md
