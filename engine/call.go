@@ -13,7 +13,7 @@ import (
 // chooses the algorithm and makes the request, and issue runs it, on the
 // caller's goroutine or the worker's: where no peer takes part, by the
 // collective's alone; otherwise by the algorithm's run, the shared-memory
-// arena or a schedule (the registry, algo.go). The blocking, I- and Op-
+// arena or a schedule (the registry, engine/internal/choose). The blocking, I- and Op-
 // forms differ only in what they do with the request (Comm.run, start, op).
 
 // args are a collective's arguments, checked and cut to size.
@@ -36,7 +36,7 @@ type runFunc func(x *execCtx, k args) error
 
 // A collective is how its calls run by a schedule.
 type collective struct {
-	// scheduled runs a call by its algorithm's schedule (a.build).
+	// scheduled runs a call by its algorithm's schedule (a.e.Build).
 	scheduled runFunc
 	// empty: a call of no bytes exchanges nothing (all but the barrier).
 	empty bool

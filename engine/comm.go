@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/choose"
 	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
@@ -24,7 +25,7 @@ type Comm struct {
 	rank, size int
 	tr         transport.Transport
 	opts       Options
-	algo       algoSpec
+	choice     choose.Chooser // GOCOLL_ALGO and, across hosts, the cost model
 	log        *slog.Logger
 	id         uint64    // communicator id, equal on every rank (0: none)
 	flight     *recorder // nil when Options.FlightRecords < 0
@@ -62,8 +63,8 @@ type Comm struct {
 	anySeq  uint64       // receives from any source issued (names them likewise)
 	anyNext atomic.Int64 // where a receive from any source starts looking (p2p.go)
 	scratch [4][]byte
-	plans   map[planKey]plan // schedules built so far (see plan)
-	poolMu  sync.Mutex       // scratch for concurrent receives of one schedule
+	plans   choose.Plans // schedules built so far
+	poolMu  sync.Mutex   // scratch for concurrent receives of one schedule
 	pool    [][]byte
 
 	p2pWG    sync.WaitGroup
@@ -78,9 +79,8 @@ type Comm struct {
 	hostNames []string
 	evenHosts bool
 	rings     [][]int
-	trees     [][]int      // the double binary trees (dbtree)
-	model     *modelChoice // picks algorithms across hosts (nil on one host)
-	split     splitter     // how to build sub-communicators
+	trees     [][]int  // the double binary trees (dbtree)
+	split     splitter // how to build sub-communicators
 
 	ctl     ctlNet     // control links: what Shrink and Grow talk over
 	rec     *recoverer // recovery state, from the first Shrink or Grow (mu)
@@ -169,11 +169,10 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 		return nil, err
 	}
 	c := &Comm{
-		rank: rank, size: size, tr: tr, opts: opts, algo: spec,
+		rank: rank, size: size, tr: tr, opts: opts, choice: choose.Chooser{Overrides: spec},
 		queue:    make(chan *Request, 256),
 		p2pChain: map[p2pKey]chan struct{}{},
 		inboxes:  newInboxes(size),
-		plans:    map[planKey]plan{},
 		sendSeq:  make([]uint64, size),
 		recvSeq:  make([]uint64, size),
 	}

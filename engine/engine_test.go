@@ -23,10 +23,12 @@ var awkwardCounts = []int{0, 1, 5, 13, 64}
 
 // TestConformanceInProcess is the whole matrix: every collective × datatype ×
 // op × algorithm × rank count 1..9, with ranks as goroutines, over the
-// in-memory transport and over shared memory (see worlds).
+// in-memory transport and over shared memory (see worlds). The algorithms
+// are the automatic choice and every schedule of the registry that runs on
+// one host (registryAlgos): a registry line is tested end to end without a
+// test line.
 func TestConformanceInProcess(t *testing.T) {
-	algos := []string{"", "allreduce=ring,reduce=tree,broadcast=pipeline,alltoall=bruck,reducescatter=ring",
-		"allreduce=hd,reduce=hd,reducescatter=hd,broadcast=tree,alltoall=pairwise", "allreduce=rd,alltoall=aggregate-leader", "allreduce=dbtree", "alltoall=aggregate,alltoallv=aggregate,alltoallw=aggregate", "alltoall=aggregate-tree,alltoallv=aggregate-tree,alltoallw=aggregate-tree"}
+	algos := append([]string{""}, registryAlgos()...)
 	for _, w := range worlds {
 		for n := 1; n <= 9; n++ {
 			for _, algo := range algos {
@@ -47,6 +49,31 @@ func TestConformanceInProcess(t *testing.T) {
 			}
 		}
 	}
+}
+
+// registryAlgos are GOCOLL_ALGO values that together force every schedule
+// of the registry (engine.Schedules) that runs on one host: the i-th names
+// each collective's i-th, cycling through the shorter lists.
+func registryAlgos() []string {
+	per := map[sched.Coll][]string{}
+	most := 0
+	for _, e := range Schedules() {
+		if !e.Hosts {
+			per[e.Coll] = append(per[e.Coll], e.Name)
+			most = max(most, len(per[e.Coll]))
+		}
+	}
+	out := make([]string, most)
+	for i := range out {
+		var parts []string
+		for _, coll := range sched.Colls() {
+			if names := per[coll]; len(names) > 0 {
+				parts = append(parts, coll.String()+"="+names[i%len(names)])
+			}
+		}
+		out[i] = strings.Join(parts, ",")
+	}
+	return out
 }
 
 func TestBruckRadixes(t *testing.T) {
@@ -431,61 +458,16 @@ func TestDestroy(t *testing.T) {
 	}
 }
 
+// GOCOLL_ALGO's errors are the engine's (the choice it makes:
+// engine/internal/choose, TestOverrides).
 func TestAlgoSpec(t *testing.T) {
 	for _, bad := range []string{"nope", "allreduce=bruck", "alltoall=ring", "nocoll=ring"} {
 		if _, err := parseAlgoSpec(bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
-	spec, err := parseAlgoSpec("ring")
-	if err != nil {
+	if _, err := parseAlgoSpec("allreduce=ring,alltoall=bruck"); err != nil {
 		t.Fatal(err)
-	}
-	if got := choose(&spec, shape{coll: sched.AllReduce, bytes: 4, n: 4}); got.name != "ring" {
-		t.Errorf("override: %s", got.name)
-	}
-	if got := choose(&spec, shape{coll: sched.AllToAll, bytes: 4, n: 4}); got.name == "ring" {
-		t.Errorf("bare name applied to a collective without it")
-	}
-	if got := choose(&algoSpec{}, shape{coll: sched.AllReduce, bytes: 64 << 20, n: 3, shm: true}); got.name != "shm" {
-		t.Errorf("all ranks on one host: %s, want shm", got.name)
-	}
-	shmSpec, _ := parseAlgoSpec("shm")
-	if got := choose(&shmSpec, shape{coll: sched.AllReduce, bytes: 4, n: 4}); got.name != "rd" {
-		t.Errorf("shm forced without shared memory: %s, want the automatic choice", got.name)
-	}
-	hierSpec, _ := parseAlgoSpec("allreduce=hier")
-	if got := choose(&hierSpec, shape{coll: sched.AllReduce, bytes: 4, n: 6, hosts: 2, even: false}); got.name == "hier" {
-		t.Errorf("hier forced on uneven hosts: %s, want the automatic choice", got.name)
-	}
-	for _, tc := range []struct {
-		s    shape
-		want string
-	}{
-		{shape{coll: sched.AllReduce, bytes: 4 << 10, n: 4}, "rd"},
-		{shape{coll: sched.AllReduce, bytes: 1 << 20, n: 4}, "hd"},
-		{shape{coll: sched.AllReduce, bytes: 64 << 20, n: 3}, "ring"},
-		{shape{coll: sched.AllReduce, bytes: 1 << 20, n: 4, hosts: 2, even: true}, "hier"},
-		{shape{coll: sched.AllReduce, bytes: 4 << 10, n: 4, hosts: 2, even: true}, "rd"},
-		{shape{coll: sched.AllToAll, bytes: 64 * 8, n: 8}, "bruck"},
-		{shape{coll: sched.AllToAll, bytes: 1 << 20, n: 8}, "pairwise"},
-		// Across hosts, the measured thresholds (docs/algorithms.md, "Choice").
-		{shape{coll: sched.AllToAll, bytes: 16 * 512, n: 16, hosts: 4, even: true}, "aggregate-leader"},
-		{shape{coll: sched.AllToAll, bytes: 16 * (2 << 10), n: 16, hosts: 4, even: true}, "aggregate-leader"},
-		{shape{coll: sched.AllToAll, bytes: 8 * (2 << 10), n: 8, hosts: 2, even: true}, "bruck"},
-		{shape{coll: sched.AllToAll, bytes: 8 * 256, n: 8, hosts: 4, even: true}, "bruck"},
-		{shape{coll: sched.AllToAll, bytes: 16 * (8 << 10), n: 16, hosts: 2, even: true}, "aggregate-leader"},
-		{shape{coll: sched.AllToAll, bytes: 8 * (16 << 10), n: 8, hosts: 4, even: true}, "pairwise"},
-		{shape{coll: sched.AllToAll, bytes: 8 * 64, n: 8, hosts: 8, even: true}, "bruck"},
-		{shape{coll: sched.AllToAll, bytes: 8 * (16 << 10), n: 8, hosts: 8, even: true}, "aggregate-leader"},
-		{shape{coll: sched.AllToAll, bytes: 8 * (1 << 20), n: 8, hosts: 8, even: true}, "pairwise"},
-		{shape{coll: sched.AllToAll, bytes: 8 * (2 << 10), n: 8, hosts: 1}, "pairwise"},
-		{shape{coll: sched.Broadcast, bytes: 1 << 20, n: 4}, "pipeline"},
-		{shape{coll: sched.Barrier, n: 4, shm: true}, "shm"},
-	} {
-		if got := choose(&algoSpec{}, tc.s); got.name != tc.want {
-			t.Errorf("%+v: %s, want %s", tc.s, got.name, tc.want)
-		}
 	}
 }
 

@@ -21,7 +21,7 @@ type Options struct {
 	Timeout time.Duration
 	// Algo overrides the algorithm choice (GOCOLL_ALGO): a bare name such as
 	// "ring" applies to every collective that has it; "allreduce=hd,alltoall=bruck"
-	// sets them one by one. See algo.go for the names.
+	// sets them one by one. See engine/internal/choose/registry.go for the names.
 	Algo string
 	// BruckRadix is the radix of the Bruck all-to-all (GOCOLL_BRUCK_RADIX, default 2).
 	BruckRadix int

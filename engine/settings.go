@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/gocoll/gocoll/engine/internal/choose"
 	"io"
 	"log/slog"
 	"strconv"
@@ -99,9 +100,9 @@ var settings = []setting{{
 }, {
 	Var: "GOCOLL_ALGO", Scope: scopeComm, Field: "Algo", Config: "algo",
 	Unset: "chosen for each call from its collective, message size, rank count and hosts " +
-		"(the registry in engine/algo.go)",
+		"(the registry in engine/internal/choose/registry.go)",
 	Range: "an algorithm name for every collective that has it (ring), or collective=name pairs " +
-		"separated by commas (allreduce=hd,alltoall=bruck); the names: " + knownAlgos(),
+		"separated by commas (allreduce=hd,alltoall=bruck); the names: " + choose.Known(),
 	Doc: "Overrides the algorithm choice. A name that cannot run a call (shm when the ranks span " +
 		"hosts, hier on one host) is ignored for that call. GOCOLL_DEBUG=INFO logs each collective's " +
 		"choice once per communicator, DEBUG every call's.",

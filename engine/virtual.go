@@ -4,12 +4,14 @@ import (
 	"hash/fnv"
 	"strconv"
 
+	"github.com/gocoll/gocoll/engine/internal/choose"
 	"github.com/gocoll/gocoll/engine/sched"
 )
 
 // virtualChain is the virtual allreduce's algorithm: not in the registry,
 // since no plain call may choose it (it folds devices, not ranks).
-var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain", build: sched.VirtualAllReduce, can: never, auto: never}
+var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain",
+	e: &choose.Entry{Coll: sched.AllReduce, Name: "virtual-chain", Build: sched.VirtualAllReduce}}
 
 // VirtualAllReduce folds count elements of every virtual device in device
 // order, ((x0 op x1) op x2) … op x(M-1) (divided by M once for Avg), into
@@ -111,7 +113,7 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 			p = c.params(sched.Reduce, dt, count, op, sched.VirtualRoot(devs))
 		}
 		p.Devices = devs
-		pl, err := c.plan(a, p)
+		pl, err := c.plans.Get(a.e, p, c.rank)
 		if err != nil {
 			return err
 		}
@@ -130,7 +132,7 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 		}
 		var bufs [sched.NumBufs][]byte
 		bufs[sched.Work], bufs[sched.In] = work, src
-		if err := x.runSchedule(pl.s, pl.ops, bufs, dt, op, nil); err != nil {
+		if err := x.runSchedule(pl.S, pl.Ops, bufs, dt, op, nil); err != nil {
 			return err
 		}
 		if shmBcast {

@@ -3,6 +3,8 @@ package sched
 import (
 	"fmt"
 	"testing"
+
+	"github.com/gocoll/gocoll/engine/internal/schedtest"
 )
 
 // DirectAllGather is the worked example of CONTRIBUTING.md: a builder as it
@@ -59,11 +61,12 @@ func Example_newBuilder() {
 	// r0 recv work[12:24] <- 1 tag 0
 }
 
-// The registry's algorithms are checked by TestFlatBuilders over every rank
-// count and awkward counts; a new builder gets a line in its table (flat,
-// in sched_test.go). The example's builder is checked the same way here.
+// The registry's algorithms are checked by TestRegistrySchedules
+// (engine/internal/choose) over every rank count and awkward counts,
+// without a line per builder. The example's builder, which is not in the
+// registry, is checked the same way here.
 func TestDirectAllGather(t *testing.T) {
-	for _, n := range rankCounts() {
+	for _, n := range schedtest.RankCounts() {
 		for _, count := range []int{0, 1, n - 1, 7, 37} {
 			simulate(t, DirectAllGather, Params{Coll: AllGather, N: n, ElemSize: 4, Count: max(count, 0)})
 		}

@@ -40,8 +40,9 @@ type Result struct {
 // Error is predicted/measured - 1.
 func (r Result) Error() float64 { return r.Predicted/r.Measured - 1 }
 
-// Evaluate predicts every sample with f.
-func Evaluate(samples []Sample, f Figures) ([]Result, error) {
+// Evaluate predicts every sample with f, building each sample's schedule
+// from the entry of schedules with its name (engine.Schedules).
+func Evaluate(samples []Sample, f Figures, schedules []sched.Entry) ([]Result, error) {
 	out := make([]Result, 0, len(samples))
 	for _, s := range samples {
 		p := f.Links
@@ -58,7 +59,7 @@ func Evaluate(samples []Sample, f Figures) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		e, err := sched.Find(s.Coll, s.Algo)
+		e, err := sched.Find(schedules, s.Coll, s.Algo)
 		if err != nil {
 			return nil, err
 		}
@@ -108,11 +109,12 @@ func Summarize(rs []Result) Summary {
 // Fit adjusts the shared-memory and network latencies and bandwidths, the
 // core's rates and the software costs to the samples, by coordinate
 // descent on the mean squared log error (so a 4 KiB sample counts as much
-// as a 16 MiB one). The NIC bandwidth of each sample is what its links
-// were limited to and is not fitted.
-func Fit(samples []Sample, start Figures) (Figures, error) {
+// as a 16 MiB one), building each sample's schedule as Evaluate does. The
+// NIC bandwidth of each sample is what its links were limited to and is
+// not fitted.
+func Fit(samples []Sample, start Figures, schedules []sched.Entry) (Figures, error) {
 	loss := func(f Figures) float64 {
-		rs, err := Evaluate(samples, f)
+		rs, err := Evaluate(samples, f, schedules)
 		if err != nil {
 			return math.Inf(1)
 		}
@@ -129,7 +131,7 @@ func Fit(samples []Sample, start Figures) (Figures, error) {
 		&f.Rates.ReduceRate, &f.Rates.CopyRate, &f.Rates.Call, &f.Rates.Message)
 	best := loss(f)
 	if math.IsInf(best, 1) {
-		_, err := Evaluate(samples, f)
+		_, err := Evaluate(samples, f, schedules)
 		return start, err
 	}
 	for step := 0.5; step > 0.01; step /= 2 {

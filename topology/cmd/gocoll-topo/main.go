@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gocoll/gocoll/engine"
 	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/topology"
 	"github.com/gocoll/gocoll/topology/cost"
@@ -434,7 +435,7 @@ func Predict(g *topology.Graph, coll sched.Coll, n, nbytes int) ([]prediction, e
 	// Algorithms are predicted side by side (a 4,096-rank ring is tens of
 	// millions of operations).
 	var entries []sched.Entry
-	for _, e := range sched.Catalog() {
+	for _, e := range engine.Schedules() {
 		if e.Coll == coll && !(e.Hosts && (len(hosts) < 2 || !even)) {
 			entries = append(entries, e)
 		}
@@ -606,11 +607,11 @@ func (o *options) runCheck(w io.Writer) error {
 	}
 	fig := cost.DefaultFigures()
 	if o.fit {
-		if fig, err = cost.Fit(samples, fig); err != nil {
+		if fig, err = cost.Fit(samples, fig, engine.Schedules()); err != nil {
 			return err
 		}
 	}
-	rs, err := cost.Evaluate(samples, fig)
+	rs, err := cost.Evaluate(samples, fig, engine.Schedules())
 	if err != nil {
 		return err
 	}
