@@ -216,10 +216,14 @@ func copyOut(dsts [][]byte, src []byte) {
 // The other virtual collectives (sched/vcoll.go): as the allreduce, not in
 // the registry.
 var (
-	virtualReduce        = algorithm{coll: sched.Reduce, name: "virtual-reduce", build: sched.VirtualReduce, can: never, auto: never}
-	virtualReduceScatter = algorithm{coll: sched.ReduceScatter, name: "virtual-reducescatter", build: sched.VirtualReduceScatter, can: never, auto: never}
-	virtualAllGather     = algorithm{coll: sched.AllGather, name: "virtual-allgather", build: sched.VirtualAllGather, can: never, auto: never}
-	virtualAllToAll      = algorithm{coll: sched.AllToAll, name: "virtual-alltoall", build: sched.VirtualAllToAll, can: never, auto: never}
+	virtualReduce = algorithm{coll: sched.Reduce, name: "virtual-reduce",
+		e: &choose.Entry{Coll: sched.Reduce, Name: "virtual-reduce", Build: sched.VirtualReduce}}
+	virtualReduceScatter = algorithm{coll: sched.ReduceScatter, name: "virtual-reducescatter",
+		e: &choose.Entry{Coll: sched.ReduceScatter, Name: "virtual-reducescatter", Build: sched.VirtualReduceScatter}}
+	virtualAllGather = algorithm{coll: sched.AllGather, name: "virtual-allgather",
+		e: &choose.Entry{Coll: sched.AllGather, Name: "virtual-allgather", Build: sched.VirtualAllGather}}
+	virtualAllToAll = algorithm{coll: sched.AllToAll, name: "virtual-alltoall",
+		e: &choose.Entry{Coll: sched.AllToAll, Name: "virtual-alltoall", Build: sched.VirtualAllToAll}}
 )
 
 // vcall is a checked virtual collective run by a's schedule.
@@ -258,7 +262,7 @@ func (c *Comm) vreq(r *Request, v vcall) error {
 		}
 		p := c.params(v.a.coll, v.dt, v.count, v.op, v.root)
 		p.Devices = devs
-		pl, err := c.plan(v.a, p)
+		pl, err := c.plans.Get(v.a.e, p, c.rank)
 		if err != nil {
 			return err
 		}
@@ -277,7 +281,7 @@ func (c *Comm) vreq(r *Request, v vcall) error {
 		}
 		var bufs [sched.NumBufs][]byte
 		bufs[sched.Work], bufs[sched.In] = w[:v.workN], src
-		if err := x.runSchedule(pl.s, pl.ops, bufs, v.dt, v.op, nil); err != nil {
+		if err := x.runSchedule(pl.S, pl.Ops, bufs, v.dt, v.op, nil); err != nil {
 			return err
 		}
 		v.finish(w[:v.workN])
