@@ -162,6 +162,7 @@ func run(rawPath, linksPath, rate, metaPath, out string) error {
 		fmt.Fprintln(&md)
 	}
 	fmt.Fprintf(&md, "Bounds: ring = L (one rank per host, or a flat ring's busiest link); hierarchical = L·(2(n−1)/n)/(2(H−1)/H) for allreduce, L·((n−1)/n)/((H−1)/H) for allgather and reduce-scatter (each host sends and receives the data once), L for broadcast.\n\n")
+	var flagged []string
 	configs := []string{}
 	for _, c := range cells {
 		if !slices.Contains(configs, c.config) {
@@ -178,11 +179,20 @@ func run(rawPath, linksPath, rate, metaPath, out string) error {
 		for _, lb := range labels {
 			fmt.Fprintf(&md, " %s |", lb)
 		}
-		fmt.Fprintf(&md, " gocoll / Gloo | gocoll / ring bound | gocoll / hierarchical bound |\n|---|---:|")
+		withBase := slices.Contains(labels, baseLabel)
+		fmt.Fprintf(&md, " gocoll / Gloo | gocoll / ring bound | gocoll / hierarchical bound |")
+		if withBase {
+			fmt.Fprintf(&md, " gocoll / base |")
+		}
+		fmt.Fprintf(&md, "\n|---|---:|")
 		for range labels {
 			fmt.Fprintf(&md, "---:|")
 		}
-		fmt.Fprintf(&md, "---:|---:|---:|\n")
+		fmt.Fprintf(&md, "---:|---:|---:|")
+		if withBase {
+			fmt.Fprintf(&md, "---:|")
+		}
+		fmt.Fprintln(&md)
 		for _, c := range cells {
 			if c.config != cfg {
 				continue
@@ -198,14 +208,56 @@ func run(rawPath, linksPath, rate, metaPath, out string) error {
 				fmt.Fprintf(&md, " %.4f (%s)%s |", v, us(median(times[k])), mark)
 			}
 			g := median(vals[key{c, "gocoll"}])
-			fmt.Fprintf(&md, " %s | %s | %s |\n", ratio(g, median(vals[key{c, "gloo"}])), ratio(g, l), ratio(g, hierBound(c.op, l, h, n)))
+			fmt.Fprintf(&md, " %s | %s | %s |", ratio(g, median(vals[key{c, "gloo"}])), ratio(g, l), ratio(g, hierBound(c.op, l, h, n)))
+			if withBase {
+				r := ratio(g, median(vals[key{c, baseLabel}]))
+				if slower(times[key{c, "gocoll"}], times[key{c, baseLabel}]) {
+					r += " **"
+					flagged = append(flagged, fmt.Sprintf("%s %s %s %s×", cfg, c.op, size(c.bytes), ratio(g, median(vals[key{c, baseLabel}]))))
+				}
+				fmt.Fprintf(&md, " %s |", r)
+			}
+			fmt.Fprintln(&md)
 		}
 		fmt.Fprintln(&md)
+	}
+	if slices.Contains(labels, baseLabel) {
+		fmt.Fprintf(&md, "gocoll / base: busbw of this tree over that of `%s` (BASE=, the before of a before/after run, same rounds). `**`: slower than the base beyond the run-to-run spread (gocoll's median time above the base's by more than the larger of the two spreads over rounds, max/min − 1; by more than 20%% with one round).\n\n", baseLabel)
+		if len(flagged) == 0 {
+			fmt.Fprintf(&md, "Slower than the base beyond the spread: none.\n")
+		} else {
+			fmt.Fprintf(&md, "Slower than the base beyond the spread: %s.\n", strings.Join(flagged, "; "))
+		}
 	}
 	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
 	return plotAll(filepath.Join(out, "results.png"), configs, cells, labels, func(c cell, lb string) float64 { return median(vals[key{c, lb}]) }, linkRates)
+}
+
+// baseLabel is the label build/hosts gives the BASE= build of gocoll.
+const baseLabel = "gocoll-base"
+
+// slower says whether the times now (one median per round) are above the
+// base's beyond the run-to-run spread: by more than the larger of the two
+// spreads (max/min − 1), or 20 % when either has a single round.
+func slower(now, base []float64) bool {
+	if len(now) == 0 || len(base) == 0 {
+		return false
+	}
+	tol := 0.2
+	if len(now) > 1 && len(base) > 1 {
+		tol = max(spread(now), spread(base))
+	}
+	return median(now) > median(base)*(1+tol)
+}
+
+func spread(v []float64) float64 {
+	lo, hi := slices.Min(v), slices.Max(v)
+	if lo <= 0 {
+		return math.Inf(1)
+	}
+	return hi/lo - 1
 }
 
 func hierBound(op string, l float64, h, n int) float64 {

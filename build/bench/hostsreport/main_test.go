@@ -71,3 +71,44 @@ func TestReportLimited(t *testing.T) {
 		t.Errorf("a limited run's report does not name its rate:\n%s", md)
 	}
 }
+
+// TestReportBase: with a gocoll-base label the report gives gocoll / base
+// per cell and flags a cell slower beyond the spread, not one within it.
+func TestReportBase(t *testing.T) {
+	dir := t.TempDir()
+	raw, links, meta := writeRun(t, dir)
+	// 16 MiB: base 17/19 ms against gocoll's 16/20 (within the spread);
+	// 1 MiB: base 1.0/1.1 ms against gocoll's 2.0/2.1 (slower).
+	rows := "2x1,1,gocoll-base,allreduce,2,16777216,10,17000,16000,18000,17000,0.95,0.95,ok\n" +
+		"2x1,2,gocoll-base,allreduce,2,16777216,10,19000,18000,20000,19000,0.85,0.85,ok\n" +
+		"2x1,1,gocoll,allreduce,2,1048576,10,2000,1900,2100,2000,0.5,0.5,ok\n" +
+		"2x1,2,gocoll,allreduce,2,1048576,10,2100,2000,2200,2100,0.48,0.48,ok\n" +
+		"2x1,1,gocoll-base,allreduce,2,1048576,10,1000,900,1100,1000,1.0,1.0,ok\n" +
+		"2x1,2,gocoll-base,allreduce,2,1048576,10,1100,1000,1200,1100,0.95,0.95,ok\n"
+	f, err := os.OpenFile(raw, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(rows); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := run(raw, links, "unlimited", meta, dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{
+		"gocoll / base |",
+		"| 1.00 |\n",    // 16 MiB: 0.9 / 0.9, not flagged
+		"| 0.50 ** |\n", // 1 MiB: 0.49 / 0.975, flagged
+		"Slower than the base beyond the spread: 2x1 allreduce 1 MiB 0.50×.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+}
