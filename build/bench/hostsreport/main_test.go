@@ -27,17 +27,23 @@ func writeRun(t *testing.T, dir string) (raw, links, meta string) {
 	return raw, links, meta
 }
 
-func TestReportUnlimited(t *testing.T) {
-	dir := t.TempDir()
-	raw, links, meta := writeRun(t, dir)
-	if err := run(raw, links, "unlimited", meta, dir); err != nil {
+// report runs hostsreport and returns its results.md.
+func report(t *testing.T, raw, links, rate, meta, dir string) string {
+	t.Helper()
+	if err := run(raw, links, rate, meta, dir); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "results.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := string(b)
+	return string(b)
+}
+
+func TestReportUnlimited(t *testing.T) {
+	dir := t.TempDir()
+	raw, links, meta := writeRun(t, dir)
+	md := report(t, raw, links, "unlimited", meta, dir)
 	for _, want := range []string{
 		"not limited (no tc)",
 		"measured before every round",
@@ -60,14 +66,7 @@ func TestReportUnlimited(t *testing.T) {
 func TestReportLimited(t *testing.T) {
 	dir := t.TempDir()
 	raw, links, _ := writeRun(t, dir)
-	if err := run(raw, links, "250mbit", "", dir); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "results.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if md := string(b); !strings.Contains(md, "limited to 250mbit each way with `tc tbf`") || strings.Contains(md, "not limited") {
+	if md := report(t, raw, links, "250mbit", "", dir); !strings.Contains(md, "limited to 250mbit each way with `tc tbf`") || strings.Contains(md, "not limited") {
 		t.Errorf("a limited run's report does not name its rate:\n%s", md)
 	}
 }
@@ -93,14 +92,7 @@ func TestReportBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if err := run(raw, links, "unlimited", meta, dir); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "results.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := string(b)
+	md := report(t, raw, links, "unlimited", meta, dir)
 	for _, want := range []string{
 		"gocoll / base |",
 		"| 1.00 |\n",    // 16 MiB: 0.9 / 0.9, not flagged
