@@ -571,7 +571,10 @@ func (a *Arena) check() error {
 	if now := time.Now(); now.Sub(a.lastLive) >= livenessEvery {
 		a.lastLive = now
 		for _, s := range a.segs {
-			if s.remote && !s.proc.Alive() {
+			// A process that exited after it arrived at the phase waited
+			// for did its part (a broadcast's root returns at once); the
+			// first wait that needs more of it reports it lost.
+			if s.remote && s.arrived() < a.waitPhase && !s.proc.Alive() {
 				a.log.Warn("shmcoll: peer process gone", "rank", a.rank, "peer", s.rank, "pid", s.proc.Pid)
 				return &transport.PeerLostError{Peer: s.rank, Reason: fmt.Sprintf("process %d exited", s.proc.Pid)}
 			}

@@ -253,8 +253,8 @@ func TestStoreGate(t *testing.T) {
 // lucky call does not win a vote.
 func TestPathChooser(t *testing.T) {
 	const v, vc = voteValid, voteValid | voteCMA
-	// The slots take 100 ns and the copies 200 until call 200, when the
-	// slots become slower (the cores moved apart): 900. The vote is the
+	// The slots take half the copies' time until call 200, when they
+	// become 4.5 times the copies' (the cores moved apart). The vote is the
 	// slots from call 2 (the leader timed both), agreed from call 3 on;
 	// the calls explore the copies at 7, then 16, 32, 64 and 64 calls
 	// later. From 200 the slots' estimate (the second least of their

@@ -78,6 +78,11 @@ func (groupMaker) GroupRoles() map[string]transporttest.Role[transporttest.Group
 			}
 			p.Say("READY")
 			p.Next() // the parent saw rank 0 exit
+			if a.Rank() == 2 {
+				// Rank 1 waits for this one at the broadcast's end past
+				// a liveness check: rank 0 being gone must not fail it.
+				time.Sleep(3 * livenessEvery)
+			}
 			if err := bcast(ctx, a, 1, 4096, 0); err != nil {
 				return err
 			}
