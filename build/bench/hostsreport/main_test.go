@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// writeRun writes a two-round 2x1 run: gocoll at 1.0 and 0.8 GB/s, Gloo
-// at 0.5, links measured before each round.
+// writeRun writes a two-round 2x1 run: gocoll's busbw twice Gloo's, then
+// 1.6 times, links measured before each round.
 func writeRun(t *testing.T, dir string) (raw, links, meta string) {
 	t.Helper()
 	raw = filepath.Join(dir, "raw.csv")
@@ -76,8 +76,8 @@ func TestReportLimited(t *testing.T) {
 func TestReportBase(t *testing.T) {
 	dir := t.TempDir()
 	raw, links, meta := writeRun(t, dir)
-	// 16 MiB: base 17/19 ms against gocoll's 16/20 (within the spread);
-	// 1 MiB: base 1.0/1.1 ms against gocoll's 2.0/2.1 (slower).
+	// 16 MiB: the base's times within gocoll's spread (not flagged);
+	// 1 MiB: gocoll's twice the base's (flagged).
 	rows := "2x1,1,gocoll-base,allreduce,2,16777216,10,17000,16000,18000,17000,0.95,0.95,ok\n" +
 		"2x1,2,gocoll-base,allreduce,2,16777216,10,19000,18000,20000,19000,0.85,0.85,ok\n" +
 		"2x1,1,gocoll,allreduce,2,1048576,10,2000,1900,2100,2000,0.5,0.5,ok\n" +

@@ -332,7 +332,8 @@ func tune(c net.Conn, bufSize int, logger *slog.Logger) {
 		}
 	}
 	// A peer host that vanishes (power loss, partition) is noticed after
-	// about 30 s of silence instead of the kernel's 2 h default.
+	// Idle + Count·Interval of silence, not after the kernel's default
+	// idle time of hours.
 	if err := tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}); err != nil {
 		logger.Debug("tcp: keepalive", "err", err)
 	}
