@@ -140,3 +140,28 @@ func BenchmarkOneRank(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkVirtualAllReduce: 8 virtual devices in blocks on 2 ranks (as
+// goroutines over shared memory), float32 sum; bytes is one device's
+// vector (814 KB: the sgd example's gradient).
+func BenchmarkVirtualAllReduce(b *testing.B) {
+	const m = 8
+	devices := []int{0, 0, 0, 0, 1, 1, 1, 1}
+	comms := benchComms(b, 2, "auto")
+	for _, size := range []int{814 << 10, 4 << 20} {
+		b.Run("bytes="+sizeName(size), func(b *testing.B) {
+			count := size / 4
+			in := make([][]byte, len(comms))
+			for r := range comms {
+				in[r] = make([]byte, m/2*size)
+			}
+			runBench(b, comms, size, 1, func(c *Comm, _, r []byte) error {
+				send := make([][]byte, 0, m/2)
+				for k := range m / 2 {
+					send = append(send, in[c.Rank()][k*size:(k+1)*size])
+				}
+				return c.VirtualAllReduce(send, r, count, Float32, Sum, devices)
+			})
+		})
+	}
+}

@@ -13,6 +13,11 @@ import (
 var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain",
 	e: &choose.Entry{Coll: sched.AllReduce, Name: "virtual-chain", Build: sched.VirtualAllReduce}}
 
+// virtualShm is the virtual allreduce through the shared-memory arena:
+// two ranks on one host whose devices form two runs in device order.
+var virtualShm = algorithm{coll: sched.AllReduce, name: "virtual-shm",
+	e: &choose.Entry{Coll: sched.AllReduce, Name: "virtual-shm"}}
+
 // VirtualAllReduce folds count elements of every virtual device in device
 // order, ((x0 op x1) op x2) … op x(M-1) (divided by M once for Avg), into
 // recv on every rank. devices[v] is the rank of device v (every rank
@@ -26,7 +31,9 @@ var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain",
 // and the partial sums travel the chain of devices in order, so a rank's
 // devices cost it one vector's traffic however many they are. When more
 // than two ranks are all on this host the chain stops at its last rank and
-// the result goes out through the shared-memory broadcast. send views of one array
+// the result goes out through the shared-memory broadcast; two ranks on
+// one host whose devices form two runs pass the partial sums through the
+// arena's slots instead (shmcoll.ChainAllReduce). send views of one array
 // laid out back to back in device order are used in place; otherwise they
 // are copied together first.
 func (c *Comm) VirtualAllReduce(send [][]byte, recv []byte, count int, dt DataType, op RedOp, devices []int) error {
@@ -94,12 +101,21 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 	// on it fail at the first message instead of folding different chains.
 	place := placementHash(devices)
 	a := &virtualChain
-	sig := signature(sched.AllReduce, dt, count, op, place, a.name)
 	devs := append([]int(nil), devices...)
+	// Two ranks on one host whose devices form two runs: the chain
+	// through the arena's slots (shmcoll.ChainAllReduce), the same fold.
+	hops := sched.VirtualChain(devs)
+	if c.arena != nil && c.size == 2 && len(hops) == 2 {
+		a = &virtualShm
+	}
+	sig := signature(sched.AllReduce, dt, count, op, place, a.name)
 	return c.newReq(r, sched.AllReduce, a, dt, n, func(x *execCtx) error {
 		x.start(sig, a, n)
 		if n == 0 {
 			return nil
+		}
+		if a == &virtualShm {
+			return c.virtualShmRun(x, send, in, recv, copies, overlaps, dt, op, len(devs), hops[0].Rank)
 		}
 		// On one host the result goes out through the shared-memory
 		// broadcast: every rank copies it once out of the root's memory,
@@ -146,6 +162,36 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 		copyOut(copies, recv)
 		return nil
 	})
+}
+
+// virtualShmRun is the virtual allreduce of two ranks on one host through
+// the arena (virtualShm): in, when not nil, is send's vectors back to back.
+func (c *Comm) virtualShmRun(x *execCtx, send [][]byte, in, recv []byte, copies [][]byte, overlaps bool, dt DataType, op RedOp, m, first int) error {
+	n := len(recv)
+	if in == nil {
+		in = c.getScratch(len(send) * n)[:len(send)*n]
+		defer c.putScratch(in)
+		for k, s := range send {
+			copy(in[k*n:], s[:n])
+		}
+	}
+	work := recv
+	if overlaps {
+		work = c.getScratch(n)[:n]
+		defer c.putScratch(work)
+	}
+	div := 1
+	if op == Avg {
+		div = m
+	}
+	if err := x.shm(c.arena.ChainAllReduce(x.light(), x.call(), in, len(send), work, first, dt, op, div)); err != nil {
+		return err
+	}
+	if overlaps {
+		copy(recv, work)
+	}
+	copyOut(copies, recv)
+	return nil
 }
 
 // contiguous returns the vectors as one slice when they lie back to back

@@ -52,6 +52,9 @@ var virtualCases = []struct {
 	devices []int
 }{
 	{"block on 2", 2, []int{0, 0, 0, 0, 1, 1, 1, 1}},
+	{"reversed on 2", 2, []int{1, 1, 1, 0, 0, 0, 0, 0}},
+	{"one then seven on 2", 2, []int{0, 1, 1, 1, 1, 1, 1, 1}},
+	{"cyclic on 2", 2, []int{0, 1, 0, 1, 0, 1, 0, 1}},
 	{"block on 4", 4, []int{0, 0, 1, 1, 2, 2, 3, 3}},
 	{"cyclic on 3", 3, []int{0, 1, 2, 0, 1, 2, 0, 1}},
 	{"explicit on 3", 3, []int{2, 2, 0, 1, 1, 2, 0, 0}},
@@ -69,11 +72,17 @@ func virtualComms(t *testing.T, n int, shm bool) []*Comm {
 // cyclic and explicit placements, over the in-memory transport and over
 // shared memory: every rank gets the fold in device order, bit for bit.
 func TestVirtualAllReduce(t *testing.T) {
-	const m, count = 8, 40_001
+	const m = 8
 	for _, tc := range virtualCases {
 		for _, shm := range []bool{false, true} {
 			comms := virtualComms(t, tc.n, shm)
-			for _, op := range []RedOp{Sum, Avg} {
+			// (Two ranks on one host: fewer elements than the arena's
+			// chain has pieces, and several pieces.)
+			for _, k := range []struct {
+				op    RedOp
+				count int
+			}{{Sum, 40_001}, {Avg, 40_001}, {Sum, 3}} {
+				op, count := k.op, k.count
 				want := devFold(m, count, op == Avg)
 				mustRanks(t, comms, func(c *Comm) error {
 					var send [][]byte

@@ -51,13 +51,14 @@ type Arena struct {
 	segs []*segment // by rank, own included; set by Connect
 
 	// State of the call in flight (one at a time, guarded by busy).
-	phase     uint64    // last barrier phase this rank arrived at
-	lag       bool      // the last barrier waited for some peers only (see settle)
-	waitPhase uint64    // the phase being waited for (check)
-	piece     uint64    // data pieces so far: piece&1 is the buffer set
-	cur       record    // the call's record
-	terms     [][]byte  // scratch: one operand per rank
-	lastLive  time.Time // last liveness probe of the peers
+	phase      uint64    // last barrier phase this rank arrived at
+	lag        bool      // the last barrier waited for some peers only (see settle)
+	waitPhase  uint64    // the phase being waited for (check)
+	piece      uint64    // data pieces so far: piece&1 is the buffer set
+	cur        record    // the call's record
+	terms      [][]byte  // scratch: one operand per rank
+	chainTerms [][]byte  // scratch: ChainAllReduce's operands
+	lastLive   time.Time // last liveness probe of the peers
 
 	busy      atomic.Bool // a call is in flight (or Close owns the mappings)
 	connected atomic.Bool
@@ -323,9 +324,10 @@ const (
 	kindReduceScatter
 	kindAllToAll
 	kindAllToAllv
+	kindChain
 )
 
-var kindNames = [...]string{"", "barrier", "allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall", "alltoallv"}
+var kindNames = [...]string{"", "barrier", "allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall", "alltoallv", "chain allreduce"}
 
 func desc(kind uint64, dt kernel.DataType, op kernel.RedOp, root int) uint64 {
 	return kind | uint64(uint8(dt))<<8 | uint64(uint8(op))<<16 | uint64(uint32(root+1))<<32
@@ -626,7 +628,7 @@ func describe(r callID) string {
 	}
 	s := fmt.Sprintf("%s #%d (signature %016x, %d bytes", name, r.seq, r.sig, r.nbytes)
 	switch kind {
-	case kindAllReduce, kindReduce, kindReduceScatter:
+	case kindAllReduce, kindReduce, kindReduceScatter, kindChain:
 		s += fmt.Sprintf(", %v %v", kernel.DataType(uint8(r.desc>>8)), kernel.RedOp(uint8(r.desc>>16)))
 	}
 	if root := int(uint32(r.desc&^descDirect>>32)) - 1; root >= 0 {

@@ -37,6 +37,9 @@ func (a *Arena) Reduce(ctx context.Context, c Call, send, recv []byte, dt kernel
 func (a *Arena) Broadcast(ctx context.Context, c Call, buf []byte, root int) error {
 	return errUnsupported
 }
+func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int, recv []byte, first int, dt kernel.DataType, op kernel.RedOp, div int) error {
+	return errUnsupported
+}
 func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error {
 	return errUnsupported
 }
