@@ -10,16 +10,6 @@ import (
 	"github.com/gocoll/gocoll/engine/sched"
 )
 
-// chainPieces is how many pieces ChainAllReduce cuts a vector into: the
-// second rank folds piece t while the first folds piece t+1, so the call
-// takes (pieces+1)/pieces of one rank's folds instead of both ranks' in
-// turn. More pieces add a barrier each for little more overlap.
-const chainPieces = 4
-
-// chainMinPiece keeps pieces of small vectors large enough that a
-// piece's folds, not its barrier, are what the call waits on.
-const chainMinPiece = 32 << 10
-
 // ChainAllReduce is the virtual allreduce of two ranks (docs/virtual.md)
 // whose virtual devices form two runs in device order: rank first hosts
 // devices 0…k-1, the other rank devices k…M-1. in holds this rank's

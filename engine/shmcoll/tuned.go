@@ -50,6 +50,17 @@ const (
 	// close and far (docs/tuning.md): below 16 KiB the one-barrier path
 	// keeps one round trip's latency where the cores are close.
 	smallBytes2 = 16 << 10
+
+	// chainPieces is how many pieces ChainAllReduce cuts a vector into:
+	// the second rank folds piece t while the first folds piece t+1, so
+	// the call takes about (pieces+1)/pieces of one rank's folds, and each
+	// piece adds a barrier. EPYC, 2026-11-28, goroutines, 8 devices of
+	// 814 KiB on 2 ranks: 4 pieces against 8 (docs/tuning.md).
+	chainPieces = 4
+	// chainMinPiece keeps the pieces of small vectors large enough that a
+	// piece's folds, not its barrier, are what the call waits on. Not
+	// timed against other sizes.
+	chainMinPiece = 32 << 10
 )
 
 // The leader votes for the slots only when its estimate for them is at
