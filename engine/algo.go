@@ -53,7 +53,7 @@ var algorithms = func() []algorithm {
 // (choose.Chooser: GOCOLL_ALGO, the cost model across hosts, the size
 // rules).
 func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
-	s := choose.Shape{Coll: coll, Bytes: bytes, N: c.size, Shm: c.arena != nil, Hosts: len(c.hosts), Even: c.evenHosts}
+	s := choose.Shape{Coll: coll, Bytes: bytes, N: c.size, Shm: c.arena != nil, Hosts: len(c.layout.hosts), Even: c.layout.evenHosts}
 	if coll == sched.AllToAllv {
 		s.ShmV = s.Shm && c.arena.FitsAllToAllv()
 	}
@@ -81,14 +81,14 @@ func (c *Comm) params(coll sched.Coll, dt DataType, count int, op RedOp, root in
 	p := sched.Params{
 		Coll: coll, N: c.size, ElemSize: dt.Size(), Count: count, Root: root, Avg: op == Avg,
 		Segments: c.opts.Segments, Radix: c.opts.BruckRadix,
-		Rings: c.rings, Hosts: c.hosts, Trees: c.trees,
+		Rings: c.layout.rings, Hosts: c.layout.hosts, Trees: c.layout.trees,
 	}
-	if len(c.hosts) > 1 {
+	if len(c.layout.hosts) > 1 {
 		// Aggregation by host: the first stage stays in shared memory,
 		// only the repacked messages cross the network. (Relay, one
 		// message per pair of hosts, measured no faster on emulated hosts
 		// where 16 processes share 2 cores; it stays a builder option.)
-		p.SrcGroups, p.DstGroups = c.hosts, c.hosts
+		p.SrcGroups, p.DstGroups = c.layout.hosts, c.layout.hosts
 	}
 	return p
 }

@@ -72,25 +72,11 @@ type Comm struct {
 	inboxes  []*inbox                 // per peer: tag matching of received messages (p2p.go)
 	arena    *shmcoll.Arena           // shared-memory collectives, when every rank is on this host
 
-	// Placement, equal on every rank: the ranks of each host (in local
-	// order), whether every host holds as many, and the ring orders the
-	// ring algorithms follow (nil: 0, 1, …, size-1).
-	hosts     [][]int
-	hostNames []string
-	evenHosts bool
-	rings     [][]int
-	trees     [][]int  // the double binary trees (dbtree)
-	split     splitter // how to build sub-communicators
+	layout hostLayout // where the ranks are, equal on every rank
+	split  splitter   // how to build sub-communicators
 
-	ctl     ctlNet     // control links: what Shrink and Grow talk over
-	rec     *recoverer // recovery state, from the first Shrink or Grow (mu)
-	revoked bool       // Revoke was called (mu)
-	leftOut []int      // the ranks a Shrink of this communicator left out (mu)
-	shrunk  bool       // a Shrink of this communicator succeeded (mu)
-	// How long the last Shrink took to agree, and in all (mu): for the
-	// figures in docs/elastic.md.
-	shrinkTook [2]time.Duration
-	keep       func() // releases the recovery state of the communicator this one was shrunk from
+	ctl     ctlNet       // control links: what Shrink and Grow talk over
+	elastic elasticState // Shrink, Grow and Revoke (mu)
 }
 
 // Request is a non-blocking operation in flight.
@@ -323,7 +309,7 @@ func (c *Comm) opError(x *execCtx, err error) error {
 	}
 	err = revokedBy(err)
 	c.mu.Lock()
-	revoked := c.revoked
+	revoked := c.elastic.revoked
 	c.mu.Unlock()
 	if revoked && !errors.Is(err, ErrRevoked) {
 		err = fmt.Errorf("%w: %w", ErrRevoked, err)
@@ -410,7 +396,7 @@ func (c *Comm) usable(op string) error {
 	if c.destroyed {
 		return fmt.Errorf("gocoll: %s on rank %d: %w", op, c.rank, ErrDestroyed)
 	}
-	if c.revoked || errors.Is(c.asyncErr, ErrRevoked) {
+	if c.elastic.revoked || errors.Is(c.asyncErr, ErrRevoked) {
 		return fmt.Errorf("gocoll: %s on rank %d: %w (shrink it, or destroy it): %v", op, c.rank, ErrRevoked, c.asyncErr)
 	}
 	if c.asyncErr != nil {
@@ -522,7 +508,7 @@ func (c *Comm) Destroy() error {
 		err = errors.Join(err, c.arena.Close())
 	}
 	c.mu.Lock()
-	rec := c.rec
+	rec := c.elastic.rec
 	c.mu.Unlock()
 	switch {
 	case rec != nil:
@@ -530,8 +516,8 @@ func (c *Comm) Destroy() error {
 	case c.ctl != nil:
 		c.ctl.close()
 	}
-	if c.keep != nil {
-		c.keep()
+	if c.elastic.keep != nil {
+		c.elastic.keep()
 	}
 	return err
 }

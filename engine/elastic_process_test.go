@@ -32,7 +32,7 @@ func elasticRole(c *Comm) int {
 		fmt.Fprintf(os.Stderr, "shrink: %v\n", err)
 		return 1
 	}
-	took := c.shrinkTook
+	took := c.elastic.shrinkTook
 	fmt.Printf("SHRUNK size=%d rank=%d at=%d agree_us=%d total_us=%d failed=%v\n", child.Size(), child.Rank(), time.Now().UnixMicro(),
 		took[0].Microseconds(), took[1].Microseconds(), c.Failed())
 	iters, err := checkedLoop(child, 1024, func(i int) bool { return i >= 20 })

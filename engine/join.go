@@ -223,7 +223,7 @@ func commTag(secret []byte, rootAddr string) [8]byte {
 
 // links is what connecting a rank made: its transport, the shared-memory
 // collectives when every rank is on this host, and the placement of the
-// ranks on hosts (see Comm.hosts).
+// ranks on hosts (see Comm.layout).
 type links struct {
 	tr    transport.Transport
 	arena *shmcoll.Arena

@@ -28,25 +28,25 @@ func (c *Comm) place(hosts [][]int, names []string) {
 		}
 		hosts = [][]int{all}
 	}
-	c.hosts, c.hostNames = hosts, names
-	c.evenHosts = true
+	c.layout.hosts, c.layout.hostNames = hosts, names
+	c.layout.evenHosts = true
 	var ring []int
 	identity := true
 	for _, h := range hosts {
-		c.evenHosts = c.evenHosts && len(h) == len(hosts[0])
+		c.layout.evenHosts = c.layout.evenHosts && len(h) == len(hosts[0])
 		for _, r := range h {
 			identity = identity && r == len(ring)
 			ring = append(ring, r)
 		}
 	}
 	t := topology.DoubleBinaryTree(c.size)
-	c.trees = [][]int{t[0], t[1]}
-	c.rings = nil
+	c.layout.trees = [][]int{t[0], t[1]}
+	c.layout.rings = nil
 	if !identity {
-		c.rings = [][]int{ring}
+		c.layout.rings = [][]int{ring}
 	}
 	c.choice.Model = choose.NewModel(sched.Params{N: c.size, Segments: c.opts.Segments, Radix: c.opts.BruckRadix,
-		Rings: c.rings, Hosts: c.hosts, Trees: c.trees}, c.opts.NetBandwidth)
+		Rings: c.layout.rings, Hosts: c.layout.hosts, Trees: c.layout.trees}, c.opts.NetBandwidth)
 }
 
 // Topology describes the communicator as JSON: its ranks and hosts, the
@@ -54,7 +54,7 @@ func (c *Comm) place(hosts [][]int, names []string) {
 // order, and what this rank's host is made of (detected with hwloc or
 // /sys; "detect_error" if that failed).
 func (c *Comm) Topology() ([]byte, error) {
-	g, err := topology.ForPlacement(c.hosts, topology.DefaultParams())
+	g, err := topology.ForPlacement(c.layout.hosts, topology.DefaultParams())
 	if err != nil {
 		return nil, err
 	}
@@ -72,10 +72,10 @@ func (c *Comm) Topology() ([]byte, error) {
 		Source      string          `json:"local_source,omitempty"`
 		DetectError string          `json:"detect_error,omitempty"`
 	}{Rank: c.rank, Ranks: c.size, Graph: g}
-	for h, ranks := range c.hosts {
+	for h, ranks := range c.layout.hosts {
 		hj := hostJSON{Ranks: ranks}
-		if h < len(c.hostNames) {
-			hj.Name = c.hostNames[h]
+		if h < len(c.layout.hostNames) {
+			hj.Name = c.layout.hostNames[h]
 		}
 		out.Hosts = append(out.Hosts, hj)
 		out.Ring = append(out.Ring, ranks...)
@@ -96,9 +96,20 @@ func (c *Comm) Topology() ([]byte, error) {
 // memory), hosts in order of their lowest rank: what
 // topology.ForPlacement needs to describe the communicator.
 func (c *Comm) Hosts() [][]int {
-	out := make([][]int, len(c.hosts))
-	for h, ranks := range c.hosts {
+	out := make([][]int, len(c.layout.hosts))
+	for h, ranks := range c.layout.hosts {
 		out[h] = slices.Clone(ranks)
 	}
 	return out
+}
+
+// hostLayout is where a communicator's ranks are, equal on every rank: the
+// ranks of each host (in local order), whether every host holds as many,
+// and the orders the ring and tree algorithms follow.
+type hostLayout struct {
+	hosts     [][]int
+	hostNames []string
+	evenHosts bool
+	rings     [][]int // nil: 0, 1, …, size-1
+	trees     [][]int // the double binary trees (dbtree)
 }

@@ -37,7 +37,7 @@ var (
 // Destroy.
 func (c *Comm) Revoke() {
 	c.mu.Lock()
-	c.revoked = true
+	c.elastic.revoked = true
 	c.mu.Unlock()
 	c.fail(fmt.Errorf("%w by rank %d", ErrRevoked, c.rank))
 }
@@ -59,15 +59,15 @@ func revokedBy(err error) error {
 // revoked are not among them.
 func (c *Comm) Failed() []int {
 	c.mu.Lock()
-	if c.shrunk {
+	if c.elastic.shrunk {
 		defer c.mu.Unlock()
-		return append([]int{}, c.leftOut...)
+		return append([]int{}, c.elastic.leftOut...)
 	}
 	set := map[int]bool{}
 	if p := lostRank(c.asyncErr); p >= 0 {
 		set[p] = true
 	}
-	s := c.rec
+	s := c.elastic.rec
 	c.mu.Unlock()
 	if s != nil {
 		s.mu.Lock()
@@ -180,12 +180,12 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 			if err != nil {
 				return nil, err
 			}
-			child.keep = s.hold()
+			child.elastic.keep = s.hold()
 			c.mu.Lock()
-			c.leftOut, c.shrunk = outside(c.size, view), true
-			c.shrinkTook = [2]time.Duration{agreed.Sub(began), time.Since(began)}
+			c.elastic.leftOut, c.elastic.shrunk = outside(c.size, view), true
+			c.elastic.shrinkTook = [2]time.Duration{agreed.Sub(began), time.Since(began)}
 			c.mu.Unlock()
-			c.log.Info("shrunk", "new_rank", newRank, "new_size", len(view), "left_out", c.leftOut, "attempts", attempt,
+			c.log.Info("shrunk", "new_rank", newRank, "new_size", len(view), "left_out", c.elastic.leftOut, "attempts", attempt,
 				"agreed_ms", float64(agreed.Sub(began).Microseconds())/1e3, "total_ms", float64(time.Since(began).Microseconds())/1e3)
 			return child, nil
 		}
@@ -293,8 +293,8 @@ type blobKey struct {
 func (c *Comm) recovery() (*recoverer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rec != nil {
-		return c.rec, nil
+	if c.elastic.rec != nil {
+		return c.elastic.rec, nil
 	}
 	if c.ctl == nil {
 		return nil, fmt.Errorf("gocoll: rank %d: %w: this communicator has no control links (made by an older setup path)", c.rank, ErrInvalidUsage)
@@ -304,7 +304,7 @@ func (c *Comm) recovery() (*recoverer, error) {
 		nodes: map[uint64]*agree.Node{}, pending: map[uint64][]ctlEvent{}, blobs: map[blobKey][]byte{},
 		down: map[int]string{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
 		refs: 1, stop: stop, done: make(chan struct{})}
-	c.rec = s
+	c.elastic.rec = s
 	go s.loop(ctx)
 	return s, nil
 }
@@ -640,5 +640,17 @@ func (s *localSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int,
 	if _, err := rec.exchange(inst, view)(ctx, nil); err != nil {
 		return links{}, nil, err
 	}
-	return links{tr: ch.world.Endpoint(newRank), hosts: restrictHosts(c.hosts, view), id: ch.id, ctl: localCtl{ch.ctl, newRank}}, ch, nil
+	return links{tr: ch.world.Endpoint(newRank), hosts: restrictHosts(c.layout.hosts, view), id: ch.id, ctl: localCtl{ch.ctl, newRank}}, ch, nil
+}
+
+// elasticState is a communicator's part in recovery, guarded by its mu.
+type elasticState struct {
+	rec     *recoverer // recovery state, from the first Shrink or Grow
+	revoked bool       // Revoke was called
+	leftOut []int      // the ranks a Shrink of this communicator left out
+	shrunk  bool       // a Shrink of this communicator succeeded
+	// How long the last Shrink took to agree, and in all: for the figures
+	// in docs/elastic.md.
+	shrinkTook [2]time.Duration
+	keep       func() // releases the recovery state of the communicator this one was shrunk from
 }

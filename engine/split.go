@@ -108,7 +108,7 @@ func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, chi
 		return links{}, nil, nil
 	}
 	ch := s.hub.child(fmt.Sprintf("%d/%d", seq, color), len(members))
-	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.hosts, members), id: ch.id, ctl: localCtl{ch.ctl, childRank}}, ch, nil
+	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.layout.hosts, members), id: ch.id, ctl: localCtl{ch.ctl, childRank}}, ch, nil
 }
 
 // restrictHosts is the placement of a child whose ranks are members (parent
