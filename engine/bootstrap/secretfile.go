@@ -128,7 +128,7 @@ func checkPrivate(fd, uid int, typ uint32) error {
 		return err
 	}
 	switch {
-	case st.Mode&syscall.S_IFMT != typ:
+	case uint32(st.Mode)&syscall.S_IFMT != typ:
 		return errors.New("not the expected kind of file")
 	case int(st.Uid) != uid:
 		return fmt.Errorf("owned by uid %d, not %d", st.Uid, uid)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package shmcoll
 
 import (
@@ -6,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/gocoll/gocoll/engine/sched"
-	"github.com/gocoll/gocoll/engine/transport"
 )
 
 // AllToAllv through the slots: the all-to-all whose blocks differ in size
@@ -46,27 +47,6 @@ func (a *Arena) vColumn() int { return a.slot / a.size &^ (lineBytes - 1) }
 // a cache line per rank (the same on every rank: all use the same slot
 // size; Create's slots always do).
 func (a *Arena) FitsAllToAllv() bool { return a.size == 1 || a.vColumn() >= lineBytes }
-
-// CountsError is an AllToAllv in which rank From sends Sent bytes to rank
-// To, which expects Expected. Both ranks of the pair report it.
-type CountsError struct {
-	Rank, From, To, Sent, Expected int
-}
-
-func (e *CountsError) Error() string {
-	return fmt.Sprintf("shmcoll: rank %d: %v: counts differ between ranks: rank %d sends %d bytes to rank %d, which expects %d bytes from it",
-		e.Rank, transport.ErrMismatch, e.From, e.Sent, e.To, e.Expected)
-}
-
-func (e *CountsError) Unwrap() error { return transport.ErrMismatch }
-
-// Peer is the other rank of the pair.
-func (e *CountsError) Peer() int {
-	if e.From == e.Rank {
-		return e.To
-	}
-	return e.From
-}
 
 // AllToAllv sends sb[j] (bytes of send) to rank j and receives rank j's
 // block into rb[j] (bytes of recv); sb[j] on this rank must have the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/gocoll/gocoll/engine/kernel"
+	"github.com/gocoll/gocoll/engine/sched"
 )
 
 // Arena is unavailable on this platform: Create fails.
@@ -35,6 +36,10 @@ func (a *Arena) Reduce(ctx context.Context, c Call, send, recv []byte, dt kernel
 	return errUnsupported
 }
 func (a *Arena) Broadcast(ctx context.Context, c Call, buf []byte, root int) error {
+	return errUnsupported
+}
+func (a *Arena) FitsAllToAllv() bool { return false }
+func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.Block, recv []byte, rb []sched.Block) error {
 	return errUnsupported
 }
 func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int, recv []byte, first int, dt kernel.DataType, op kernel.RedOp, div int) error {

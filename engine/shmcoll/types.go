@@ -2,9 +2,11 @@ package shmcoll
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
+	"github.com/gocoll/gocoll/engine/transport"
 )
 
 // Slot sizes (bytes per rank and buffer set). SlotBytes is rounded up to a
@@ -64,3 +66,24 @@ var (
 	// partially overlapping buffers, concurrent calls.
 	ErrInvalid = errors.New("shmcoll: invalid argument")
 )
+
+// CountsError is an AllToAllv in which rank From sends Sent bytes to rank
+// To, which expects Expected. Both ranks of the pair report it.
+type CountsError struct {
+	Rank, From, To, Sent, Expected int
+}
+
+func (e *CountsError) Error() string {
+	return fmt.Sprintf("shmcoll: rank %d: %v: counts differ between ranks: rank %d sends %d bytes to rank %d, which expects %d bytes from it",
+		e.Rank, transport.ErrMismatch, e.From, e.Sent, e.To, e.Expected)
+}
+
+func (e *CountsError) Unwrap() error { return transport.ErrMismatch }
+
+// Peer is the other rank of the pair.
+func (e *CountsError) Peer() int {
+	if e.From == e.Rank {
+		return e.To
+	}
+	return e.From
+}
