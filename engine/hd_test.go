@@ -76,6 +76,11 @@ func hdInput(dt DataType, op RedOp, rank, count, salt int) []byte {
 // root for q = 3 and with one root (varying) for the other q.
 func TestHDMatrix(t *testing.T) {
 	dts := []DataType{Float32, Float64, Int32, Float16, Bfloat16}
+	if raceEnabled {
+		// The types change the kernel only: the race detector needs
+		// each schedule and rank count, the plain run checks the values.
+		dts = []DataType{Float32, Float16}
+	}
 	qs := []int{1, 3, 8}
 	for n := 1; n <= 9; n++ {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {

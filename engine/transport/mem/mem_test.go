@@ -41,3 +41,16 @@ func (m *maker) Prepare(cfg transporttest.Config) (transporttest.Setup[transport
 
 func TestConformance(t *testing.T) { transporttest.RunConformance(t, &maker{}) }
 func TestFaults(t *testing.T)      { transporttest.RunFaults(t, &maker{}) }
+
+// Waiting: a Send waits once its link holds depth messages, a Recv while
+// nothing is queued from the peer. (Without it the kit guesses from time,
+// and under the race detector it took a Send still filling the link for
+// one that waits.)
+func (m *maker) Waiting(tr transport.Transport, peer int, send bool) bool {
+	ep := tr.(*Endpoint)
+	if send {
+		l := ep.w.links[ep.rank][peer]
+		return len(l) == cap(l)
+	}
+	return len(ep.w.links[peer][ep.rank]) == 0
+}
