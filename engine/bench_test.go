@@ -141,27 +141,32 @@ func BenchmarkOneRank(b *testing.B) {
 	}
 }
 
-// BenchmarkVirtualAllReduce: 8 virtual devices in blocks on 2 ranks (as
-// goroutines over shared memory), float32 sum; bytes is one device's
+// BenchmarkVirtualAllReduce: 8 virtual devices in blocks on 2 and 4 ranks
+// (as goroutines over shared memory), float32 sum; bytes is one device's
 // vector (814 KB: the sgd example's gradient).
 func BenchmarkVirtualAllReduce(b *testing.B) {
 	const m = 8
-	devices := []int{0, 0, 0, 0, 1, 1, 1, 1}
-	comms := benchComms(b, 2, "auto")
-	for _, size := range []int{814 << 10, 4 << 20} {
-		b.Run("bytes="+sizeName(size), func(b *testing.B) {
-			count := size / 4
-			in := make([][]byte, len(comms))
-			for r := range comms {
-				in[r] = make([]byte, m/2*size)
-			}
-			runBench(b, comms, size, 1, func(c *Comm, _, r []byte) error {
-				send := make([][]byte, 0, m/2)
-				for k := range m / 2 {
-					send = append(send, in[c.Rank()][k*size:(k+1)*size])
+	for _, n := range []int{2, 4} {
+		devices := make([]int, m)
+		for v := range devices {
+			devices[v] = v * n / m
+		}
+		comms := benchComms(b, n, "auto")
+		for _, size := range []int{814 << 10, 4 << 20} {
+			b.Run(fmt.Sprintf("n=%d/bytes=%s", n, sizeName(size)), func(b *testing.B) {
+				count := size / 4
+				in := make([][]byte, n)
+				for r := range comms {
+					in[r] = make([]byte, m/n*size)
 				}
-				return c.VirtualAllReduce(send, r, count, Float32, Sum, devices)
+				runBench(b, comms, size, 1, func(c *Comm, _, r []byte) error {
+					send := make([][]byte, 0, m/n)
+					for k := range m / n {
+						send = append(send, in[c.Rank()][k*size:(k+1)*size])
+					}
+					return c.VirtualAllReduce(send, r, count, Float32, Sum, devices)
+				})
 			})
-		})
+		}
 	}
 }

@@ -102,10 +102,10 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 	place := placementHash(devices)
 	a := &virtualChain
 	devs := append([]int(nil), devices...)
-	// Two ranks on one host whose devices form two runs: the chain
+	// Ranks on one host whose devices form one run each: the chain
 	// through the arena's slots (shmcoll.ChainAllReduce), the same fold.
-	hops := sched.VirtualChain(devs)
-	if c.arena != nil && c.size == 2 && len(hops) == 2 {
+	order := arenaChain(devs, c.size)
+	if c.arena != nil && order != nil {
 		a = &virtualShm
 	}
 	sig := signature(sched.AllReduce, dt, count, op, place, a.name)
@@ -115,7 +115,7 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 			return nil
 		}
 		if a == &virtualShm {
-			return c.virtualShmRun(x, send, in, recv, copies, overlaps, dt, op, len(devs), hops[0].Rank)
+			return c.virtualShmRun(x, send, in, recv, copies, overlaps, dt, op, len(devs), order)
 		}
 		// On one host the result goes out through the shared-memory
 		// broadcast: every rank copies it once out of the root's memory,
@@ -166,7 +166,7 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 
 // virtualShmRun is the virtual allreduce of two ranks on one host through
 // the arena (virtualShm): in, when not nil, is send's vectors back to back.
-func (c *Comm) virtualShmRun(x *execCtx, send [][]byte, in, recv []byte, copies [][]byte, overlaps bool, dt DataType, op RedOp, m, first int) error {
+func (c *Comm) virtualShmRun(x *execCtx, send [][]byte, in, recv []byte, copies [][]byte, overlaps bool, dt DataType, op RedOp, m int, order []int) error {
 	n := len(recv)
 	if in == nil {
 		in = c.getScratch(len(send) * n)[:len(send)*n]
@@ -184,7 +184,7 @@ func (c *Comm) virtualShmRun(x *execCtx, send [][]byte, in, recv []byte, copies 
 	if op == Avg {
 		div = m
 	}
-	if err := x.shm(c.arena.ChainAllReduce(x.light(), x.call(), in, len(send), work, first, dt, op, div)); err != nil {
+	if err := x.shm(c.arena.ChainAllReduce(x.light(), x.call(), in, len(send), work, order, dt, op, div)); err != nil {
 		return err
 	}
 	if overlaps {
@@ -192,6 +192,26 @@ func (c *Comm) virtualShmRun(x *execCtx, send [][]byte, in, recv []byte, copies 
 	}
 	copyOut(copies, recv)
 	return nil
+}
+
+// arenaChain is the order of the ranks along the virtual chain when every
+// one of n ranks hosts one run of consecutive devices (a block placement,
+// the ranks in any order), else nil.
+func arenaChain(devices []int, n int) []int {
+	hops := sched.VirtualChain(devices)
+	if n < 2 || len(hops) != n {
+		return nil
+	}
+	order := make([]int, n)
+	seen := make([]bool, n)
+	for h, hop := range hops {
+		if seen[hop.Rank] {
+			return nil // a rank twice ([0 1 0]), so another has no device
+		}
+		seen[hop.Rank] = true
+		order[h] = hop.Rank
+	}
+	return order
 }
 
 // contiguous returns the vectors as one slice when they lie back to back

@@ -78,6 +78,8 @@ func TestVirtualAllReduce(t *testing.T) {
 		{"reversed on 2", 2, []int{1, 1, 1, 0, 0, 0, 0, 0}},
 		{"one then seven on 2", 2, []int{0, 1, 1, 1, 1, 1, 1, 1}},
 		{"cyclic on 2", 2, []int{0, 1, 0, 1, 0, 1, 0, 1}},
+		{"blocks on 4 out of order", 4, []int{2, 2, 0, 0, 0, 3, 1, 1}},
+		{"a rank twice, one without devices", 3, []int{0, 0, 1, 1, 1, 0, 0, 0}},
 	}, virtualCases...)
 	for _, tc := range cases {
 		for _, shm := range []bool{false, true} {

@@ -631,8 +631,10 @@ func describe(r callID) string {
 	case kindAllReduce, kindReduce, kindReduceScatter, kindChain:
 		s += fmt.Sprintf(", %v %v", kernel.DataType(uint8(r.desc>>8)), kernel.RedOp(uint8(r.desc>>16)))
 	}
-	if root := int(uint32(r.desc&^descDirect>>32)) - 1; root >= 0 {
+	if root := int(uint32(r.desc&^descDirect>>32)) - 1; root >= 0 && kind != kindChain {
 		s += fmt.Sprintf(", root %d", root)
+	} else if root >= 0 {
+		s += fmt.Sprintf(", chain order %08x", root) // (orderKey)
 	}
 	if r.desc&descDirect != 0 {
 		s += ", by cross-memory copies"

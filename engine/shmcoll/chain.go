@@ -5,33 +5,47 @@ package shmcoll
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
 )
 
-// ChainAllReduce is the virtual allreduce of two ranks (docs/virtual.md)
-// whose virtual devices form two runs in device order: rank first hosts
-// devices 0…k-1, the other rank devices k…M-1. in holds this rank's
-// devices' vectors of len(recv) bytes back to back, in device order; every
-// rank gets ((x0 op x1) op x2) … op x(M-1) in recv, divided by div once
-// when div > 1 (Avg over M devices), bit for bit what the chain schedule
-// (sched.VirtualAllReduce) computes on the same placement.
+// ChainAllReduce is the virtual allreduce (docs/virtual.md) of ranks whose
+// virtual devices form one run each, in device order: rank order[0] hosts
+// devices 0…k-1, order[1] the next run, and so on, every rank once. in
+// holds this rank's devices' vectors of len(recv) bytes back to back, in
+// device order; every rank gets ((x0 op x1) op x2) … op x(M-1) in recv,
+// divided by div once when div > 1 (Avg over M devices), bit for bit what
+// the chain schedule (sched.VirtualAllReduce) computes on the same
+// placement.
 //
 // The partial sums go through the slots instead of messages: the first
-// rank folds its devices into its slot, the other folds that slot and its
-// own devices into its slot and recv in one pass per cache block, and the
-// first copies the result out of it. Against the schedule over the
-// shared-memory transport, that saves the copies into and out of the
-// transport's rings in both directions and the separate passes of each
-// device's fold. The vector goes in pieces so both ranks fold at once.
-func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int, recv []byte, first int, dt kernel.DataType, op kernel.RedOp, div int) error {
+// rank folds its devices into its slot; each next one folds that slot and
+// its own devices into its slot (the last into recv too) in one pass per
+// cache block; the others copy the result out of the last one's slot.
+// Against the schedule over the shared-memory transport, that saves the
+// copies into and out of the transport's rings at every hop and the
+// separate passes of each device's fold. The vector goes in pieces, so
+// the ranks fold different pieces at once.
+func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int, recv []byte, order []int, dt kernel.DataType, op kernel.RedOp, div int) error {
 	n := len(recv)
+	hop := -1
+	seen := make([]bool, a.size) // (a.size is small; the call is large)
+	for h, r := range order {
+		if r < 0 || r >= a.size || seen[r] {
+			return fmt.Errorf("%w: chain allreduce: order %v is not a permutation of %d ranks", ErrInvalid, order, a.size)
+		}
+		seen[r] = true
+		if r == a.rank {
+			hop = h
+		}
+	}
 	switch {
-	case a.size != 2:
-		return fmt.Errorf("%w: chain allreduce: %d ranks (two only)", ErrInvalid, a.size)
-	case first < 0 || first > 1:
-		return fmt.Errorf("%w: chain allreduce: first rank %d of 2", ErrInvalid, first)
+	case a.size < 2:
+		return fmt.Errorf("%w: chain allreduce: one rank (no slots to chain through)", ErrInvalid)
+	case len(order) != a.size:
+		return fmt.Errorf("%w: chain allreduce: order %v is not a permutation of %d ranks", ErrInvalid, order, a.size)
 	case local < 1 || len(in) != local*n:
 		return fmt.Errorf("%w: chain allreduce: %d bytes of input for %d devices of %d bytes", ErrInvalid, len(in), local, n)
 	case div < 1:
@@ -42,7 +56,7 @@ func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int
 	if err := checkTypes("chain allreduce", n, dt, op); err != nil {
 		return err
 	}
-	if err := a.begin(c, n, desc(kindChain, dt, op, first)); err != nil {
+	if err := a.begin(c, n, desc(kindChain, dt, op, orderKey(order))); err != nil {
 		return err
 	}
 	defer a.end()
@@ -57,45 +71,51 @@ func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int
 	if cap(a.chainTerms) < local+1 {
 		a.chainTerms = make([][]byte, local+1)
 	}
-	// Step t: the first rank folds piece t into its slot, the second
-	// folds piece t-1 out of the first's slot (the other set), and the
-	// first copies piece t-2's result out of the second's slot (this
-	// step's set, written in step t-1); a barrier ends each step but
-	// the last. Each slot is written two steps after its last reader
-	// passed a barrier, as the pieces of the other collectives are.
-	isFirst := a.rank == first
-	other := a.segs[1-a.rank]
-	for t := 0; t <= pieces+1; t++ {
+	// Step t: hop h folds piece t-h, the hops before the last into their
+	// slot of this step's set, the last into the other set's (and recv);
+	// the others copy piece t-N out of the last one's slot of this step's
+	// set (written in step t-1). A barrier ends each step but the last.
+	// So each slot is read in the step after it was written and written
+	// again two steps later, after its readers passed a barrier, and the
+	// last rank's next call writes the set no rank still reads.
+	last := len(order) - 1
+	var prev *segment
+	if hop > 0 {
+		prev = a.segs[order[hop-1]]
+	}
+	end := a.segs[order[last]]
+	for t := 0; t <= pieces+last; t++ {
 		set, err := a.nextSet(ctx)
 		if err != nil {
 			return err
 		}
-		if isFirst && t < pieces {
-			lo, hi := sched.Segment(t, n, es, pieces)
+		if q := t - hop; q >= 0 && q < pieces {
+			lo, hi := sched.Segment(q, n, es, pieces)
 			terms := a.chainTerms[:0]
+			if hop > 0 {
+				terms = append(terms, prev.slots[1-set][:hi-lo])
+			}
 			for k := range local {
 				terms = append(terms, in[k*n+lo:k*n+hi])
 			}
-			dst := a.me.slots[set][:hi-lo]
-			if local == 1 {
+			var dst, out []byte
+			switch {
+			case hop == last:
+				dst, out = a.me.slots[1-set][:hi-lo], recv[lo:hi]
+			default:
+				dst = a.me.slots[set][:hi-lo]
+			}
+			if len(terms) == 1 { // the first hop, with one device
 				copy(dst, terms[0])
 			} else {
-				fold(dst, nil, nil, terms, dt, op, 1)
+				fold(dst, out, nil, terms, dt, op, divAt(hop == last, div))
 			}
 		}
-		if isFirst && t >= 2 {
-			lo, hi := sched.Segment(t-2, n, es, pieces)
-			copy(recv[lo:hi], other.slots[set][:hi-lo])
+		if q := t - last - 1; hop != last && q >= 0 && q < pieces {
+			lo, hi := sched.Segment(q, n, es, pieces)
+			copy(recv[lo:hi], end.slots[set][:hi-lo])
 		}
-		if !isFirst && t >= 1 && t <= pieces {
-			lo, hi := sched.Segment(t-1, n, es, pieces)
-			terms := append(a.chainTerms[:0], other.slots[1-set][:hi-lo])
-			for k := range local {
-				terms = append(terms, in[k*n+lo:k*n+hi])
-			}
-			fold(a.me.slots[1-set][:hi-lo], recv[lo:hi], nil, terms, dt, op, div)
-		}
-		if t == pieces+1 {
+		if t == pieces+last {
 			break
 		}
 		if err := a.barrier(ctx); err != nil {
@@ -103,4 +123,22 @@ func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int
 		}
 	}
 	return nil
+}
+
+// divAt is the divisor of a hop's fold: the average's, at the last hop.
+func divAt(last bool, div int) int {
+	if last {
+		return div
+	}
+	return 1
+}
+
+// orderKey is a chain order as a record's root field, so that ranks
+// passing different orders fail instead of folding different chains.
+func orderKey(order []int) int {
+	h := fnv.New32a()
+	for _, r := range order {
+		h.Write([]byte{byte(r), byte(r >> 8)})
+	}
+	return int(h.Sum32() & 0x7fffffff)
 }

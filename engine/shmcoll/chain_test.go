@@ -9,6 +9,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,48 +32,64 @@ func chainVectors(m, count int) [][]byte {
 	return vs
 }
 
-// runChain runs ChainAllReduce of the vectors on a 2-rank world whose
-// first rank hosts devices 0…k-1, and returns each rank's recv.
-func runChain(t *testing.T, w *world, seq uint64, vs [][]byte, k, first int, op kernel.RedOp) ([][]byte, []error) {
-	t.Helper()
+// runChain runs ChainAllReduce of the vectors on world w: order[h] hosts
+// the devices from split[h] to split[h+1]; it returns each rank's recv.
+func runChain(w *world, seq uint64, vs [][]byte, order, split []int, op kernel.RedOp) ([][]byte, []error) {
 	n := len(vs[0])
-	recv := [][]byte{garbage(n), garbage(n)}
+	recv := make([][]byte, len(order))
+	for r := range recv {
+		recv[r] = garbage(n)
+	}
 	errs := w.run(func(r int, a *Arena) error {
-		mine := vs[k:]
-		if r == first {
-			mine = vs[:k]
-		}
+		h := slices.Index(order, r)
+		mine := vs[split[h]:split[h+1]]
 		div := 1
 		if op == kernel.Avg {
 			div = len(vs)
 		}
-		return a.ChainAllReduce(context.Background(), Call{Seq: seq}, bytes.Join(mine, nil), len(mine), recv[r], first, kernel.Float32, op, div)
+		return a.ChainAllReduce(context.Background(), Call{Seq: seq}, bytes.Join(mine, nil), len(mine), recv[r], order, kernel.Float32, op, div)
 	})
 	return recv, errs
 }
 
-// TestChainAllReduce: both ranks get the fold in device order, bit for
-// bit, whichever rank comes first, however the devices split, with
+// TestChainAllReduce: every rank gets the fold in device order, bit for
+// bit, on 2, 3 and 4 ranks in any order, however the devices split, with
 // vectors of one piece, several, and more than a slot.
 func TestChainAllReduce(t *testing.T) {
-	w := newWorld(t, 2, MinSlotBytes)
 	seq := uint64(0)
-	for _, count := range []int{1, 3, 1000, 100_003} {
-		for _, m := range []int{2, 5, 8} {
-			vs := chainVectors(m, count)
+	for _, tc := range []struct {
+		order []int
+		m     int
+		split []int // nil: every split of m devices on 2 ranks
+	}{
+		{[]int{0, 1}, 2, nil},
+		{[]int{1, 0}, 5, nil},
+		{[]int{0, 1}, 8, nil},
+		{[]int{2, 0, 1}, 5, []int{0, 1, 4, 5}},
+		{[]int{0, 1, 2, 3}, 8, []int{0, 2, 4, 6, 8}},
+		{[]int{3, 1, 0, 2}, 6, []int{0, 1, 2, 3, 6}},
+	} {
+		w := newWorld(t, len(tc.order), MinSlotBytes)
+		splits := [][]int{tc.split}
+		if tc.split == nil {
+			splits = nil
+			for k := 1; k < tc.m; k++ {
+				splits = append(splits, []int{0, k, tc.m})
+			}
+		}
+		for _, count := range []int{1, 3, 1000, 100_003} {
+			vs := chainVectors(tc.m, count)
 			for _, op := range []kernel.RedOp{kernel.Sum, kernel.Avg} {
 				want := refFold(vs, kernel.Float32, op)
-				for k := 1; k < m; k++ {
-					for first := range 2 {
-						seq++
-						recv, errs := runChain(t, w, seq, vs, k, first, op)
-						for r := range 2 {
-							if errs[r] != nil {
-								t.Fatalf("count %d, %d devices, %d first on rank %d: rank %d: %v", count, m, k, first, r, errs[r])
-							}
-							if !bytes.Equal(recv[r], want) {
-								t.Errorf("count %d, %d devices, %v, %d first on rank %d: rank %d's result is not the fold in device order", count, m, op, k, first, r)
-							}
+				for _, split := range splits {
+					seq++
+					recv, errs := runChain(w, seq, vs, tc.order, split, op)
+					for r := range recv {
+						if errs[r] != nil {
+							t.Fatalf("order %v, split %v, count %d: rank %d: %v", tc.order, split, count, r, errs[r])
+						}
+						if !bytes.Equal(recv[r], want) {
+							t.Errorf("order %v, split %v, count %d, %v: rank %d's result is not the fold in device order", tc.order, split, count, op, r)
 						}
 					}
 				}
@@ -86,28 +103,30 @@ func TestChainAllReduceBadInput(t *testing.T) {
 	a := w.arenas[0]
 	ctx := context.Background()
 	for name, err := range map[string]error{
-		"first out of range": a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), 2, kernel.Float32, kernel.Sum, 1),
-		"short input":        a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 2, make([]byte, 8), 0, kernel.Float32, kernel.Sum, 1),
-		"no device":          a.ChainAllReduce(ctx, Call{}, nil, 0, make([]byte, 8), 0, kernel.Float32, kernel.Sum, 1),
-		"partial element":    a.ChainAllReduce(ctx, Call{}, make([]byte, 6), 1, make([]byte, 6), 0, kernel.Float32, kernel.Sum, 1),
-		"bad op":             a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), 0, kernel.Float32, kernel.Band, 1),
-		"zero divisor":       a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), 0, kernel.Float32, kernel.Avg, 0),
+		"rank out of range": a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), []int{0, 2}, kernel.Float32, kernel.Sum, 1),
+		"rank twice":        a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), []int{1, 1}, kernel.Float32, kernel.Sum, 1),
+		"rank missing":      a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), []int{0}, kernel.Float32, kernel.Sum, 1),
+		"short input":       a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 2, make([]byte, 8), []int{0, 1}, kernel.Float32, kernel.Sum, 1),
+		"no device":         a.ChainAllReduce(ctx, Call{}, nil, 0, make([]byte, 8), []int{0, 1}, kernel.Float32, kernel.Sum, 1),
+		"partial element":   a.ChainAllReduce(ctx, Call{}, make([]byte, 6), 1, make([]byte, 6), []int{0, 1}, kernel.Float32, kernel.Sum, 1),
+		"bad op":            a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), []int{0, 1}, kernel.Float32, kernel.Band, 1),
+		"zero divisor":      a.ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), []int{0, 1}, kernel.Float32, kernel.Avg, 0),
 	} {
 		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
 	buf := make([]byte, 16)
-	if err := a.ChainAllReduce(ctx, Call{}, buf, 1, buf, 0, kernel.Float32, kernel.Sum, 1); !errors.Is(err, ErrInvalid) {
+	if err := a.ChainAllReduce(ctx, Call{}, buf, 1, buf, []int{0, 1}, kernel.Float32, kernel.Sum, 1); !errors.Is(err, ErrInvalid) {
 		t.Errorf("recv overlapping the input: %v, want ErrInvalid", err)
 	}
-	three := newWorld(t, 3, 0)
-	if err := three.arenas[0].ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), 0, kernel.Float32, kernel.Sum, 1); !errors.Is(err, ErrInvalid) {
-		t.Errorf("3 ranks: %v, want ErrInvalid", err)
+	one := newWorld(t, 1, 0)
+	if err := one.arenas[0].ChainAllReduce(ctx, Call{}, make([]byte, 8), 1, make([]byte, 8), []int{0}, kernel.Float32, kernel.Sum, 1); !errors.Is(err, ErrInvalid) {
+		t.Errorf("1 rank: %v, want ErrInvalid", err)
 	}
 }
 
-// Ranks that disagree on which comes first fail, both, instead of each
+// Ranks that disagree on the order fail, all of them, instead of each
 // folding its own chain.
 func TestChainAllReduceDisagree(t *testing.T) {
 	w := newWorld(t, 2, 0)
@@ -115,7 +134,7 @@ func TestChainAllReduceDisagree(t *testing.T) {
 	errs := w.run(func(r int, a *Arena) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		return a.ChainAllReduce(ctx, Call{Seq: 1}, bytes.Join(vs[:2], nil), 2, make([]byte, 4000), r, kernel.Float32, kernel.Sum, 1)
+		return a.ChainAllReduce(ctx, Call{Seq: 1}, bytes.Join(vs[:2], nil), 2, make([]byte, 4000), []int{r, 1 - r}, kernel.Float32, kernel.Sum, 1)
 	})
 	for r, err := range errs {
 		if !errors.Is(err, transport.ErrMismatch) {
@@ -138,7 +157,7 @@ func TestChainAllReducePeerAborts(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		return a.ChainAllReduce(ctx, Call{Seq: 1}, bytes.Join(vs[:2], nil), 2, make([]byte, 400_000), 0, kernel.Float32, kernel.Sum, 1)
+		return a.ChainAllReduce(ctx, Call{Seq: 1}, bytes.Join(vs[:2], nil), 2, make([]byte, 400_000), []int{0, 1}, kernel.Float32, kernel.Sum, 1)
 	})
 	if errs[0] == nil || !errors.Is(errs[0], transport.ErrRemoteAbort) {
 		t.Errorf("rank 0: %v, want the peer's abort", errs[0])

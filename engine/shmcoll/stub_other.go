@@ -42,7 +42,7 @@ func (a *Arena) FitsAllToAllv() bool { return false }
 func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.Block, recv []byte, rb []sched.Block) error {
 	return errUnsupported
 }
-func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int, recv []byte, first int, dt kernel.DataType, op kernel.RedOp, div int) error {
+func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int, recv []byte, order []int, dt kernel.DataType, op kernel.RedOp, div int) error {
 	return errUnsupported
 }
 func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error {
