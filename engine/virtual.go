@@ -14,7 +14,7 @@ var virtualChain = algorithm{coll: sched.AllReduce, name: "virtual-chain",
 	e: &choose.Entry{Coll: sched.AllReduce, Name: "virtual-chain", Build: sched.VirtualAllReduce}}
 
 // virtualShm is the virtual allreduce through the shared-memory arena:
-// two ranks on one host whose devices form two runs in device order.
+// ranks on one host whose devices form one run each (arenaChain).
 var virtualShm = algorithm{coll: sched.AllReduce, name: "virtual-shm",
 	e: &choose.Entry{Coll: sched.AllReduce, Name: "virtual-shm"}}
 
@@ -31,8 +31,8 @@ var virtualShm = algorithm{coll: sched.AllReduce, name: "virtual-shm",
 // and the partial sums travel the chain of devices in order, so a rank's
 // devices cost it one vector's traffic however many they are. When more
 // than two ranks are all on this host the chain stops at its last rank and
-// the result goes out through the shared-memory broadcast; two ranks on
-// one host whose devices form two runs pass the partial sums through the
+// the result goes out through the shared-memory broadcast; ranks on one
+// host whose devices form one run each pass the partial sums through the
 // arena's slots instead (shmcoll.ChainAllReduce). send views of one array
 // laid out back to back in device order are used in place; otherwise they
 // are copied together first.
