@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"math/rand"
 	"strings"
 	"sync"
@@ -462,7 +463,7 @@ func TestAggregateTreeLateRankAborts(t *testing.T) {
 	decided := make(chan struct{})
 	var once sync.Once
 	w.Hook = func(from, to int, h transport.Header) error {
-		if from == 0 && h.Step&tagDown != 0 {
+		if from == 0 && h.Step&exec.TagDown != 0 {
 			once.Do(func() { close(decided) })
 		}
 		return nil

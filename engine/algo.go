@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 
 	"github.com/gocoll/gocoll/engine/internal/choose"
 	"github.com/gocoll/gocoll/engine/sched"
@@ -104,10 +105,10 @@ func (x *execCtx) schedule(a *algorithm, p sched.Params, work, in []byte, dt Dat
 // result in [keepLo, keepHi) (past that, bytes of Work the schedule never
 // wrote are undefined).
 func (x *execCtx) scheduleFrom(a *algorithm, p sched.Params, work, src []byte, keepLo, keepHi int, dt DataType, op RedOp) error {
-	return x.runPlan(a, p, work, nil, dt, op, newLazyWork(src, keepLo, keepHi))
+	return x.runPlan(a, p, work, nil, dt, op, exec.NewLazyWork(src, keepLo, keepHi))
 }
 
-func (x *execCtx) runPlan(a *algorithm, p sched.Params, work, in []byte, dt DataType, op RedOp, lw *lazyWork) error {
+func (x *execCtx) runPlan(a *algorithm, p sched.Params, work, in []byte, dt DataType, op RedOp, lw *exec.LazyWork) error {
 	pl, err := x.c.plans.Get(a.e, p, x.c.rank)
 	if err != nil {
 		return err
@@ -117,37 +118,37 @@ func (x *execCtx) runPlan(a *algorithm, p sched.Params, work, in []byte, dt Data
 		// Count elements each. (No reduction runs under it, so no Work
 		// copy is left to make lazily; should one, it is made here.)
 		if lw != nil {
-			lw.fill(work, 0, len(work))
+			lw.Fill(work, 0, len(work))
 		}
 		bs := p.Count * p.ElemSize
-		lay := &blockLayout{send: in, recv: work, in: make([]span, p.N), work: make([]span, p.N)}
+		lay := &exec.Layout{Send: in, Recv: work, In: make([]exec.Span, p.N), Work: make([]exec.Span, p.N)}
 		for i := range p.N {
-			lay.in[i] = span{off: i * bs, n: bs, runs: 1}
-			lay.work[i] = lay.in[i]
+			lay.In[i] = exec.Span{Off: i * bs, N: bs, Runs: 1}
+			lay.Work[i] = lay.In[i]
 		}
-		return x.runTree(p, lay)
+		return exec.RunTree(x, p, lay)
 	}
 	var bufs [sched.NumBufs][]byte
 	bufs[sched.Work], bufs[sched.In] = work, in
-	return x.runSchedule(pl.S, pl.Ops, bufs, dt, op, lw)
+	return exec.Run(x, pl.S, pl.Ops, bufs, dt, op, lw)
 }
 
 // scheduleBlocks runs a's schedule for an alltoallv or alltoallw over the
 // call's layout: in block mode, under the control tree, or (alltoallv's
 // pairwise exchange, built from p's layouts) over the bytes of the two
 // buffers.
-func (x *execCtx) scheduleBlocks(a *algorithm, p sched.Params, lay *blockLayout) error {
+func (x *execCtx) scheduleBlocks(a *algorithm, p sched.Params, lay *exec.Layout) error {
 	pl, err := x.c.plans.Get(a.e, p, x.c.rank)
 	if err != nil {
 		return err
 	}
 	switch {
 	case pl.S.Tree != nil:
-		return x.runTree(p, lay)
+		return exec.RunTree(x, p, lay)
 	case pl.S.Blocks:
-		return x.runBlocks(pl.S, pl.Ops, lay)
+		return exec.RunBlocks(x, pl.S, pl.Ops, lay)
 	}
 	var bufs [sched.NumBufs][]byte
-	bufs[sched.Work], bufs[sched.In] = lay.recv, lay.send
-	return x.runSchedule(pl.S, pl.Ops, bufs, Uint8, 0, nil)
+	bufs[sched.Work], bufs[sched.In] = lay.Recv, lay.Send
+	return exec.Run(x, pl.S, pl.Ops, bufs, Uint8, 0, nil)
 }

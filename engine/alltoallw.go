@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"slices"
 
 	"github.com/gocoll/gocoll/engine/sched"
@@ -58,22 +59,22 @@ func (c *Comm) allToAllwReq(r *Request, send []byte, sdispls []int, sendtypes []
 		return invalidArg("alltoallw needs %d displacements and types per side, got %d and %d to send, %d and %d to receive",
 			n, len(sdispls), len(sendtypes), len(rdispls), len(recvtypes))
 	}
-	lay := &blockLayout{send: send, recv: recv, in: make([]span, n), work: make([]span, n)}
+	lay := &exec.Layout{Send: send, Recv: recv, In: make([]exec.Span, n), Work: make([]exec.Span, n)}
 	sent := 0
 	for i := range n {
 		var err error
-		if lay.in[i], err = spanOf("send", i, send, sdispls[i], sendtypes[i]); err != nil {
+		if lay.In[i], err = spanOf("send", i, send, sdispls[i], sendtypes[i]); err != nil {
 			return err
 		}
-		if lay.work[i], err = spanOf("recv", i, recv, rdispls[i], recvtypes[i]); err != nil {
+		if lay.Work[i], err = spanOf("recv", i, recv, rdispls[i], recvtypes[i]); err != nil {
 			return err
 		}
-		sent += lay.in[i].size()
+		sent += lay.In[i].Size()
 	}
-	if lay.in[c.rank].size() != lay.work[c.rank].size() {
-		return invalidArg("alltoallw: block sizes differ: rank %d sends itself %d bytes but expects %d", c.rank, lay.in[c.rank].size(), lay.work[c.rank].size())
+	if lay.In[c.rank].Size() != lay.Work[c.rank].Size() {
+		return invalidArg("alltoallw: block sizes differ: rank %d sends itself %d bytes but expects %d", c.rank, lay.In[c.rank].Size(), lay.Work[c.rank].Size())
 	}
-	if err := checkRuns(send, lay.in, recv, lay.work); err != nil {
+	if err := checkRuns(send, lay.In, recv, lay.Work); err != nil {
 		return err
 	}
 	r.args = args{send: send, recv: recv, dt: noType, root: -1, n: sent, lay: lay}
@@ -86,18 +87,18 @@ func schedAllToAllw(x *execCtx, k args) error {
 }
 
 // spanOf checks block i of one side and returns where it lies in buf.
-func spanOf(side string, i int, buf []byte, disp int, t BlockType) (span, error) {
+func spanOf(side string, i int, buf []byte, disp int, t BlockType) (exec.Span, error) {
 	if !t.Type.Valid() {
-		return span{}, invalidArg("alltoallw %s type %d: unknown datatype %d", side, i, int32(t.Type))
+		return exec.Span{}, invalidArg("alltoallw %s type %d: unknown datatype %d", side, i, int32(t.Type))
 	}
 	if disp < 0 || t.Count < 0 || t.BlockLen < 0 || t.Stride < 0 {
-		return span{}, invalidArg("alltoallw %s block %d: negative displacement, count, block length or stride (%d, %+v)", side, i, disp, t)
+		return exec.Span{}, invalidArg("alltoallw %s block %d: negative displacement, count, block length or stride (%d, %+v)", side, i, disp, t)
 	}
 	if t.Count == 0 || t.BlockLen == 0 {
-		return span{off: min(disp, len(buf))}, nil
+		return exec.Span{Off: min(disp, len(buf))}, nil
 	}
 	if t.Count > 1 && t.Stride < t.BlockLen {
-		return span{}, invalidArg("alltoallw %s block %d: stride %d is shorter than the block length %d: its runs overlap", side, i, t.Stride, t.BlockLen)
+		return exec.Span{}, invalidArg("alltoallw %s block %d: stride %d is shorter than the block length %d: its runs overlap", side, i, t.Stride, t.BlockLen)
 	}
 	es := t.Type.Size()
 	// In elements, without overflowing: (Count-1)·Stride + BlockLen must
@@ -107,27 +108,27 @@ func spanOf(side string, i int, buf []byte, disp int, t BlockType) (span, error)
 		room = (len(buf) - disp) / es
 	}
 	if t.BlockLen > room || t.Count > 1 && (t.Count-1) > (room-t.BlockLen)/t.Stride {
-		return span{}, invalidArg("alltoallw %s block %d (%+v at byte %d) ends past the buffer (%d bytes)", side, i, t, disp, len(buf))
+		return exec.Span{}, invalidArg("alltoallw %s block %d (%+v at byte %d) ends past the buffer (%d bytes)", side, i, t, disp, len(buf))
 	}
-	return span{off: disp, n: t.BlockLen * es, runs: t.Count, stride: t.Stride * es}, nil
+	return exec.Span{Off: disp, N: t.BlockLen * es, Runs: t.Count, Stride: t.Stride * es}, nil
 }
 
 // checkRuns refuses receive blocks that overlap each other or a send
 // block, run by run (strided blocks may interleave without touching).
-func checkRuns(send []byte, in []span, recv []byte, work []span) error {
+func checkRuns(send []byte, in []exec.Span, recv []byte, work []exec.Span) error {
 	type run struct {
 		lo, hi uintptr
 		block  int
 		recv   bool
 	}
 	var runs []run
-	add := func(buf []byte, spans []span, isRecv bool) {
+	add := func(buf []byte, spans []exec.Span, isRecv bool) {
 		base := addr(buf)
 		for b, sp := range spans {
-			for k := range sp.runs {
-				if sp.n > 0 {
-					lo := base + uintptr(sp.off+k*sp.stride)
-					runs = append(runs, run{lo, lo + uintptr(sp.n), b, isRecv})
+			for k := range sp.Runs {
+				if sp.N > 0 {
+					lo := base + uintptr(sp.Off+k*sp.Stride)
+					runs = append(runs, run{lo, lo + uintptr(sp.N), b, isRecv})
 				}
 			}
 		}

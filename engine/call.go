@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"log/slog"
 
 	"github.com/gocoll/gocoll/engine/kernel"
@@ -28,7 +29,7 @@ type args struct {
 	n          int // bytes the choice, the flight recorder and logs see
 	block      int // bytes per rank's block, where blocks apply
 	inPlace    bool
-	lay        *blockLayout // the v and w all-to-alls' blocks
+	lay        *exec.Layout // the v and w all-to-alls' blocks
 }
 
 // runFunc runs a checked call on this rank.
@@ -119,7 +120,7 @@ func (x *execCtx) alone(k *args) error {
 			copy(k.recv, k.send[k.block*c.rank:k.block*(c.rank+1)])
 		}
 	case sched.AllToAllv:
-		s, r := k.lay.sendBlocks[c.rank], k.lay.recvBlocks[c.rank]
+		s, r := k.lay.SendBlocks[c.rank], k.lay.RecvBlocks[c.rank]
 		copy(k.recv[r.Off:r.Off+r.Len], k.send[s.Off:s.Off+s.Len])
 	case sched.AllToAllw:
 		// Its schedule copies a rank's own block, strided or not.

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"errors"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"slices"
 	"unsafe"
 
@@ -218,7 +219,7 @@ func schedReduce(x *execCtx, k args) error {
 	// scratch elsewhere (the user's send buffer is read-only).
 	acc, keep := k.recv, k.n
 	if c.rank != k.root {
-		acc, keep = x.scratchBuf(1, k.n), 0
+		acc, keep = x.Buf(1, k.n), 0
 	}
 	p := c.params(sched.Reduce, k.dt, k.count, k.op, k.root)
 	if k.inPlace {
@@ -369,7 +370,7 @@ func schedReduceScatter(x *execCtx, k args) error {
 	c := x.c
 	// Work on scratch that starts as a copy of send (made only where the
 	// schedule needs it): the user's send buffer is read-only.
-	work := x.scratchBuf(1, len(k.send))
+	work := x.Buf(1, len(k.send))
 	lo, hi := k.block*c.rank, k.block*(c.rank+1)
 	if err := x.scheduleFrom(k.a, c.params(sched.ReduceScatter, k.dt, k.count, k.op, -1), work, k.send, lo, hi, k.dt, k.op); err != nil {
 		return err
@@ -425,7 +426,7 @@ func shmAllToAll(x *execCtx, k args) error {
 func schedAllToAll(x *execCtx, k args) error {
 	src := k.send
 	if k.inPlace {
-		src = x.scratchBuf(1, k.n)
+		src = x.Buf(1, k.n)
 		copy(src, k.send)
 	}
 	return x.schedule(k.a, x.c.params(sched.AllToAll, k.dt, k.count, 0, -1), k.recv, src, k.dt, 0)
@@ -484,25 +485,25 @@ func (c *Comm) allToAllvReq(r *Request, send []byte, sendcounts, sdispls []int, 
 	for i := range sl {
 		sent += sl[i].Len
 	}
-	lay := &blockLayout{send: send, recv: recv, sendBlocks: sl, recvBlocks: rl}
+	lay := &exec.Layout{Send: send, Recv: recv, SendBlocks: sl, RecvBlocks: rl}
 	r.args = args{send: send, recv: recv, dt: dt, root: -1, n: sent, lay: lay}
 	return c.call(r, sched.AllToAllv)
 }
 
 func shmAllToAllv(x *execCtx, k args) error {
-	return x.shm(countsPeer(x.c.arena.AllToAllv(x.light(), x.call(), k.send, k.lay.sendBlocks, k.recv, k.lay.recvBlocks)))
+	return x.shm(countsPeer(x.c.arena.AllToAllv(x.light(), x.call(), k.send, k.lay.SendBlocks, k.recv, k.lay.RecvBlocks)))
 }
 
 func schedAllToAllv(x *execCtx, k args) error {
 	c, lay := x.c, k.lay
 	p := c.params(sched.AllToAllv, k.dt, 0, 0, -1)
-	p.SendBlocks, p.RecvBlocks, p.Mine = lay.sendBlocks, lay.recvBlocks, c.rank
-	lay.in, lay.work = make([]span, c.size), make([]span, c.size)
-	for i, b := range lay.sendBlocks {
-		lay.in[i] = span{off: b.Off, n: b.Len, runs: 1}
+	p.SendBlocks, p.RecvBlocks, p.Mine = lay.SendBlocks, lay.RecvBlocks, c.rank
+	lay.In, lay.Work = make([]exec.Span, c.size), make([]exec.Span, c.size)
+	for i, b := range lay.SendBlocks {
+		lay.In[i] = exec.Span{Off: b.Off, N: b.Len, Runs: 1}
 	}
-	for i, b := range lay.recvBlocks {
-		lay.work[i] = span{off: b.Off, n: b.Len, runs: 1}
+	for i, b := range lay.RecvBlocks {
+		lay.Work[i] = exec.Span{Off: b.Off, N: b.Len, Runs: 1}
 	}
 	return x.scheduleBlocks(k.a, p, lay)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"log/slog"
 	"math"
 	"sync"
@@ -64,8 +65,7 @@ type Comm struct {
 	anyNext atomic.Int64 // where a receive from any source starts looking (p2p.go)
 	scratch [4][]byte
 	plans   choose.Plans // schedules built so far
-	poolMu  sync.Mutex   // scratch for concurrent receives of one schedule
-	pool    [][]byte
+	pool    exec.Pool    // scratch for concurrent receives of one schedule
 
 	p2pWG    sync.WaitGroup
 	p2pChain map[p2pKey]chan struct{} // done channel of each chain's last p2p op (worker only)
@@ -389,7 +389,7 @@ func (c *Comm) newReq(r *Request, coll sched.Coll, a *algorithm, dt DataType, by
 }
 
 // noType stands for the datatype of a call that has none (barrier).
-const noType = DataType(-1)
+const noType = exec.NoType
 
 // usable says why no operation may be issued now, if so. Called with mu held.
 func (c *Comm) usable(op string) error {
@@ -547,9 +547,6 @@ type execCtx struct {
 	lctx lightCtx // light's
 }
 
-func (x *execCtx) rank() int { return x.c.rank }
-func (x *execCtx) size() int { return x.c.size }
-
 func (x *execCtx) header(step int, n int) transport.Header {
 	return transport.Header{Kind: transport.KindData, Seq: x.seq, Sig: x.sig, Step: uint32(step), Len: uint64(n)}
 }
@@ -599,13 +596,34 @@ func (l lightCtx) Err() error {
 	return nil
 }
 
-func (x *execCtx) send(peer, step int, data []byte) error {
+// The executor's link (exec.Link): the operation's messages over the
+// communicator's transport, with its deadline, flight record and errors.
+
+func (x *execCtx) Rank() int { return x.c.rank }
+func (x *execCtx) Size() int { return x.c.size }
+
+func (x *execCtx) Send(peer, step int, data []byte) error {
 	return x.sendHeader(peer, x.header(step, len(data)), data)
 }
 
-func (x *execCtx) recv(peer, step int, buf []byte) error {
+func (x *execCtx) Recv(peer, step int, buf []byte) error {
 	return x.recvHeader(peer, x.header(step, len(buf)), buf)
 }
+
+func (x *execCtx) CheckStep(peer, step int, h transport.Header) error {
+	return wrapPeer(peer, transport.Check(peer, x.header(step, int(h.Len)), h), x.c.opts.Timeout)
+}
+
+func (x *execCtx) PeerError(peer int, err error) error { return &peerError{peer: peer, err: err} }
+
+// Stop cancels the operation's context (made first if no call has).
+func (x *execCtx) Stop() {
+	x.context()
+	x.cancel()
+}
+
+func (x *execCtx) Locked() bool     { return x.locked }
+func (x *execCtx) Pool() *exec.Pool { return &x.c.pool }
 
 func (x *execCtx) sendHeader(peer int, h transport.Header, data []byte) error {
 	x.waitingFor(peer)
@@ -617,16 +635,16 @@ func (x *execCtx) recvHeader(peer int, want transport.Header, buf []byte) error 
 	return wrapPeer(peer, x.c.tr.Recv(x.context(), peer, want, buf), x.c.opts.Timeout)
 }
 
-// recvVar receives the next message of this collective from peer, whatever
+// RecvVar receives the next message of this collective from peer, whatever
 // its step and length, into a buffer of the communicator's pool (block
 // mode and the control tree; the caller gives it back).
-func (x *execCtx) recvVar(peer int) (transport.Header, []byte, error) {
+func (x *execCtx) RecvVar(peer int) (transport.Header, []byte, error) {
 	v, ok := x.c.tr.(transport.VarReceiver)
 	if !ok {
 		return transport.Header{}, nil, fmt.Errorf("%w: this transport cannot receive messages of unknown length", ErrInvalidUsage)
 	}
 	x.waitingFor(peer)
-	h, buf, err := v.RecvVar(x.context(), peer, x.header(0, 0), func(n int) ([]byte, error) { return x.c.getScratch(n), nil })
+	h, buf, err := v.RecvVar(x.context(), peer, x.header(0, 0), func(n int) ([]byte, error) { return x.c.pool.Get(n), nil })
 	return h, buf, wrapPeer(peer, err, x.c.opts.Timeout)
 }
 
@@ -644,23 +662,10 @@ func (x *execCtx) shm(err error) error {
 	return err
 }
 
-// pending is a transport call running on its own goroutine.
-type pending chan error
-
-func (p pending) wait() error { return <-p }
-
-// goRecv starts a receive so the caller can compute meanwhile (pipelining:
-// reduce one segment while the next arrives).
-func (x *execCtx) goRecv(peer, step int, buf []byte) pending {
-	p := make(pending, 1)
-	go func() { p <- x.recv(peer, step, buf) }()
-	return p
-}
-
-// scratchBuf returns buffer i (0..3) of n bytes, owned by the worker
-// goroutine and reused between operations so that steady-state collectives
-// allocate nothing.
-func (x *execCtx) scratchBuf(i, n int) []byte {
+// Buf returns buffer i (0..3) of n bytes, owned by the worker goroutine
+// and reused between operations so that steady-state collectives allocate
+// nothing.
+func (x *execCtx) Buf(i, n int) []byte {
 	if cap(x.c.scratch[i]) < n {
 		x.c.scratch[i] = make([]byte, n)
 	}

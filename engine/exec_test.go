@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ func runProgram(comms []*Comm, s *sched.Schedule, work [][]byte) []error {
 		var r Request
 		return c.run(&r, c.newReq(&r, sched.Barrier, &algorithm{name: "program"}, Uint8, len(bufs[sched.Work]), func(x *execCtx) error {
 			x.sig = 42
-			return x.runSchedule(s, ops, bufs, Uint8, Sum, nil)
+			return exec.Run(x, s, ops, bufs, Uint8, Sum, nil)
 		}))
 	})
 }

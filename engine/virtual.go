@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"hash/fnv"
 	"strconv"
 
@@ -135,20 +136,20 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 		}
 		src := in
 		if src == nil {
-			src = c.getScratch(local * n)
-			defer c.putScratch(src)
+			src = c.pool.Get(local * n)
+			defer c.pool.Put(src)
 			for k, s := range send {
 				copy(src[k*n:], s[:n])
 			}
 		}
 		work := recv
 		if overlaps {
-			work = c.getScratch(n)
-			defer c.putScratch(work)
+			work = c.pool.Get(n)
+			defer c.pool.Put(work)
 		}
 		var bufs [sched.NumBufs][]byte
 		bufs[sched.Work], bufs[sched.In] = work, src
-		if err := x.runSchedule(pl.S, pl.Ops, bufs, dt, op, nil); err != nil {
+		if err := exec.Run(x, pl.S, pl.Ops, bufs, dt, op, nil); err != nil {
 			return err
 		}
 		if shmBcast {
@@ -169,16 +170,16 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 func (c *Comm) virtualShmRun(x *execCtx, send [][]byte, in, recv []byte, copies [][]byte, overlaps bool, dt DataType, op RedOp, m int, order []int) error {
 	n := len(recv)
 	if in == nil {
-		in = c.getScratch(len(send) * n)[:len(send)*n]
-		defer c.putScratch(in)
+		in = c.pool.Get(len(send) * n)[:len(send)*n]
+		defer c.pool.Put(in)
 		for k, s := range send {
 			copy(in[k*n:], s[:n])
 		}
 	}
 	work := recv
 	if overlaps {
-		work = c.getScratch(n)[:n]
-		defer c.putScratch(work)
+		work = c.pool.Get(n)[:n]
+		defer c.pool.Put(work)
 	}
 	div := 1
 	if op == Avg {
@@ -334,20 +335,20 @@ func (c *Comm) vreq(r *Request, v vcall) error {
 		}
 		src := in
 		if src == nil && len(v.send) > 0 {
-			src = c.getScratch(len(v.send) * v.sendN)[:len(v.send)*v.sendN]
-			defer c.putScratch(src)
+			src = c.pool.Get(len(v.send) * v.sendN)[:len(v.send)*v.sendN]
+			defer c.pool.Put(src)
 			for k, s := range v.send {
 				copy(src[k*v.sendN:], s[:v.sendN])
 			}
 		}
 		w := v.work
 		if w == nil {
-			w = c.getScratch(v.workN)[:v.workN]
-			defer c.putScratch(w)
+			w = c.pool.Get(v.workN)[:v.workN]
+			defer c.pool.Put(w)
 		}
 		var bufs [sched.NumBufs][]byte
 		bufs[sched.Work], bufs[sched.In] = w[:v.workN], src
-		if err := x.runSchedule(pl.S, pl.Ops, bufs, v.dt, v.op, nil); err != nil {
+		if err := exec.Run(x, pl.S, pl.Ops, bufs, v.dt, v.op, nil); err != nil {
 			return err
 		}
 		v.finish(w[:v.workN])

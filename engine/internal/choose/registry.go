@@ -158,7 +158,7 @@ var registry = numbered([]Entry{
 	// never clearly ahead of the leader form or Bruck, so by name only.
 	schedule(sched.AllToAll, "aggregate", sched.AggregateAllToAll, always, never),
 	// The same under its control tree, which pairs sub-groups
-	// as their ranks arrive (engine/tree.go): by name only.
+	// as their ranks arrive (engine/internal/exec/tree.go): by name only.
 	schedule(sched.AllToAll, "aggregate-tree", sched.AggregateTreeAllToAll, always, never),
 
 	// Through the arena's slots, a column per rank, its owner's block sizes

@@ -1,4 +1,4 @@
-package engine
+package exec
 
 import (
 	"encoding/binary"
@@ -23,8 +23,8 @@ import (
 
 // Control messages' tags stay clear of the data's (3 per sub-matrix).
 const (
-	tagUp   = 1 << 31 // | index of the registration message on its edge
-	tagDown = 1 << 30 // | index of the decision message on its edge
+	TagUp   = 1 << 31 // | index of the registration message on its edge
+	TagDown = 1 << 30 // | index of the decision message on its edge
 )
 
 // mailbox takes one peer's messages of a matched run in whatever order
@@ -89,7 +89,7 @@ func (r *runner) readMail(peer int) {
 			return
 		}
 		mb.mu.Unlock()
-		h, msg, err := r.x.recvVar(peer)
+		h, msg, err := r.l.RecvVar(peer)
 		if err != nil {
 			r.fail(err)
 			mb.mu.Lock()
@@ -102,7 +102,7 @@ func (r *runner) readMail(peer int) {
 		if _, dup := mb.msgs[h.Step]; dup {
 			mb.reading = false
 			mb.mu.Unlock()
-			r.fail(&peerError{peer: peer, err: fmt.Errorf("%w: rank %d sent two messages with step %d", transport.ErrProtocol, peer, h.Step)})
+			r.fail(r.l.PeerError(peer, fmt.Errorf("%w: rank %d sent two messages with step %d", transport.ErrProtocol, peer, h.Step)))
 			return
 		}
 		mb.msgs[h.Step] = msg
@@ -116,16 +116,16 @@ func (r *runner) readMail(peer int) {
 // runTree runs the aggregated all-to-all for p's ranks and sub-groups
 // under the control tree, over the call's layout (in block mode, whatever
 // the collective).
-func (x *execCtx) runTree(p sched.Params, lay *blockLayout) error {
+func RunTree(l Link, p sched.Params, lay *Layout) error {
 	p.ElemSize, p.Count = 1, 1
 	tree, err := sched.NewTree(p)
 	if err != nil {
 		return fmt.Errorf("gocoll: %s control tree for %d ranks: %w", p.Coll, p.N, err)
 	}
-	n, me := x.size(), x.rank()
-	r := x.newRunner(noType, 0)
+	n, me := l.Size(), l.Rank()
+	r := newRunner(l, NoType, 0)
 	r.blk = &blockState{lay: lay}
-	defer r.blk.release(x.c)
+	defer r.blk.release(l.Pool())
 	r.mail = make([]*mailbox, n)
 	for i := range r.mail {
 		r.mail[i] = &mailbox{msgs: map[uint32][]byte{}, waiting: map[uint32]chan struct{}{}}
@@ -164,7 +164,7 @@ func (x *execCtx) runTree(p sched.Params, lay *blockLayout) error {
 		ops.Epilogue(round, issue)
 	}()
 
-	err = x.control(r, tree, batches)
+	err = control(l, r, tree, batches)
 	close(batches)
 	<-issued
 	r.wg.Wait()
@@ -176,7 +176,7 @@ func (x *execCtx) runTree(p sched.Params, lay *blockLayout) error {
 	}
 	for peer, mb := range r.mail {
 		if len(mb.msgs) > 0 || mb.read != mb.posted {
-			return &peerError{peer: peer, err: fmt.Errorf("%w: %d messages from rank %d left unread", transport.ErrProtocol, len(mb.msgs), peer)}
+			return r.l.PeerError(peer, fmt.Errorf("%w: %d messages from rank %d left unread", transport.ErrProtocol, len(mb.msgs), peer))
 		}
 	}
 	return nil
@@ -191,8 +191,8 @@ type controlEvent struct {
 
 // control runs this rank's node of the tree until it has sent and
 // received every control message, handing decisions to batches.
-func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.Decision) error {
-	me := x.rank()
+func control(l Link, r *runner, tree *sched.Tree, batches chan<- []sched.Decision) error {
+	me := l.Rank()
 	node := tree.Node(me)
 	parent, children := tree.Parent(me), tree.Children(me)
 	events := make(chan controlEvent, len(children)+1)
@@ -213,21 +213,21 @@ func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.De
 		for _, c := range children {
 			if !posted[c] && node.ExpectsUp(c) {
 				posted[c] = true
-				post(c, tagUp|uint32(gotUp[c]))
+				post(c, TagUp|uint32(gotUp[c]))
 			}
 		}
 		if parent >= 0 && !posted[parent] && !node.Complete() {
 			posted[parent] = true
-			post(parent, tagDown|uint32(gotDown))
+			post(parent, TagDown|uint32(gotDown))
 		}
 	}
 	act := func(out []sched.Msg, decided []sched.Decision) error {
 		for _, m := range out {
-			tag := tagUp | uint32(sentUp)
+			tag := TagUp | uint32(sentUp)
 			if m.Up {
 				sentUp++
 			} else {
-				tag = tagDown | uint32(sentDown[m.To])
+				tag = TagDown | uint32(sentDown[m.To])
 				sentDown[m.To]++
 			}
 			if err := r.sendMsg(m.To, int(tag), encodeControl(m)); err != nil {
@@ -276,12 +276,12 @@ func (x *execCtx) control(r *runner, tree *sched.Tree, batches chan<- []sched.De
 				out, decided, err = node.Up(ev.from, ranks)
 			}
 		}
-		x.c.putScratch(ev.msg)
+		l.Pool().Put(ev.msg)
 		if err == nil {
 			err = act(out, decided)
 		}
 		if err != nil {
-			return stop(&peerError{peer: ev.from, err: err})
+			return stop(l.PeerError(ev.from, err))
 		}
 		expect()
 	}

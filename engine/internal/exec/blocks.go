@@ -1,4 +1,4 @@
-package engine
+package exec
 
 import (
 	"encoding/binary"
@@ -19,60 +19,60 @@ import (
 // Non-contiguous blocks (alltoallw's strided vectors) are packed when they
 // leave the user's buffer and unpacked when they enter it, nowhere else.
 
-// span is where a block lies in a user buffer: runs of n bytes, the first
+// Span is where a block lies in a user buffer: runs of n bytes, the first
 // at off, each stride bytes after the one before (one run: contiguous).
-type span struct{ off, n, runs, stride int }
+type Span struct{ Off, N, Runs, Stride int }
 
-func (s span) size() int { return s.n * s.runs }
+func (s Span) Size() int { return s.N * s.Runs }
 
-func (s span) contiguous() bool { return s.runs <= 1 || s.stride == s.n }
+func (s Span) contiguous() bool { return s.Runs <= 1 || s.Stride == s.N }
 
-// end is one past the last byte the span touches.
-func (s span) end() int {
-	if s.runs == 0 || s.n == 0 {
-		return s.off
+// end is one past the last byte the Span touches.
+func (s Span) end() int {
+	if s.Runs == 0 || s.N == 0 {
+		return s.Off
 	}
-	return s.off + (s.runs-1)*s.stride + s.n
+	return s.Off + (s.Runs-1)*s.Stride + s.N
 }
 
-// view is a contiguous span's bytes in buf.
-func (s span) view(buf []byte) []byte { return buf[s.off : s.off+s.size()] }
+// view is a contiguous Span's bytes in buf.
+func (s Span) view(buf []byte) []byte { return buf[s.Off : s.Off+s.Size()] }
 
-// pack copies the span's bytes out of buf into dst (size() bytes).
-func (s span) pack(dst, buf []byte) {
+// pack copies the Span's bytes out of buf into dst (Size() bytes).
+func (s Span) pack(dst, buf []byte) {
 	if s.contiguous() {
 		copy(dst, s.view(buf))
 		return
 	}
-	for i := range s.runs {
-		copy(dst[i*s.n:(i+1)*s.n], buf[s.off+i*s.stride:])
+	for i := range s.Runs {
+		copy(dst[i*s.N:(i+1)*s.N], buf[s.Off+i*s.Stride:])
 	}
 }
 
-// unpack copies src (size() bytes) into the span's place in buf.
-func (s span) unpack(buf, src []byte) {
+// unpack copies src (Size() bytes) into the Span's place in buf.
+func (s Span) unpack(buf, src []byte) {
 	if s.contiguous() {
 		copy(s.view(buf), src)
 		return
 	}
-	for i := range s.runs {
-		copy(buf[s.off+i*s.stride:s.off+i*s.stride+s.n], src[i*s.n:])
+	for i := range s.Runs {
+		copy(buf[s.Off+i*s.Stride:s.Off+i*s.Stride+s.N], src[i*s.N:])
 	}
 }
 
-// blockLayout binds a block-mode schedule to a call: block i of send is
+// Layout binds a block-mode schedule to a call: block i of send is
 // the one for rank i, block i of recv where the one from rank i goes.
-type blockLayout struct {
-	send, recv []byte
-	in, work   []span
+type Layout struct {
+	Send, Recv []byte
+	In, Work   []Span
 	// AllToAllv's blocks in bytes, for the arena and the schedule's
-	// parameters (in and work are made from them when a schedule runs).
-	sendBlocks, recvBlocks []sched.Block
+	// parameters (In and Work are made from them when a schedule runs).
+	SendBlocks, RecvBlocks []sched.Block
 }
 
 // blockState is what a block-mode run keeps besides the layout.
 type blockState struct {
-	lay *blockLayout
+	lay *Layout
 	tmp slotTable
 	mu  sync.Mutex
 	// held are buffers Tmp slots point into (received messages, packed
@@ -113,9 +113,9 @@ const metaBytes = 8
 func (r *runner) blockSize(b sched.Buf, i int) int {
 	switch b {
 	case sched.In:
-		return r.blk.lay.in[i].size()
+		return r.blk.lay.In[i].Size()
 	case sched.Work:
-		return r.blk.lay.work[i].size()
+		return r.blk.lay.Work[i].Size()
 	}
 	return len(*r.blk.tmp.at(i))
 }
@@ -124,20 +124,20 @@ func (r *runner) blockSize(b sched.Buf, i int) int {
 // user's buffer, or a packed copy of a strided block (held until the run
 // ends).
 func (r *runner) blockBytes(b sched.Buf, i int) []byte {
-	var sp span
+	var sp Span
 	var buf []byte
 	switch b {
 	case sched.In:
-		sp, buf = r.blk.lay.in[i], r.blk.lay.send
+		sp, buf = r.blk.lay.In[i], r.blk.lay.Send
 	case sched.Work:
-		sp, buf = r.blk.lay.work[i], r.blk.lay.recv
+		sp, buf = r.blk.lay.Work[i], r.blk.lay.Recv
 	default:
 		return *r.blk.tmp.at(i)
 	}
 	if sp.contiguous() {
 		return sp.view(buf)
 	}
-	out := r.x.c.getScratch(sp.size())
+	out := r.l.Pool().Get(sp.Size())
 	sp.pack(out, buf)
 	r.blk.hold(out)
 	return out
@@ -152,12 +152,12 @@ func (r *runner) putBlock(b sched.Buf, i int, data []byte) error {
 		*r.blk.tmp.at(i) = data
 		return nil
 	case sched.Work:
-		sp := r.blk.lay.work[i]
-		if len(data) != sp.size() {
-			return &peerError{peer: i, err: fmt.Errorf("%w: counts differ between ranks: rank %d sends %d bytes to rank %d, which expects %d bytes from it",
-				ErrMismatch, i, len(data), r.x.rank(), sp.size())}
+		sp := r.blk.lay.Work[i]
+		if len(data) != sp.Size() {
+			return r.l.PeerError(i, fmt.Errorf("%w: counts differ between ranks: rank %d sends %d bytes to rank %d, which expects %d bytes from it",
+				transport.ErrMismatch, i, len(data), r.l.Rank(), sp.Size()))
 		}
-		sp.unpack(r.blk.lay.recv, data)
+		sp.unpack(r.blk.lay.Recv, data)
 		return nil
 	}
 	return fmt.Errorf("gocoll: block-mode schedule writes into %s", b)
@@ -171,8 +171,8 @@ func (r *runner) sendBlocks(o *sched.Op) error {
 	for i := range k {
 		total += r.blockSize(o.Src.Buf, o.Src.Off+i)
 	}
-	msg := r.x.c.getScratch(total)
-	defer r.x.c.putScratch(msg)
+	msg := r.l.Pool().Get(total)
+	defer r.l.Pool().Put(msg)
 	at := metaBytes * k
 	for i := range k {
 		u := o.Src.Off + i
@@ -181,9 +181,9 @@ func (r *runner) sendBlocks(o *sched.Op) error {
 		if o.Src.Buf == sched.Tmp {
 			copy(msg[at:], *r.blk.tmp.at(u))
 		} else {
-			sp, buf := r.blk.lay.in[u], r.blk.lay.send
+			sp, buf := r.blk.lay.In[u], r.blk.lay.Send
 			if o.Src.Buf == sched.Work {
-				sp, buf = r.blk.lay.work[u], r.blk.lay.recv
+				sp, buf = r.blk.lay.Work[u], r.blk.lay.Recv
 			}
 			sp.pack(msg[at:at+n], buf)
 		}
@@ -201,15 +201,14 @@ func (r *runner) recvBlocks(o *sched.Op) error {
 		msg, err = r.mailRecv(o.Peer, o.Tag)
 	} else {
 		var h transport.Header
-		h, msg, err = r.x.recvVar(o.Peer)
+		h, msg, err = r.l.RecvVar(o.Peer)
 		if err == nil && h.Step != o.Tag {
-			want := r.x.header(int(o.Tag), int(h.Len))
-			err = wrapPeer(o.Peer, transport.Check(o.Peer, want, h), r.x.c.opts.Timeout)
+			err = r.l.CheckStep(o.Peer, int(o.Tag), h)
 		}
 	}
 	if err != nil {
 		if msg != nil {
-			r.x.c.putScratch(msg)
+			r.l.Pool().Put(msg)
 		}
 		return err
 	}
@@ -221,27 +220,27 @@ func (r *runner) recvBlocks(o *sched.Op) error {
 func (r *runner) deliver(dst sched.Range, peer int, msg []byte) error {
 	k := dst.Len
 	if len(msg) < metaBytes*k {
-		r.x.c.putScratch(msg)
-		return &peerError{peer: peer, err: fmt.Errorf("%w: rank %d sent %d bytes for %d blocks' sizes", transport.ErrProtocol, peer, len(msg), k)}
+		r.l.Pool().Put(msg)
+		return r.l.PeerError(peer, fmt.Errorf("%w: rank %d sent %d bytes for %d blocks' sizes", transport.ErrProtocol, peer, len(msg), k))
 	}
 	at := metaBytes * k
 	for i := range k {
 		n := binary.LittleEndian.Uint64(msg[metaBytes*i:])
 		if n > uint64(len(msg)-at) {
-			r.x.c.putScratch(msg)
-			return &peerError{peer: peer, err: fmt.Errorf("%w: rank %d sent a message whose block sizes add up to more than its %d bytes", transport.ErrProtocol, peer, len(msg))}
+			r.l.Pool().Put(msg)
+			return r.l.PeerError(peer, fmt.Errorf("%w: rank %d sent a message whose block sizes add up to more than its %d bytes", transport.ErrProtocol, peer, len(msg)))
 		}
 		at += int(n)
 	}
 	if at != len(msg) {
-		r.x.c.putScratch(msg)
-		return &peerError{peer: peer, err: fmt.Errorf("%w: rank %d sent %d bytes, its block sizes say %d", transport.ErrProtocol, peer, len(msg), at)}
+		r.l.Pool().Put(msg)
+		return r.l.PeerError(peer, fmt.Errorf("%w: rank %d sent %d bytes, its block sizes say %d", transport.ErrProtocol, peer, len(msg), at))
 	}
 	at = metaBytes * k
 	for i := range k {
 		n := int(binary.LittleEndian.Uint64(msg[metaBytes*i:]))
 		if err := r.putBlock(dst.Buf, dst.Off+i, msg[at:at+n:at+n]); err != nil {
-			r.x.c.putScratch(msg)
+			r.l.Pool().Put(msg)
 			return err
 		}
 		at += n
@@ -249,7 +248,7 @@ func (r *runner) deliver(dst sched.Range, peer int, msg []byte) error {
 	if dst.Buf == sched.Tmp {
 		r.blk.hold(msg)
 	} else {
-		r.x.c.putScratch(msg)
+		r.l.Pool().Put(msg)
 	}
 	return nil
 }
@@ -266,11 +265,11 @@ func (r *runner) copyBlocks(o *sched.Op) error {
 }
 
 // release gives the run's held buffers back to the pool.
-func (b *blockState) release(c *Comm) {
+func (b *blockState) release(p *Pool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, h := range b.held {
-		c.putScratch(h)
+		p.Put(h)
 	}
 	b.held = nil
 }

@@ -1,4 +1,4 @@
-package engine
+package exec
 
 import (
 	"fmt"
@@ -45,10 +45,10 @@ func (t *task) conflicts(rd, wr sched.Range) bool {
 }
 
 type runner struct {
-	x    *execCtx
+	l    Link
 	bufs [sched.NumBufs][]byte
-	dt   DataType
-	op   RedOp
+	dt   kernel.DataType
+	op   kernel.RedOp
 	es   int
 
 	inflight []*task
@@ -62,7 +62,7 @@ type runner struct {
 	failed chan struct{} // closed on the first failure
 
 	blk  *blockState // block mode (nil: ranges are bytes)
-	lazy *lazyWork   // Work still partly a copy not made of the send buffer
+	lazy *LazyWork   // Work still partly a copy not made of the send buffer
 	// Matched runs (the control tree) take messages by tag (mail, per
 	// peer) and send control messages besides the schedule's, so sends to
 	// one peer also take sendMu.
@@ -73,23 +73,23 @@ type runner struct {
 // runSchedule runs ops (this rank's program of s) with Work, In and Tmp
 // bound to bufs. dt and op are the call's (RecvReduce reduces with op).
 // With lw, Work starts as a copy of lw.src that is made only where an
-// operation needs it (lazyWork), and holds all of it past lw's keep range
+// operation needs it (LazyWork), and holds all of it past lw's keep range
 // only.
-func (x *execCtx) runSchedule(s *sched.Schedule, ops []sched.Op, bufs [sched.NumBufs][]byte, dt DataType, op RedOp, lw *lazyWork) error {
+func Run(l Link, s *sched.Schedule, ops []sched.Op, bufs [sched.NumBufs][]byte, dt kernel.DataType, op kernel.RedOp, lw *LazyWork) error {
 	if s.TmpLen > 0 && bufs[sched.Tmp] == nil {
-		bufs[sched.Tmp] = x.scratchBuf(2, s.TmpLen)
+		bufs[sched.Tmp] = l.Buf(2, s.TmpLen)
 	}
-	r := x.newRunner(dt, op)
+	r := newRunner(l, dt, op)
 	r.bufs = bufs
 	r.lazy = lw
 	err := r.runAll(ops)
 	if lw != nil && err == nil {
-		lw.fill(bufs[sched.Work], lw.keepLo, lw.keepHi)
+		lw.Fill(bufs[sched.Work], lw.keepLo, lw.keepHi)
 	}
 	return err
 }
 
-// lazyWork spares an out-of-place reduction the copy of its send buffer
+// LazyWork spares an out-of-place reduction the copy of its send buffer
 // into the vector it works on (Work) before the schedule starts. An
 // operation that reads bytes of Work nothing has written yet reads them
 // from src instead: a send sends src's bytes, a receive-reduce folds the
@@ -100,21 +100,21 @@ func (x *execCtx) runSchedule(s *sched.Schedule, ops []sched.Op, bufs [sched.Num
 // before reading it, so it copies nothing: the first segment goes out at
 // once instead of after the copy of the whole vector, and the copy's
 // memory traffic is saved.
-type lazyWork struct {
+type LazyWork struct {
 	src            []byte
 	keepLo, keepHi int
-	todo           []span // byte ranges (runs 1) still only in src, sorted
+	todo           []Span // byte ranges (runs 1) still only in src, sorted
 }
 
-func newLazyWork(src []byte, keepLo, keepHi int) *lazyWork {
-	return &lazyWork{src: src, keepLo: keepLo, keepHi: keepHi, todo: []span{{off: 0, n: len(src), runs: 1}}}
+func NewLazyWork(src []byte, keepLo, keepHi int) *LazyWork {
+	return &LazyWork{src: src, keepLo: keepLo, keepHi: keepHi, todo: []Span{{Off: 0, N: len(src), Runs: 1}}}
 }
 
 // unwritten says whether all of [lo, hi) (not empty) is still only in src.
-func (lw *lazyWork) unwritten(lo, hi int) bool {
+func (lw *LazyWork) unwritten(lo, hi int) bool {
 	in := 0
 	for _, t := range lw.todo {
-		if a, b := max(lo, t.off), min(hi, t.off+t.n); a < b {
+		if a, b := max(lo, t.Off), min(hi, t.Off+t.N); a < b {
 			in += b - a
 		}
 	}
@@ -122,24 +122,24 @@ func (lw *lazyWork) unwritten(lo, hi int) bool {
 }
 
 // drop records that [lo, hi) of Work is being overwritten.
-func (lw *lazyWork) drop(lo, hi int) {
+func (lw *LazyWork) drop(lo, hi int) {
 	out := lw.todo[:0:0]
 	for _, t := range lw.todo {
-		if t.off < lo {
-			out = append(out, span{off: t.off, n: min(t.n, lo-t.off), runs: 1})
+		if t.Off < lo {
+			out = append(out, Span{Off: t.Off, N: min(t.N, lo-t.Off), Runs: 1})
 		}
-		if end := t.off + t.n; end > hi {
-			a := max(t.off, hi)
-			out = append(out, span{off: a, n: end - a, runs: 1})
+		if end := t.Off + t.N; end > hi {
+			a := max(t.Off, hi)
+			out = append(out, Span{Off: a, N: end - a, Runs: 1})
 		}
 	}
 	lw.todo = out
 }
 
-// fill copies what of [lo, hi) is still only in src into work.
-func (lw *lazyWork) fill(work []byte, lo, hi int) {
+// Fill copies what of [lo, hi) is still only in src into work.
+func (lw *LazyWork) Fill(work []byte, lo, hi int) {
 	for _, t := range lw.todo {
-		if a, b := max(lo, t.off), min(hi, t.off+t.n); a < b {
+		if a, b := max(lo, t.Off), min(hi, t.Off+t.N); a < b {
 			copy(work[a:b], lw.src[a:b])
 		}
 	}
@@ -161,7 +161,7 @@ func (r *runner) source(g sched.Range) (b []byte, rd sched.Range) {
 // changes it in place).
 func (r *runner) materialize(g sched.Range) {
 	if r.lazy != nil && g.Buf == sched.Work {
-		r.lazy.fill(r.bufs[sched.Work], g.Off, g.End())
+		r.lazy.Fill(r.bufs[sched.Work], g.Off, g.End())
 	}
 }
 
@@ -174,25 +174,25 @@ func (r *runner) overwrite(g sched.Range) {
 
 // runBlocks runs ops (this rank's program of the block-mode schedule s)
 // over the call's layout.
-func (x *execCtx) runBlocks(s *sched.Schedule, ops []sched.Op, lay *blockLayout) error {
+func RunBlocks(l Link, s *sched.Schedule, ops []sched.Op, lay *Layout) error {
 	if !s.Blocks || s.Matched {
 		return fmt.Errorf("gocoll: %s schedule %q is not a plain block-mode schedule", s.Coll, s.Algo)
 	}
-	r := x.newRunner(noType, 0)
+	r := newRunner(l, NoType, 0)
 	r.blk = &blockState{lay: lay}
-	defer r.blk.release(x.c)
+	defer r.blk.release(l.Pool())
 	return r.runAll(ops)
 }
 
-func (x *execCtx) newRunner(dt DataType, op RedOp) *runner {
+func newRunner(l Link, dt kernel.DataType, op kernel.RedOp) *runner {
 	es := 1
-	if dt != noType {
+	if dt != NoType {
 		es = dt.Size()
 	}
 	return &runner{
-		x: x, dt: dt, op: op, es: es,
-		sends:  make([]*stream, x.size()),
-		recvs:  make([]*stream, x.size()),
+		l: l, dt: dt, op: op, es: es,
+		sends:  make([]*stream, l.Size()),
+		recvs:  make([]*stream, l.Size()),
 		failed: make(chan struct{}),
 	}
 }
@@ -231,8 +231,7 @@ func (r *runner) fail(err error) {
 	}
 	r.mu.Unlock()
 	if first {
-		r.x.context() // make sure there is a context to cancel
-		r.x.cancel()
+		r.l.Stop()
 	}
 }
 
@@ -323,7 +322,7 @@ func (r *runner) enqueue(sp **stream, rd, wr sched.Range, deps []*task, fn func(
 // stream runs on the idle P anyway (through the C ABI the kick made a
 // 2-rank 4 KiB ring allreduce over the shared-memory rings slower).
 func (r *runner) kick(deps []*task) {
-	if r.kicked || len(deps) > 0 || r.x.locked {
+	if r.kicked || len(deps) > 0 || r.l.Locked() {
 		return
 	}
 	r.kicked = true
@@ -375,7 +374,7 @@ func (r *runner) issue(o *sched.Op) {
 		deps := r.deps(sched.Range{}, o.Dst)
 		dst := r.slice(o.Dst)
 		r.overwrite(o.Dst)
-		r.enqueue(&r.recvs[o.Peer], sched.Range{}, o.Dst, deps, func() error { return r.x.recv(o.Peer, int(o.Tag), dst) })
+		r.enqueue(&r.recvs[o.Peer], sched.Range{}, o.Dst, deps, func() error { return r.l.Recv(o.Peer, int(o.Tag), dst) })
 	case sched.RecvReduce:
 		// Receiving waits only for the previous receive from this peer;
 		// the conflicts on Dst are waited for before the first reduction.
@@ -440,7 +439,7 @@ func (r *runner) sendMsg(peer, tag int, msg []byte) error {
 		r.sendMu[peer].Lock()
 		defer r.sendMu[peer].Unlock()
 	}
-	return r.x.send(peer, tag, msg)
+	return r.l.Send(peer, tag, msg)
 }
 
 // send streams src to the peer as the op's segments, in order.
@@ -448,7 +447,7 @@ func (r *runner) send(o *sched.Op, src []byte) error {
 	ns := o.NSegs()
 	for k := 0; k < ns; k++ {
 		lo, hi := sched.Segment(k, len(src), r.es, ns)
-		if err := r.x.send(o.Peer, int(o.Tag)+k, src[lo:hi]); err != nil {
+		if err := r.l.Send(o.Peer, int(o.Tag)+k, src[lo:hi]); err != nil {
 			return err
 		}
 	}
@@ -457,21 +456,21 @@ func (r *runner) send(o *sched.Op, src []byte) error {
 
 // recvReduce receives the op's segments into two alternating scratch
 // buffers and folds each with mine (Dst's bytes, or where they still are:
-// lazyWork) into Dst while the next one is in flight (the pipelining of
+// LazyWork) into Dst while the next one is in flight (the pipelining of
 // docs/design/halving-doubling.md; see sched/hd.go).
 func (r *runner) recvReduce(o *sched.Op, mine []byte, conf []*task) error {
 	dst := r.slice(o.Dst)
 	ns := o.NSegs()
 	most := (len(dst)/r.es + ns - 1) / ns * r.es
-	bufs := [2][]byte{r.x.c.getScratch(most)}
-	defer r.x.c.putScratch(bufs[0])
+	bufs := [2][]byte{r.l.Pool().Get(most)}
+	defer r.l.Pool().Put(bufs[0])
 	if ns > 1 {
-		bufs[1] = r.x.c.getScratch(most)
-		defer r.x.c.putScratch(bufs[1])
+		bufs[1] = r.l.Pool().Get(most)
+		defer r.l.Pool().Put(bufs[1])
 	}
 	lo, hi := sched.Segment(0, len(dst), r.es, ns)
 	in := bufs[0][:hi-lo]
-	if err := r.x.recv(o.Peer, int(o.Tag), in); err != nil {
+	if err := r.l.Recv(o.Peer, int(o.Tag), in); err != nil {
 		return err
 	}
 	wait(conf)
@@ -480,7 +479,7 @@ func (r *runner) recvReduce(o *sched.Op, mine []byte, conf []*task) error {
 		var nlo, nhi int
 		if k+1 < ns {
 			nlo, nhi = sched.Segment(k+1, len(dst), r.es, ns)
-			next = r.x.goRecv(o.Peer, int(o.Tag)+k+1, bufs[(k+1)%2][:nhi-nlo])
+			next = r.goRecv(o.Peer, int(o.Tag)+k+1, bufs[(k+1)%2][:nhi-nlo])
 		}
 		if r.stopped() {
 			if next != nil {
@@ -502,31 +501,10 @@ func (r *runner) recvReduce(o *sched.Op, mine []byte, conf []*task) error {
 // combine sets dst = lower op higher of mine and theirs, where lower is
 // the buffer of the lower-numbered side, so both partners of an exchange
 // compute the same expression and end with the same bytes.
-func combine(dst, mine, theirs []byte, theirsLower bool, dt DataType, op RedOp) {
+func combine(dst, mine, theirs []byte, theirsLower bool, dt kernel.DataType, op kernel.RedOp) {
 	if theirsLower {
 		kernel.Reduce3(dst, theirs, mine, dt, op)
 	} else {
 		kernel.Reduce3(dst, mine, theirs, dt, op)
 	}
-}
-
-// getScratch returns a buffer of at least n bytes from the communicator's
-// pool; concurrent receives of one schedule each take their own.
-func (c *Comm) getScratch(n int) []byte {
-	c.poolMu.Lock()
-	defer c.poolMu.Unlock()
-	for i, b := range c.pool {
-		if cap(b) >= n {
-			c.pool[i] = c.pool[len(c.pool)-1]
-			c.pool = c.pool[:len(c.pool)-1]
-			return b[:n]
-		}
-	}
-	return make([]byte, n)
-}
-
-func (c *Comm) putScratch(b []byte) {
-	c.poolMu.Lock()
-	c.pool = append(c.pool, b)
-	c.poolMu.Unlock()
 }
