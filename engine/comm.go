@@ -57,20 +57,14 @@ type Comm struct {
 	// or a blocking call that found nothing pending and runs inline (saving
 	// two goroutine hand-offs on small messages). It guards what follows.
 	execMu  sync.Mutex
-	inline  execCtx      // the execution context of a blocking call run inline
-	seq     uint64       // collective sequence number
-	sendSeq []uint64     // point-to-point sequence per peer: stream messages sent
-	recvSeq []uint64     // receives issued per peer (names them in flight records)
-	anySeq  uint64       // receives from any source issued (names them likewise)
-	anyNext atomic.Int64 // where a receive from any source starts looking (p2p.go)
+	inline  execCtx // the execution context of a blocking call run inline
+	seq     uint64  // collective sequence number
 	scratch [4][]byte
 	plans   choose.Plans // schedules built so far
 	pool    exec.Pool    // scratch for concurrent receives of one schedule
 
-	p2pWG    sync.WaitGroup
-	p2pChain map[p2pKey]chan struct{} // done channel of each chain's last p2p op (worker only)
-	inboxes  []*inbox                 // per peer: tag matching of received messages (p2p.go)
-	arena    *shmcoll.Arena           // shared-memory collectives, when every rank is on this host
+	p2p   p2pState       // sends and receives (p2p.go)
+	arena *shmcoll.Arena // shared-memory collectives, when every rank is on this host
 
 	layout hostLayout // where the ranks are, equal on every rank
 	split  splitter   // how to build sub-communicators
@@ -156,11 +150,9 @@ func newComm(rank, size int, tr transport.Transport, opts Options) (*Comm, error
 	}
 	c := &Comm{
 		rank: rank, size: size, tr: tr, opts: opts, choice: choose.Chooser{Overrides: spec},
-		queue:    make(chan *Request, 256),
-		p2pChain: map[p2pKey]chan struct{}{},
-		inboxes:  newInboxes(size),
-		sendSeq:  make([]uint64, size),
-		recvSeq:  make([]uint64, size),
+		queue: make(chan *Request, 256),
+		p2p: p2pState{chain: map[p2pKey]chan struct{}{}, inboxes: newInboxes(size),
+			sendSeq: make([]uint64, size), recvSeq: make([]uint64, size)},
 	}
 	c.log = opts.Logger.With("rank", rank, "nranks", size)
 	c.epoch = time.Now()
@@ -202,7 +194,7 @@ func (c *Comm) loop() {
 		}
 		// A collective uses every peer's stream: let point-to-point
 		// operations issued before it finish first.
-		c.p2pWG.Wait()
+		c.p2p.wg.Wait()
 		c.execMu.Lock()
 		x := &execCtx{c: c, op: r.op, seq: c.seq}
 		c.seq++
@@ -210,7 +202,7 @@ func (c *Comm) loop() {
 		c.execMu.Unlock()
 		c.finished()
 	}
-	c.p2pWG.Wait()
+	c.p2p.wg.Wait()
 }
 
 // mono is the time since the communicator was made, from the monotonic
@@ -265,22 +257,22 @@ func (c *Comm) startP2P(r *Request) {
 	switch {
 	case r.anySrc:
 		key.peer = AnySource
-		x = &execCtx{c: c, op: r.op, seq: c.anySeq | p2pSeqBit}
-		c.anySeq++
+		x = &execCtx{c: c, op: r.op, seq: c.p2p.anySeq | p2pSeqBit}
+		c.p2p.anySeq++
 	case r.isSend:
 		key.tag = 0
-		x = &execCtx{c: c, op: r.op, seq: c.sendSeq[r.peer] | p2pSeqBit}
-		c.sendSeq[r.peer]++
+		x = &execCtx{c: c, op: r.op, seq: c.p2p.sendSeq[r.peer] | p2pSeqBit}
+		c.p2p.sendSeq[r.peer]++
 	default:
-		x = &execCtx{c: c, op: r.op, seq: c.recvSeq[r.peer] | p2pSeqBit}
-		c.recvSeq[r.peer]++
+		x = &execCtx{c: c, op: r.op, seq: c.p2p.recvSeq[r.peer] | p2pSeqBit}
+		c.p2p.recvSeq[r.peer]++
 	}
 	c.pruneChains()
-	prev := c.p2pChain[key]
-	c.p2pChain[key] = r.done
-	c.p2pWG.Add(1)
+	prev := c.p2p.chain[key]
+	c.p2p.chain[key] = r.done
+	c.p2p.wg.Add(1)
 	go func() {
-		defer c.p2pWG.Done()
+		defer c.p2p.wg.Done()
 		if prev != nil {
 			<-prev
 		}

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gocoll/gocoll/engine/transport"
@@ -184,7 +185,7 @@ func (p *posting) accepts(peer int, got envelope) error {
 // by waiting while this or another receive reads the stream.
 func (c *Comm) recvTagged(x *execCtx, peer int, p *posting) error {
 	x.waitingFor(peer)
-	in := c.inboxes[peer]
+	in := c.p2p.inboxes[peer]
 	in.mu.Lock()
 	if in.broken != nil {
 		err := in.broken
@@ -529,13 +530,13 @@ func (c *Comm) recvAny(x *execCtx, pk transport.Peeker, p *posting) (int, error)
 	for {
 		read, live := false, 0
 		var lost error
-		first := int(c.anyNext.Load())
+		first := int(c.p2p.anyNext.Load())
 		for i := range c.size {
 			peer := (first + i) % c.size
 			if peer == c.rank {
 				continue
 			}
-			in := c.inboxes[peer]
+			in := c.p2p.inboxes[peer]
 			in.mu.Lock()
 			if in.broken != nil {
 				lost = in.broken
@@ -545,7 +546,7 @@ func (c *Comm) recvAny(x *execCtx, pk transport.Peeker, p *posting) (int, error)
 			live++
 			if m, ok := in.take(p.env.tag); ok {
 				in.mu.Unlock()
-				c.anyNext.Store(int64(peer + 1))
+				c.p2p.anyNext.Store(int64(peer + 1))
 				if err := p.accepts(peer, m.env); err != nil {
 					return peer, err
 				}
@@ -624,14 +625,27 @@ type p2pKey struct {
 // pruneChains forgets finished chains once there are many (a program
 // may use a new tag every step). Called by the worker only.
 func (c *Comm) pruneChains() {
-	if len(c.p2pChain) < 2*c.size+64 {
+	if len(c.p2p.chain) < 2*c.size+64 {
 		return
 	}
-	for k, done := range c.p2pChain {
+	for k, done := range c.p2p.chain {
 		select {
 		case <-done:
-			delete(c.p2pChain, k)
+			delete(c.p2p.chain, k)
 		default:
 		}
 	}
+}
+
+// p2pState is a communicator's point-to-point bookkeeping.
+type p2pState struct {
+	// Sequence numbers, under execMu: stream messages sent per peer,
+	// receives issued per peer and from any source (they name the
+	// operations in flight records).
+	sendSeq, recvSeq []uint64
+	anySeq           uint64
+	anyNext          atomic.Int64 // where a receive from any source starts looking
+	wg               sync.WaitGroup
+	chain            map[p2pKey]chan struct{} // done channel of each chain's last operation (worker only)
+	inboxes          []*inbox                 // per peer: tag matching of received messages
 }
