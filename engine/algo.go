@@ -2,9 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"github.com/gocoll/gocoll/engine/internal/exec"
 
 	"github.com/gocoll/gocoll/engine/internal/choose"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"github.com/gocoll/gocoll/engine/sched"
 )
 

@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"github.com/gocoll/gocoll/engine/internal/exec"
 	"slices"
 
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"github.com/gocoll/gocoll/engine/sched"
 )
 

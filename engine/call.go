@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
-	"github.com/gocoll/gocoll/engine/internal/exec"
 	"log/slog"
 
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
 )

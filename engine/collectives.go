@@ -3,10 +3,10 @@ package engine
 import (
 	"cmp"
 	"errors"
-	"github.com/gocoll/gocoll/engine/internal/exec"
 	"slices"
 	"unsafe"
 
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"

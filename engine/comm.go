@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gocoll/gocoll/engine/internal/exec"
 	"log/slog"
 	"math"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/internal/choose"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"

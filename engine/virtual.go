@@ -1,11 +1,11 @@
 package engine
 
 import (
-	"github.com/gocoll/gocoll/engine/internal/exec"
 	"hash/fnv"
 	"strconv"
 
 	"github.com/gocoll/gocoll/engine/internal/choose"
+	"github.com/gocoll/gocoll/engine/internal/exec"
 	"github.com/gocoll/gocoll/engine/sched"
 )
 
@@ -165,7 +165,7 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 	})
 }
 
-// virtualShmRun is the virtual allreduce of two ranks on one host through
+// virtualShmRun is the virtual allreduce of ranks on one host through
 // the arena (virtualShm): in, when not nil, is send's vectors back to back.
 func (c *Comm) virtualShmRun(x *execCtx, send [][]byte, in, recv []byte, copies [][]byte, overlaps bool, dt DataType, op RedOp, m int, order []int) error {
 	n := len(recv)
