@@ -58,6 +58,7 @@ type Arena struct {
 	cur        record    // the call's record
 	terms      [][]byte  // scratch: one operand per rank
 	chainTerms [][]byte  // scratch: ChainAllReduce's operands
+	chainSeen  []bool    // scratch: ChainAllReduce's check of its order
 	lastLive   time.Time // last liveness probe of the peers
 
 	busy      atomic.Bool // a call is in flight (or Close owns the mappings)

@@ -5,7 +5,6 @@ package shmcoll
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
@@ -31,7 +30,11 @@ import (
 func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int, recv []byte, order []int, dt kernel.DataType, op kernel.RedOp, div int) error {
 	n := len(recv)
 	hop := -1
-	seen := make([]bool, a.size) // (a.size is small; the call is large)
+	if cap(a.chainSeen) < a.size {
+		a.chainSeen = make([]bool, a.size)
+	}
+	seen := a.chainSeen[:a.size]
+	clear(seen)
 	for h, r := range order {
 		if r < 0 || r >= a.size || seen[r] {
 			return fmt.Errorf("%w: chain allreduce: order %v is not a permutation of %d ranks", ErrInvalid, order, a.size)
@@ -64,8 +67,9 @@ func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int
 		return nil
 	}
 	es := dt.Size()
-	pieces := max(min(chainPieces, n/chainMinPiece, n/es), 1)
-	for (n+pieces-1)/pieces > a.slot {
+	ne := n / es
+	pieces := max(min(chainPieces, n/chainMinPiece, ne), 1)
+	for (ne+pieces-1)/pieces*es > a.slot { // (sched.Segment's largest piece)
 		pieces++
 	}
 	if cap(a.chainTerms) < local+1 {
@@ -133,12 +137,15 @@ func divAt(last bool, div int) int {
 	return 1
 }
 
-// orderKey is a chain order as a record's root field, so that ranks
-// passing different orders fail instead of folding different chains.
+// orderKey is a chain order as a record's root field (FNV-1a of the
+// ranks), so that ranks passing different orders fail instead of folding
+// different chains.
 func orderKey(order []int) int {
-	h := fnv.New32a()
+	h := uint32(2166136261)
 	for _, r := range order {
-		h.Write([]byte{byte(r), byte(r >> 8)})
+		for _, b := range [2]byte{byte(r), byte(r >> 8)} {
+			h = (h ^ uint32(b)) * 16777619
+		}
 	}
-	return int(h.Sum32() & 0x7fffffff)
+	return int(h & 0x7fffffff)
 }

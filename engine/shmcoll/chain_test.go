@@ -163,3 +163,25 @@ func TestChainAllReducePeerAborts(t *testing.T) {
 		t.Errorf("rank 0: %v, want the peer's abort", errs[0])
 	}
 }
+
+// A steady stream of chain allreduces allocates nothing (the scratch of
+// the first call is kept).
+func TestChainAllReduceAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	const n = 3
+	w := newWorld(t, n, MinSlotBytes)
+	order := []int{1, 2, 0}
+	vs := chainVectors(2*n, 10_000)
+	ins, recvs := make([][]byte, n), make([][]byte, n)
+	for r := range n {
+		ins[r], recvs[r] = bytes.Join(vs[2*r:2*r+2], nil), make([]byte, 40_000)
+	}
+	allocs := allocsPerCall(t, w, 20, 1, func(r int, a *Arena, seq uint64) error {
+		return a.ChainAllReduce(context.Background(), Call{Seq: seq}, ins[r], 2, recvs[r], order, kernel.Float32, kernel.Sum, 1)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per call", allocs)
+	}
+}
