@@ -380,7 +380,7 @@ func sendRecv(send, recv unsafe.Pointer, n int, count C.size_t, smult, rmult int
 // vcollective is the body of every virtual collective: find the handle,
 // convert the buffers, start the call, then wait or hand back a request.
 func vcollective(name string, vc C.uintptr_t, dtype C.int, nonBlocking C.int, out *C.uintptr_t,
-	start func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error)) (rc C.int) {
+	start func(v *vppu.Comm, dt engine.DataType, n int, queue bool) (*vppu.Request, error)) (rc C.int) {
 	defer guard(name, &rc)
 	s, err := handles.vcomm(uintptr(vc))
 	if err != nil {
@@ -393,90 +393,99 @@ func vcollective(name string, vc C.uintptr_t, dtype C.int, nonBlocking C.int, ou
 	if err != nil {
 		return fail(name, s.parent, err)
 	}
-	r, err := start(s.v, dt, len(s.v.Local()))
+	r, err := start(s.v, dt, len(s.v.Local()), nonBlocking != 0)
 	if err != nil {
 		return fail(name, s.parent, err)
 	}
 	if nonBlocking != 0 {
 		*out = C.uintptr_t(handles.addRequest(r, s.parent, name))
-		return resSuccess
-	}
-	if err := r.Wait(); err != nil {
-		return fail(name, s.parent, err)
 	}
 	return resSuccess
 }
 
+// blockingOr is a virtual collective's blocking form for a blocking C call,
+// which runs inline on the caller's thread as the engine's blocking calls
+// do (queued, it waited for the worker goroutine and for its wake-up at
+// every call), and its non-blocking form otherwise.
+func blockingOr(queue bool, block func() error, start func() (*vppu.Request, error)) (*vppu.Request, error) {
+	if queue {
+		return start()
+	}
+	return nil, block()
+}
+
 //export capi_VAllReduce
 func capi_VAllReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
-	return vcollective(pick(nb, "gocollVAllReduce", "gocollVIAllReduce"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+	return vcollective(pick(nb, "gocollVAllReduce", "gocollVIAllReduce"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int, queue bool) (*vppu.Request, error) {
 		sb, rb, err := sendRecv(send, recv, n, count, 1, 1, dt)
 		if err != nil {
 			return nil, err
 		}
-		return v.IAllReduce(joinAdjacent(sb), rb, int(count), dt, engine.RedOp(op))
+		return blockingOr(queue, func() error { return v.AllReduce(joinAdjacent(sb), rb, int(count), dt, engine.RedOp(op)) }, func() (*vppu.Request, error) {
+			return v.IAllReduce(joinAdjacent(sb), rb, int(count), dt, engine.RedOp(op))
+		})
 	})
 }
 
 //export capi_VReduce
 func capi_VReduce(send, recv unsafe.Pointer, count C.size_t, dtype, op, root C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
-	return vcollective(pick(nb, "gocollVReduce", "gocollVIReduce"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+	return vcollective(pick(nb, "gocollVReduce", "gocollVIReduce"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int, queue bool) (*vppu.Request, error) {
 		sb, rb, err := sendRecv(send, recv, n, count, 1, 1, dt)
 		if err != nil {
 			return nil, err
 		}
-		return v.IReduce(sb, rb, int(count), dt, engine.RedOp(op), int(root))
+		return blockingOr(queue, func() error { return v.Reduce(sb, rb, int(count), dt, engine.RedOp(op), int(root)) }, func() (*vppu.Request, error) { return v.IReduce(sb, rb, int(count), dt, engine.RedOp(op), int(root)) })
 	})
 }
 
 //export capi_VBroadcast
 func capi_VBroadcast(send, recv unsafe.Pointer, count C.size_t, dtype, root C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
-	return vcollective(pick(nb, "gocollVBroadcast", "gocollVIBroadcast"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+	return vcollective(pick(nb, "gocollVBroadcast", "gocollVIBroadcast"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int, queue bool) (*vppu.Request, error) {
 		sb, rb, err := sendRecv(send, recv, n, count, 1, 1, dt)
 		if err != nil {
 			return nil, err
 		}
-		return v.IBroadcast(sb, rb, int(count), dt, int(root))
+		return blockingOr(queue, func() error { return v.Broadcast(sb, rb, int(count), dt, int(root)) }, func() (*vppu.Request, error) { return v.IBroadcast(sb, rb, int(count), dt, int(root)) })
 	})
 }
 
 //export capi_VAllGather
 func capi_VAllGather(send, recv unsafe.Pointer, count C.size_t, dtype C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
-	return vcollective(pick(nb, "gocollVAllGather", "gocollVIAllGather"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+	return vcollective(pick(nb, "gocollVAllGather", "gocollVIAllGather"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int, queue bool) (*vppu.Request, error) {
 		sb, rb, err := sendRecv(send, recv, n, count, 1, v.Size(), dt)
 		if err != nil {
 			return nil, err
 		}
-		return v.IAllGather(sb, rb, int(count), dt)
+		return blockingOr(queue, func() error { return v.AllGather(sb, rb, int(count), dt) }, func() (*vppu.Request, error) { return v.IAllGather(sb, rb, int(count), dt) })
 	})
 }
 
 //export capi_VReduceScatter
 func capi_VReduceScatter(send, recv unsafe.Pointer, count C.size_t, dtype, op C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
-	return vcollective(pick(nb, "gocollVReduceScatter", "gocollVIReduceScatter"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+	return vcollective(pick(nb, "gocollVReduceScatter", "gocollVIReduceScatter"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int, queue bool) (*vppu.Request, error) {
 		sb, rb, err := sendRecv(send, recv, n, count, v.Size(), 1, dt)
 		if err != nil {
 			return nil, err
 		}
-		return v.IReduceScatter(sb, rb, int(count), dt, engine.RedOp(op))
+		return blockingOr(queue, func() error { return v.ReduceScatter(sb, rb, int(count), dt, engine.RedOp(op)) }, func() (*vppu.Request, error) { return v.IReduceScatter(sb, rb, int(count), dt, engine.RedOp(op)) })
 	})
 }
 
 //export capi_VAllToAll
 func capi_VAllToAll(send, recv unsafe.Pointer, count C.size_t, dtype C.int, vc C.uintptr_t, nb C.int, out *C.uintptr_t) C.int {
-	return vcollective(pick(nb, "gocollVAllToAll", "gocollVIAllToAll"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int) (*vppu.Request, error) {
+	return vcollective(pick(nb, "gocollVAllToAll", "gocollVIAllToAll"), vc, dtype, nb, out, func(v *vppu.Comm, dt engine.DataType, n int, queue bool) (*vppu.Request, error) {
 		sb, rb, err := sendRecv(send, recv, n, count, v.Size(), v.Size(), dt)
 		if err != nil {
 			return nil, err
 		}
-		return v.IAllToAll(sb, rb, int(count), dt)
+		return blockingOr(queue, func() error { return v.AllToAll(sb, rb, int(count), dt) }, func() (*vppu.Request, error) { return v.IAllToAll(sb, rb, int(count), dt) })
 	})
 }
 
 //export capi_VBarrier
 func capi_VBarrier(vc C.uintptr_t) C.int {
-	return vcollective("gocollVBarrier", vc, C.int(engine.Uint8), 0, nil, func(v *vppu.Comm, _ engine.DataType, _ int) (*vppu.Request, error) {
-		return v.IBarrier()
+	return vcollective("gocollVBarrier", vc, C.int(engine.Uint8), 0, nil, func(v *vppu.Comm, _ engine.DataType, _ int, queue bool) (*vppu.Request, error) {
+		return blockingOr(queue, func() error { return v.Barrier() }, func() (*vppu.Request, error) { return v.IBarrier() })
 	})
 }
 
