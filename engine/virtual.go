@@ -115,25 +115,6 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 		if n == 0 {
 			return nil
 		}
-		if a == &virtualShm {
-			return c.virtualShmRun(x, send, in, recv, copies, overlaps, dt, op, len(devs), order)
-		}
-		// On one host the result goes out through the shared-memory
-		// broadcast: every rank copies it once out of the root's memory,
-		// where a chain of messages would wake the ranks one after
-		// another. With two ranks the chain's broadcast is one hop that
-		// overlaps the reduction of the later chunks, which the
-		// broadcast after the reduction cannot.
-		shmBcast := c.arena != nil && c.size > 2
-		p := c.params(sched.AllReduce, dt, count, op, -1)
-		if shmBcast {
-			p = c.params(sched.Reduce, dt, count, op, sched.VirtualRoot(devs))
-		}
-		p.Devices = devs
-		pl, err := c.plans.Get(a.e, p, c.rank)
-		if err != nil {
-			return err
-		}
 		src := in
 		if src == nil {
 			src = c.pool.Get(local * n)
@@ -147,15 +128,8 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 			work = c.pool.Get(n)
 			defer c.pool.Put(work)
 		}
-		var bufs [sched.NumBufs][]byte
-		bufs[sched.Work], bufs[sched.In] = work, src
-		if err := exec.Run(x, pl.S, pl.Ops, bufs, dt, op, nil); err != nil {
+		if err := c.virtualFold(x, a, src, local, work, count, dt, op, devs, order); err != nil {
 			return err
-		}
-		if shmBcast {
-			if err := x.shm(c.arena.Broadcast(x.light(), x.call(), work, p.Root)); err != nil {
-				return err
-			}
 		}
 		if overlaps {
 			copy(recv, work)
@@ -165,33 +139,41 @@ func (c *Comm) virtualAllReduceReq(r *Request, send [][]byte, recv []byte, copie
 	})
 }
 
-// virtualShmRun is the virtual allreduce of ranks on one host through
-// the arena (virtualShm): in, when not nil, is send's vectors back to back.
-func (c *Comm) virtualShmRun(x *execCtx, send [][]byte, in, recv []byte, copies [][]byte, overlaps bool, dt DataType, op RedOp, m int, order []int) error {
-	n := len(recv)
-	if in == nil {
-		in = c.pool.Get(len(send) * n)[:len(send)*n]
-		defer c.pool.Put(in)
-		for k, s := range send {
-			copy(in[k*n:], s[:n])
+// virtualFold leaves the fold of the devices' vectors (src, local of them
+// back to back) in work on every rank: through the arena's slots
+// (virtualShm, along order), or by a's schedule.
+func (c *Comm) virtualFold(x *execCtx, a *algorithm, src []byte, local int, work []byte, count int, dt DataType, op RedOp, devs, order []int) error {
+	if a == &virtualShm {
+		div := 1
+		if op == Avg {
+			div = len(devs)
 		}
+		return x.shm(c.arena.ChainAllReduce(x.light(), x.call(), src, local, work, order, dt, op, div))
 	}
-	work := recv
-	if overlaps {
-		work = c.pool.Get(n)[:n]
-		defer c.pool.Put(work)
+	// On one host the result goes out through the shared-memory
+	// broadcast: every rank copies it once out of the root's memory,
+	// where a chain of messages would wake the ranks one after another.
+	// With two ranks the chain's broadcast is one hop that overlaps the
+	// reduction of the later chunks, which the broadcast after the
+	// reduction cannot.
+	shmBcast := c.arena != nil && c.size > 2
+	p := c.params(sched.AllReduce, dt, count, op, -1)
+	if shmBcast {
+		p = c.params(sched.Reduce, dt, count, op, sched.VirtualRoot(devs))
 	}
-	div := 1
-	if op == Avg {
-		div = m
-	}
-	if err := x.shm(c.arena.ChainAllReduce(x.light(), x.call(), in, len(send), work, order, dt, op, div)); err != nil {
+	p.Devices = devs
+	pl, err := c.plans.Get(a.e, p, c.rank)
+	if err != nil {
 		return err
 	}
-	if overlaps {
-		copy(recv, work)
+	var bufs [sched.NumBufs][]byte
+	bufs[sched.Work], bufs[sched.In] = work, src
+	if err := exec.Run(x, pl.S, pl.Ops, bufs, dt, op, nil); err != nil {
+		return err
 	}
-	copyOut(copies, recv)
+	if shmBcast {
+		return x.shm(c.arena.Broadcast(x.light(), x.call(), work, p.Root))
+	}
 	return nil
 }
 
