@@ -4,12 +4,17 @@
 # torch, numpy, pytest, venv and the wheel tools (the Python bridge and its offline install), hwloc's library
 # (topology detection through it, tested against /sys), and Fashion-MNIST (the demo).
 # As root it runs apt-get; otherwise it prints the command to run as root.
-# Usage: build/deps.sh [demo|test]
+# base is the few that the steps of build/test.sh before go-test need (cgo,
+# and ip for the engine's network-namespace tests), so that test.sh can
+# install the rest while those steps run.
+# Usage: build/deps.sh [demo|test|base]
 set -eu
-want="gcc pkg-config dataset-fashion-mnist"
-if [ "${1:-test}" = test ]; then
-	want="$want openmpi-bin libopenmpi-dev python3-torch python3-numpy python3-pytest python3-pip python3-wheel python3-setuptools python3-venv iproute2 libhwloc15"
-fi
+base="gcc pkg-config iproute2"
+case "${1:-test}" in
+base) want="$base" ;;
+demo) want="gcc pkg-config dataset-fashion-mnist" ;;
+*) want="$base dataset-fashion-mnist openmpi-bin libopenmpi-dev python3-torch python3-numpy python3-pytest python3-pip python3-wheel python3-setuptools python3-venv libhwloc15" ;;
+esac
 missing=""
 for p in $want; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -8,17 +8,27 @@
 # bridge's pytest suite with Debian's /usr/bin/python3; all of them in a
 # temp dir of their own that must be empty at the end (temp-clean).
 # Usage: build/test.sh      (installs missing Debian packages when root)
+#
+# On a fresh machine the suite is CPU-bound on two cores except in two
+# places, which it fills: the Debian packages that only go-test and pytest
+# need (torch, Open MPI) install in the background while vet and the race
+# step run; and the fuzz targets and the darwin build run beside pytest,
+# whose rank processes leave a core idle.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build/deps.sh test || exit 1
+build/deps.sh base || exit 1
+# Output of the background steps, kept out of the tests' temp dir.
+bg=$(mktemp -d) || exit 1
+build/deps.sh test >"$bg/deps.log" 2>&1 &
+deps_pid=$!
 
 # The tests run with a temp dir of their own, which must be empty when they
 # end (step temp-clean): a test that leaves files behind (a built binary, a
 # flight dump, a launcher's scratch directory) fills the machine's /tmp run
 # after run. pytest keeps its tmp_path directories under $tmp/pytest.
 tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "$bg"' EXIT
 export TMPDIR="$tmp"
 
 passed=0
@@ -54,16 +64,32 @@ no_cgo_outside_capi() {
 	[ -z "$out" ] || { echo "cgo outside capi/: $out"; return 1; }
 }
 
+# later: finishes a step started in the background (pid $2), showing its
+# output then.
+later() {
+	wait "$2"
+	rc=$?
+	cat "$bg/$1.log"
+	return $rc
+}
+
 step gofmt gofmt_clean
 step no-binaries no_binaries_tracked
 step cgo-only-in-capi no_cgo_outside_capi
 step vet go vet ./...
-# The pure-Go packages build without Linux's shared memory (stub_other.go).
-step build-darwin env GOOS=darwin go build ./engine/... ./topology/... ./vppu/...
+step race go test -race -short -count=1 -timeout 15m ./engine/...
+step deps later deps "$deps_pid"
+case "$failures" in *" deps"*)
+	echo "steps: $passed passed, $failed failed (the rest needs the Debian packages)"
+	exit 1
+	;;
+esac
 step go-test go test -count=1 -timeout 15m ./...
 # Every wire-format decoder's fuzz target, a few seconds each (their seed
 # corpora in testdata/fuzz/ also run in go-test above).
 fuzz_all() {
+	# The pure-Go packages build without Linux's shared memory (stub_other.go).
+	GOOS=darwin go build ./engine/... ./topology/... ./vppu/... || { echo "darwin build failed"; return 1; }
 	for target in engine/bootstrap:FuzzReadFrame engine/bootstrap:FuzzDecodeTable engine/bootstrap:FuzzReplyErr \
 		engine/bootstrap:FuzzUniqueIDParse engine/transport:FuzzDecodeHeader \
 		engine/transport/tcp:FuzzServerHandshake engine/internal/shmseg:FuzzCheckHeader engine:FuzzEnvelope \
@@ -71,12 +97,15 @@ fuzz_all() {
 		go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "${FUZZTIME:-40000x}" "./${target%%:*}" || return 1
 	done
 }
-step fuzz fuzz_all
-step race go test -race -short -count=1 -timeout 15m ./engine/...
 if [ -d bridge/python/tests ]; then
 	step build-lib build/build.sh
+	fuzz_all >"$bg/fuzz.log" 2>&1 &
+	fuzz_pid=$!
 	step pytest env GOCOLL_LIBRARY="$root/build/out/lib/libgocoll.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
 		--basetemp "$tmp/pytest" bridge/python/tests
+	step darwin-and-fuzz later fuzz "$fuzz_pid"
+else
+	step darwin-and-fuzz fuzz_all
 fi
 temp_clean() {
 	left=$(ls -A "$tmp" | grep -vx pytest)
