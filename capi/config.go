@@ -24,7 +24,8 @@ import (
 // GOCOLL_CONFIG_VERSION and appends its size; older versions stay readable.
 var configLayouts = [...]uintptr{
 	1: unsafe.Offsetof(C.gocollConfig_t{}.shrinkQuorum),
-	2: unsafe.Sizeof(C.gocollConfig_t{}),
+	2: unsafe.Offsetof(C.gocollConfig_t{}.tune),
+	3: unsafe.Sizeof(C.gocollConfig_t{}),
 }
 
 // configHeader is how many bytes size, magic and version take: nothing

@@ -194,7 +194,15 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	if err != nil {
 		return nil, err
 	}
-	return adopt(rank, nranks, l, &netSplitter{secret: secret, tag: tag, host: host}, opts)
+	c, err = adopt(rank, nranks, l, &netSplitter{secret: secret, tag: tag, host: host}, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.tune(); err != nil {
+		c.Abort()
+		return nil, err
+	}
+	return c, nil
 }
 
 // adopt makes rank's communicator of size ranks over the links l, whose

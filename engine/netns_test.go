@@ -26,6 +26,44 @@ func TestTwoHosts(t *testing.T) {
 	runHosts(t, 2, "shm_peers=1 tcp_peers=2 arena=false")
 }
 
+// TestTwoHostsTuned: two hosts of one rank, where the cost model predicts
+// every allreduce schedule about even, so the ranks time them when the
+// communicator is created (GOCOLL_TUNE, engine/tune.go): both must log the
+// same table, rank 0 must cache it, and the next job on the same hosts
+// must take it from the cache (and pass the conformance suite under it).
+func TestTwoHostsTuned(t *testing.T) {
+	h := newHosts(t, 2)
+	for run, want := range []string{`msg="allreduce across hosts timed"`, `msg="allreduce table from the cache"`} {
+		kids := h.startRanks("conformance", 1, "GOCOLL_DEBUG=INFO", "GOCOLL_TIMEOUT=60s")
+		waitRanks(t, kids, 3*time.Minute)
+		tables := map[string]bool{}
+		for r, k := range kids {
+			out := k.Out.String()
+			_, line, ok := strings.Cut(out, want)
+			line, _, _ = strings.Cut(line, "\n")
+			if k.Err != nil || !ok {
+				t.Fatalf("run %d, rank %d (%v): no %s in\n%s", run, r, k.Err, want, lastLines(out, 30))
+			}
+			if run == 0 {
+				_, table, _ := strings.Cut(line, " table=")
+				table, _, _ = strings.Cut(table, " seconds=")
+				if table == "" || table == "map[]" {
+					t.Errorf("rank %d timed nothing: %s", r, line)
+				}
+				tables[table] = true
+				t.Logf("rank %d:%s", r, line)
+			}
+		}
+		if len(tables) > 1 {
+			t.Errorf("the ranks hold different tables: %v", tables)
+		}
+		if cached, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_CACHE_HOME"), "gocoll", "tune-*.json")); len(cached) == 0 {
+			t.Errorf("no table cached under %s", os.Getenv("XDG_CACHE_HOME"))
+		}
+	}
+	h.checkShm()
+}
+
 // TestTwoHostsHierarchical forces the hierarchical algorithms at every
 // size, and the all-to-all through one repacking rank per host:
 // shared-memory rings inside each host, TCP between them.

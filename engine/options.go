@@ -57,6 +57,12 @@ type Options struct {
 	// (GOCOLL_SHRINK_QUORUM): "live" (every rank not found failed) or
 	// "majority"; empty means live. See docs/settings.md.
 	ShrinkQuorum string
+	// Tune says whether a communicator that spans hosts times its
+	// allreduce schedules when it is created (GOCOLL_TUNE): "" (auto: use
+	// the table cached for its hosts, else measure and cache it),
+	// "redo" (measure and cache, whatever is cached) or "off" (the cost
+	// model alone). See docs/tuning.md.
+	Tune string
 	// DumpDir is where dumps are written (GOCOLL_DUMP_DIR; empty: the temp
 	// dir, os.TempDir, at the time of the dump).
 	DumpDir string

@@ -199,6 +199,28 @@ var settings = []setting{{
 		return errRange
 	},
 }, {
+	Var: "GOCOLL_TUNE", Scope: scopeComm, Field: "Tune", Config: "tune",
+	Default: "auto",
+	Range:   "auto, redo or off",
+	Doc: "Across hosts, whether a communicator times the allreduce schedules that the cost model " +
+		"predicts about even (within a quarter) when it is created, at 256 KiB, 1, 4 and 16 MiB within " +
+		"half a second, and keeps the fastest for calls of those sizes, the same table on every rank. " +
+		"auto: take the table cached for the same hosts, CPU and settings under the user's cache dir " +
+		"($XDG_CACHE_HOME/gocoll, else ~/.cache/gocoll), else measure and cache it, so that a rerun adds " +
+		"in the same order. redo: measure and cache. off: the cost model alone. Any rank's off, or a " +
+		"GOCOLL_ALGO that names the allreduce, turns it off for all (docs/tuning.md).",
+	parse: func(p *parsed, v string) error {
+		switch t := strings.ToLower(v); t {
+		case "auto":
+			p.Tune = ""
+			return nil
+		case "redo", "off":
+			p.Tune = t
+			return nil
+		}
+		return errRange
+	},
+}, {
 	Var: "GOCOLL_CMA", Scope: scopeComm, Field: "NoCMA", Config: "cma",
 	Default: "1",
 	Range:   "1 or 0 (also on/off, true/false, yes/no)",

@@ -45,6 +45,9 @@ func TestSettingsParse(t *testing.T) {
 		{"GOCOLL_TRANSPORT", "auto", "Transport", "auto"},
 		{"GOCOLL_SHRINK_QUORUM", "Majority", "ShrinkQuorum", "majority"},
 		{"GOCOLL_SHRINK_QUORUM", "live", "ShrinkQuorum", "live"},
+		{"GOCOLL_TUNE", "Redo", "Tune", "redo"},
+		{"GOCOLL_TUNE", "off", "Tune", "off"},
+		{"GOCOLL_TUNE", "auto", "Tune", ""},
 		{"GOCOLL_CMA", "0", "NoCMA", true},
 		{"GOCOLL_CMA", "no", "NoCMA", true},
 		{"GOCOLL_CMA", "On", "NoCMA", false},
@@ -63,6 +66,7 @@ func TestSettingsParse(t *testing.T) {
 		{"GOCOLL_TRANSPORT", "rdma"},
 		{"GOCOLL_SHRINK_QUORUM", "half"},
 		{"GOCOLL_CMA", "2"}, {"GOCOLL_CMA", "maybe"},
+		{"GOCOLL_TUNE", "on"}, {"GOCOLL_TUNE", "/tmp/x"},
 		{"GOCOLL_DEBUG", "loud"},
 		{"GOCOLL_DEBUG_FILE", filepath.Join(t.TempDir(), "missing", "x.log")},
 	}

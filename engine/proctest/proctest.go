@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -151,5 +152,8 @@ func RunInTempDir(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 	os.Setenv("TMPDIR", tmp)
+	// The tables that communicators across hosts cache (GOCOLL_TUNE) go
+	// there too, not into the user's cache dir.
+	os.Setenv("XDG_CACHE_HOME", filepath.Join(tmp, "cache"))
 	return m.Run()
 }

@@ -67,14 +67,50 @@ func (mc *Model) pick(s Shape, candidates []*Entry) *Entry {
 	if a, ok := mc.picks[key]; ok {
 		return a
 	}
+	times := mc.predictLocked(s, candidates)
+	var ok []*Entry
+	for _, a := range candidates {
+		if times[a] != nil {
+			ok = append(ok, a)
+		}
+	}
+	var best *Entry
+	bestRegret := 0.0
+	for _, a := range ok {
+		regret := 0.0
+		for m := range mc.models {
+			fastest := times[a][m]
+			for _, b := range ok {
+				fastest = min(fastest, times[b][m])
+			}
+			regret = max(regret, times[a][m]/fastest)
+		}
+		if best == nil || regret < bestRegret {
+			best, bestRegret = a, regret
+		}
+	}
+	if len(mc.picks) > 256 {
+		clear(mc.picks)
+	}
+	mc.picks[key] = best
+	return best
+}
+
+// predict returns each candidate's predicted seconds under each of the
+// model's rates (nil where it could not be predicted).
+func (mc *Model) predict(s Shape, candidates []*Entry) map[*Entry][]float64 {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	return mc.predictLocked(s, candidates)
+}
+
+func (mc *Model) predictLocked(s Shape, candidates []*Entry) map[*Entry][]float64 {
 	count := s.Bytes / 4
 	switch s.Coll {
 	case sched.AllGather, sched.ReduceScatter, sched.AllToAll:
 		count /= mc.base.N
 	}
-	// times[k][m]: candidate k's prediction under model m.
-	var ok []*Entry
-	var times [][]float64
+	times := map[*Entry][]float64{}
 	for _, a := range candidates {
 		p := mc.base
 		p.Coll, p.ElemSize, p.Count = s.Coll, 4, max(count, 0)
@@ -93,27 +129,8 @@ func (mc *Model) pick(s Shape, candidates []*Entry) *Entry {
 			ts = append(ts, p.Seconds)
 		}
 		if len(ts) == len(mc.models) {
-			ok, times = append(ok, a), append(times, ts)
+			times[a] = ts
 		}
 	}
-	var best *Entry
-	bestRegret := 0.0
-	for k, a := range ok {
-		regret := 0.0
-		for m := range mc.models {
-			fastest := times[k][m]
-			for j := range ok {
-				fastest = min(fastest, times[j][m])
-			}
-			regret = max(regret, times[k][m]/fastest)
-		}
-		if best == nil || regret < bestRegret {
-			best, bestRegret = a, regret
-		}
-	}
-	if len(mc.picks) > 256 {
-		clear(mc.picks)
-	}
-	mc.picks[key] = best
-	return best
+	return times
 }

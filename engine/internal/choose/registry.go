@@ -334,20 +334,35 @@ func Known() string {
 // override returns the forced algorithm for coll, if any applies to it.
 func (s *Overrides) override(coll sched.Coll) *Entry { return s.forced[coll] }
 
+// Forces says whether the overrides name an algorithm for coll.
+func (s *Overrides) Forces(coll sched.Coll) bool { return s.forced[coll] != nil }
+
+// Force returns the overrides with a forced for a's collective.
+func (s Overrides) Force(a *Entry) Overrides {
+	s.forced[a.Coll] = a
+	return s
+}
+
 // Chooser picks the algorithms of one communicator's calls.
 type Chooser struct {
 	// Overrides are GOCOLL_ALGO's.
 	Overrides Overrides
 	// Model predicts across hosts (nil: the size rules choose).
 	Model *Model
+	// Measured is the calibration's table across hosts (nil: none; tune.go).
+	Measured *Measured
 }
 
 // Choose picks the algorithm for a call of shape s: GOCOLL_ALGO's when it
-// names one that can run the call; across hosts, the one the cost model
-// predicts fastest on the communicator's placement; otherwise the size
-// rules of the registry.
+// names one that can run the call; across hosts, the one the calibration
+// measured fastest for the call's size class (measured.go), else the one
+// the cost model predicts fastest on the communicator's placement;
+// otherwise the size rules of the registry.
 func (ch *Chooser) Choose(s Shape) *Entry {
 	if a := ch.Overrides.override(s.Coll); a != nil && a.Can(s) {
+		return a
+	}
+	if a := ch.Measured.pick(s); a != nil && !s.Shm {
 		return a
 	}
 	// All-to-alls choose by thresholds measured across emulated hosts: the

@@ -26,6 +26,7 @@ import (
 
 const help = `usage: gocoll-topo (-detect | -builtin NAME | -file F) [-rings | -predict OP ...] [-json]
        gocoll-topo -check measured.csv [-nic RATE] [-fit] [-json]
+       gocoll-topo -tuned [-json]
 
   gocoll-topo -detect                          this machine (hwloc, else /sys)
   gocoll-topo -builtin hybrid-cube-mesh -rings the largest set of link-disjoint rings
@@ -38,6 +39,10 @@ named without its size (ring, torus, fattree, cluster) and is sized for each
 rank count: ring:N; the squarest torus:AxB with A·B = N; the smallest
 fattree:K with K³/4 ≥ N hosts (ranks on the first N); cluster:(N/R)xR with
 R = -per-host and the NIC of -nic.
+
+-tuned lists the allreduce tables that communicators across hosts timed and
+cached (GOCOLL_TUNE, docs/tuning.md): placement, CPU, the algorithm chosen
+per size and the time of each contender.
 
 -check compares the cost model with measured times: rows of build/hosts'
 raw.csv (or gocoll-bench -csv rows with "HxR,round," in front), whose label
@@ -79,6 +84,7 @@ type options struct {
 	check         string
 	links         string
 	fit           bool
+	tuned         bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -99,6 +105,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.check, "check", "", "compare the model with measured rows (CSV: config,round,label,op,np,bytes,iters,med_us,…; label gocoll-ALGO; config HxR)")
 	fs.BoolVar(&o.fit, "fit", false, "with -check: fit the model's figures to the rows and print them")
 	fs.StringVar(&o.links, "links", "", "with -check: link rates measured with the rows (CSV: config,link,bytes_per_s, as build/hosts writes); a config's median replaces -nic")
+	fs.BoolVar(&o.tuned, "tuned", false, "list the allreduce tables cached by GOCOLL_TUNE")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -135,6 +142,9 @@ func (o *options) sources() int {
 func (o *options) run(w io.Writer) error {
 	if o.check != "" {
 		return o.runCheck(w)
+	}
+	if o.tuned {
+		return o.runTuned(w)
 	}
 	if o.sources() != 1 {
 		return errors.New("give exactly one of -detect, -builtin NAME, -file F (see -h)")
@@ -647,4 +657,57 @@ func (o *options) runCheck(w io.Writer) error {
 		fmt.Fprintf(w, "fitted figures: %+v\n", fig)
 	}
 	return nil
+}
+
+// runTuned prints the tables GOCOLL_TUNE cached on this machine.
+func (o *options) runTuned(w io.Writer) error {
+	names, tables, err := engine.CachedTuneTables()
+	if err != nil {
+		return err
+	}
+	if o.json {
+		if tables == nil {
+			tables = []engine.TuneTable{}
+		}
+		return json.NewEncoder(w).Encode(tables)
+	}
+	if len(tables) == 0 {
+		dir, _ := engine.TuneCacheDir()
+		fmt.Fprintf(w, "no table cached in %s\n", dir)
+		return nil
+	}
+	for i, t := range tables {
+		fmt.Fprintf(w, "%s\n  made %s on %q, hosts:ranks %s\n", names[i], t.Made, t.CPU, t.Placement)
+		var sizes []int
+		for s := range t.AllReduce {
+			if n, err := strconv.Atoi(s); err == nil {
+				sizes = append(sizes, n)
+			}
+		}
+		sort.Ints(sizes)
+		for _, n := range sizes {
+			s := strconv.Itoa(n)
+			var algos []string
+			for a := range t.Times[s] {
+				algos = append(algos, a)
+			}
+			sort.Strings(algos)
+			var times []string
+			for _, a := range algos {
+				times = append(times, fmt.Sprintf("%s %.3f ms", a, t.Times[s][a]*1e3))
+			}
+			fmt.Fprintf(w, "  allreduce %8s: %-6s (%s)\n", sizeName(n), t.AllReduce[s], strings.Join(times, ", "))
+		}
+	}
+	return nil
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
 }

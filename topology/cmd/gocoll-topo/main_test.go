@@ -124,3 +124,37 @@ func TestInputsAndErrors(t *testing.T) {
 		t.Fatalf("switched rings: exit %d: %s", code, out)
 	}
 }
+
+// -tuned lists the tables GOCOLL_TUNE cached, sizes in order, and says
+// where it looked when there is none.
+func TestTuned(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	out, errOut, code := runCmd(t, "-tuned")
+	if code != 0 || !strings.Contains(out, "no table cached in "+filepath.Join(cache, "gocoll")) {
+		t.Fatalf("no table: exit %d: %s%s", code, out, errOut)
+	}
+	os.MkdirAll(filepath.Join(cache, "gocoll"), 0o755)
+	table := `{"key":"k1","made":"2026-11-29T00:00:00Z","placement":"host0:1 host1:1","cpu":"AMD EPYC",
+		"allreduce":{"16777216":"ring","1048576":"hd"},
+		"times":{"1048576":{"ring":0.0021,"hd":0.0015},"16777216":{"ring":0.012,"hd":0.013}}}`
+	os.WriteFile(filepath.Join(cache, "gocoll", "tune-k1.json"), []byte(table), 0o644)
+	os.WriteFile(filepath.Join(cache, "gocoll", "tune-bad.json"), []byte("{"), 0o644)
+	out, errOut, code = runCmd(t, "-tuned")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	one := strings.Index(out, "allreduce    1 MiB: hd     (hd 1.500 ms, ring 2.100 ms)")
+	sixteen := strings.Index(out, "allreduce   16 MiB: ring   (hd 13.000 ms, ring 12.000 ms)")
+	if one < 0 || sixteen < one || !strings.Contains(out, `on "AMD EPYC", hosts:ranks host0:1 host1:1`) || strings.Contains(out, "tune-bad") {
+		t.Errorf("-tuned:\n%s", out)
+	}
+	out, _, _ = runCmd(t, "-tuned", "-json")
+	var got []struct {
+		Key       string            `json:"key"`
+		AllReduce map[string]string `json:"allreduce"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 1 || got[0].AllReduce["1048576"] != "hd" {
+		t.Errorf("-tuned -json: %v\n%s", err, out)
+	}
+}
