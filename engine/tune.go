@@ -158,14 +158,8 @@ func (c *Comm) measure(m *choose.Measured, file *TuneTable) error {
 	orig := c.choice.Overrides
 	defer func() { c.choice.Overrides = orig }()
 	spent, last, lastSize := 0.0, 0.0, 0
-	var next []*choose.Entry // nil: every contender
 	for k, size := range sizes {
-		// The model's pick, then those of its contenders that ran close
-		// enough to the fastest at the last size timed.
 		cs := c.choice.Contenders(size, shape)
-		if next != nil && len(cs) > 0 {
-			cs = slices.DeleteFunc(cs, func(a *choose.Entry) bool { return a != cs[0] && !slices.Contains(next, a) })
-		}
 		if len(cs) < 2 {
 			continue
 		}
@@ -202,7 +196,6 @@ func (c *Comm) measure(m *choose.Measured, file *TuneTable) error {
 		file.AllReduce[strconv.Itoa(size)] = m.AllReduce[k].Name
 		file.Times[strconv.Itoa(size)] = row
 		last, lastSize = slices.Min(best), size
-		next = choose.Next(cs, best)
 	}
 	c.log.Info("allreduce across hosts timed", "table", file.AllReduce, "seconds", spent)
 	return nil

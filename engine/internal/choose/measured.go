@@ -1,10 +1,8 @@
 package choose
 
 import (
-	"cmp"
 	"math"
 	"math/bits"
-	"slices"
 
 	"github.com/gocoll/gocoll/engine/sched"
 )
@@ -31,20 +29,15 @@ import (
 var TuneSizes = []int{256 << 10, 1 << 20, 4 << 20, 16 << 20}
 
 // contendWithin: a schedule is timed when the model predicts it within
-// this factor of the fastest it predicts, at every rate it predicts at.
+// this factor of the fastest it predicts, at every rate it predicts at
+// (the model's error where executors overlap differently is about this
+// large: docs/tuning.md, "Across hosts").
 // keepWithin: the model's pick stays unless a contender measured faster
 // by more than this factor (a chooser rule against noise, like shmcoll's
 // slotsNum/slotsDen).
-// The next size times only the contenders that ran within nextWithin of
-// the fastest at this one, at most nextMax of them (the model's pick is
-// always timed): on two hosts of one rank the model predicts all five
-// allreduce schedules even, and timing all five at every size would spend
-// the budget before the large sizes.
 const (
-	contendWithin = 1.25
+	contendWithin = 1.5
 	keepWithin    = 0.95
-	nextWithin    = 1.5
-	nextMax       = 3
 )
 
 // Measured is a calibration's table: for each TuneSizes class of AllReduce
@@ -142,22 +135,4 @@ func Decide(contenders []*Entry, times []float64) *Entry {
 		return contenders[best]
 	}
 	return contenders[0]
-}
-
-// Next returns the contenders worth timing at the next size, given their
-// agreed times at this one: the fastest first, those within nextWithin of
-// it, at most nextMax.
-func Next(contenders []*Entry, times []float64) []*Entry {
-	order := make([]int, len(contenders))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(times[a], times[b]) })
-	var out []*Entry
-	for _, i := range order {
-		if len(out) < nextMax && times[i] <= nextWithin*times[order[0]] {
-			out = append(out, contenders[i])
-		}
-	}
-	return out
 }

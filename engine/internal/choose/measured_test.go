@@ -1,7 +1,6 @@
 package choose
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/gocoll/gocoll/engine/sched"
@@ -109,33 +108,5 @@ func TestMeasuredChoice(t *testing.T) {
 	}
 	if got := ch.Choose(Shape{Coll: sched.AllGather, Bytes: 1 << 20, N: 2, Hosts: 2, Even: true}); got.Coll != sched.AllGather {
 		t.Errorf("allgather took %s", got.Name)
-	}
-}
-
-// The next size times the fastest, those within nextWithin of it, at most
-// nextMax.
-func TestNext(t *testing.T) {
-	names := func(es []*Entry) (out []string) {
-		for _, a := range es {
-			out = append(out, a.Name)
-		}
-		return out
-	}
-	var cs []*Entry
-	for _, n := range []string{"hier", "rd", "ring", "hd", "dbtree"} {
-		cs = append(cs, Lookup(sched.AllReduce, n))
-	}
-	for _, tc := range []struct {
-		times []float64
-		want  string
-	}{
-		{[]float64{1, 1.2, 1.4, 1.6, 3}, "[hier rd ring]"},
-		{[]float64{2, 1, 1.6, 1.4, 1.45}, "[rd hd dbtree]"},
-		{[]float64{1, 9, 9, 9, 9}, "[hier]"},
-		{[]float64{1, 1, 1, 1, 1}, "[hier rd ring]"},
-	} {
-		if got := fmt.Sprint(names(Next(cs, tc.times))); got != tc.want {
-			t.Errorf("Next(%v) = %s, want %s", tc.times, got, tc.want)
-		}
 	}
 }
