@@ -62,7 +62,10 @@ type TuneRow map[string]float64
 
 // tune calibrates c if it spans hosts (choose.Measured): every rank of a
 // new communicator calls it before the communicator is returned.
-func (c *Comm) tune() error {
+func (c *Comm) tune() error { return c.tuneWithin(tuneBudget) }
+
+// tuneWithin is tune with the timed calls bounded by budget.
+func (c *Comm) tuneWithin(budget time.Duration) error {
 	if c.choice.Model == nil || c.size < 2 {
 		return nil
 	}
@@ -107,7 +110,7 @@ func (c *Comm) tune() error {
 		return nil
 	}
 	file := TuneTable{Key: key, Placement: desc, CPU: cpuModel(), AllReduce: map[string]string{}, Times: map[string]TuneRow{}}
-	if err := c.measure(m, &file); err != nil {
+	if err := c.measure(m, &file, budget); err != nil {
 		return fmt.Errorf("gocoll: rank %d: calibrating the allreduce across hosts: %w", c.rank, err)
 	}
 	c.choice.Measured = m
@@ -151,7 +154,7 @@ func CachedTuneTables() (names []string, tables []TuneTable, err error) {
 }
 
 // measure times the contenders of each size into m and file.
-func (c *Comm) measure(m *choose.Measured, file *TuneTable) error {
+func (c *Comm) measure(m *choose.Measured, file *TuneTable, budget time.Duration) error {
 	sizes := choose.TuneSizes
 	shape := choose.Shape{N: c.size, Hosts: len(c.layout.hosts), Even: c.layout.evenHosts}
 	buf := make([]byte, slices.Max(sizes))
@@ -163,7 +166,7 @@ func (c *Comm) measure(m *choose.Measured, file *TuneTable) error {
 		if len(cs) < 2 {
 			continue
 		}
-		if last > 0 && spent+float64((tuneReps+1)*len(cs))*last*float64(size)/float64(lastSize) > tuneBudget.Seconds() {
+		if last > 0 && spent+float64((tuneReps+1)*len(cs))*last*float64(size)/float64(lastSize) > budget.Seconds() {
 			break
 		}
 		times := make([]float64, len(cs)*tuneReps)
