@@ -90,11 +90,11 @@ type handleTable struct {
 	mu     sync.Mutex
 	serial [kindMask + 1]uintptr // last serial issued per kind
 	// comms is replaced, never changed, under mu: every collective looks
-	// its communicator up, and a lock round trip there was ~5 % of a
-	// 4 KiB call from C.
+	// its communicator up, and a lock round trip there was a visible part
+	// of a small call from C (docs/performance.md, per-call cost).
 	comms atomic.Pointer[map[uintptr]*commState]
 	// last is the communicator looked up last: a job calls on one or two,
-	// and the map lookup was ~2 % of a 4 KiB call from C. takeComm
+	// and the map lookup showed in a small call's profile. takeComm
 	// clears it, under mu, so it never outlives the table's entry.
 	last   atomic.Pointer[commState]
 	reqs   map[uintptr]*reqState

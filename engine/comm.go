@@ -40,8 +40,8 @@ type Comm struct {
 
 	// pending counts issued operations not yet finished. A blocking call
 	// runs inline only if it moves it from 0 to 1 (runReq), so an atomic, not
-	// mu: two mutex round trips per call were ~10 % of a small call's
-	// bookkeeping. Queued operations add to it under mu (start).
+	// mu: two mutex round trips per call were a large part of a small
+	// call's bookkeeping. Queued operations add to it under mu (start).
 	pending atomic.Int64
 	// unusable is set, under mu, once asyncErr is set or the communicator
 	// is destroyed: what run checks without taking mu.
@@ -206,10 +206,9 @@ func (c *Comm) loop() {
 }
 
 // mono is the time since the communicator was made, from the monotonic
-// clock alone. time.Now reads the wall clock too, and the two vDSO reads of
-// each of the two calls per operation took ~8 % of the cycles of a 4 KiB
-// allgather at 2 ranks (perf, 2-vCPU VM); as a Duration it also costs no
-// time.Time arithmetic (Time.Add was another 3.5 %). epoch.Add(mono) is
+// clock alone. time.Now reads the wall clock too, two vDSO reads for each
+// of the two calls per operation, which showed in a small call's profile;
+// as a Duration it also costs no time.Time arithmetic. epoch.Add(mono) is
 // the wall time, which drifts from the system's only by clock adjustments
 // made since the communicator was created: the flight recorder's
 // timestamps can bear that.

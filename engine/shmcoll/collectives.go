@@ -711,10 +711,10 @@ func fold(dst, out, acc []byte, terms [][]byte, dt kernel.DataType, op kernel.Re
 		if div > 1 {
 			kernel.DivideBy(d, dt, div)
 		}
-		// Per block, while the block is in L1: a 2-rank 4-16 MiB
-		// AllReduce took 10 % less time than with one copy of the whole
-		// chunk at the end (which Go's memmove does with non-temporal
-		// stores from 1 MiB on), and no size took longer.
+		// Per block, while the block is in L1, rather than one copy of
+		// the whole chunk at the end, which Go's memmove does with
+		// non-temporal stores from 1 MiB on, to memory (measured:
+		// docs/tuning.md, cachedBlock).
 		if out != nil {
 			copy(out[off:e], d)
 		}

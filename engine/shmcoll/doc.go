@@ -57,9 +57,9 @@
 // barrier of piece p+1, i.e. finished reading piece p: no call needs a
 // barrier at its end. When each rank has a core, copies into a slot keep
 // the lines in the cache for the peers that read them next (copyIn: Go's
-// memmove would store 1 MiB or more non-temporally, to memory); that took
-// 2-rank 16 MiB calls 7-33 % less time. Broadcast's root, whose slot every
-// peer reads, does so at any number of ranks (4 ranks: 12-20 % less).
+// memmove would store 1 MiB or more non-temporally, to memory; measured in
+// docs/tuning.md, cachedBlock). Broadcast's root, whose slot every peer
+// reads, does so at any number of ranks.
 //
 // # Algorithms and determinism
 //
