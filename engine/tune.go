@@ -27,7 +27,7 @@ import (
 // allreduce), whether any asks to redo it, and rank 0's cached table, if
 // it has one for this placement. Then, unless off or cached, for each size
 // of choose.TuneSizes the model's contenders run one untimed and tuneReps
-// timed calls each; a second allreduce (MAX) makes every rank hold the
+// timed calls each, in rounds; a second allreduce (MAX) makes every rank hold the
 // slowest rank's time of each call, from which every rank decides alike
 // (choose.Decide) and predicts the next size's cost, stopping before it
 // would pass tuneBudget. Rank 0 writes the table to the cache. An error in
@@ -169,10 +169,13 @@ func (c *Comm) measure(m *choose.Measured, file *TuneTable, budget time.Duration
 		if last > 0 && spent+float64((tuneReps+1)*len(cs))*last*float64(size)/float64(lastSize) > budget.Seconds() {
 			break
 		}
+		// Round by round, every contender once per round (an untimed
+		// round first), so that a burst of other work on the machine
+		// slows one call of each rather than every call of one.
 		times := make([]float64, len(cs)*tuneReps)
-		for i, a := range cs {
-			c.choice.Overrides = orig.Force(a)
-			for r := -1; r < tuneReps; r++ {
+		for r := -1; r < tuneReps; r++ {
+			for i, a := range cs {
+				c.choice.Overrides = orig.Force(a)
 				t0 := time.Now()
 				if err := c.AllReduce(buf[:size], buf[:size], size/4, Float32, Sum); err != nil {
 					return err
