@@ -171,10 +171,17 @@ func (c *Comm) measure(m *choose.Measured, file *TuneTable, budget time.Duration
 		}
 		// Round by round, every contender once per round (an untimed
 		// round first), so that a burst of other work on the machine
-		// slows one call of each rather than every call of one.
+		// slows one call of each rather than every call of one. Each call
+		// starts from a barrier, as a job's calls start from the compute
+		// between them: back to back, one call's tail would overlap the
+		// next call's start, more for some schedules than for others.
 		times := make([]float64, len(cs)*tuneReps)
 		for r := -1; r < tuneReps; r++ {
 			for i, a := range cs {
+				c.choice.Overrides = orig
+				if err := c.Barrier(); err != nil {
+					return err
+				}
 				c.choice.Overrides = orig.Force(a)
 				t0 := time.Now()
 				if err := c.AllReduce(buf[:size], buf[:size], size/4, Float32, Sum); err != nil {
