@@ -33,11 +33,13 @@ var TuneSizes = []int{256 << 10, 1 << 20, 4 << 20, 16 << 20}
 // (the model's error where executors overlap differently is about this
 // large: docs/tuning.md, "Across hosts").
 // keepWithin: the model's pick stays unless a contender measured faster
-// by more than this factor (a chooser rule against noise, like shmcoll's
-// slotsNum/slotsDen).
+// by more than this factor: the same rule against noise as shmcoll's
+// slotsNum/slotsDen (where schedules run within the noise of each other,
+// as all of them do on two hosts of one rank, three calls would otherwise
+// pick one by chance).
 const (
 	contendWithin = 1.5
-	keepWithin    = 0.95
+	keepWithin    = 0.9
 )
 
 // Measured is a calibration's table: for each TuneSizes class of AllReduce
