@@ -78,9 +78,10 @@ func (c *Comm) tuneWithin(budget time.Duration) error {
 	if c.opts.Tune == "redo" {
 		v[1] = 1
 	}
-	key, desc := c.tuneKey()
-	path := ""
+	// Only rank 0 reads and writes the cache, so only it needs the key.
+	key, desc, path := "", "", ""
 	if c.rank == 0 {
+		key, desc = c.tuneKey()
 		if dir, err := TuneCacheDir(); err == nil {
 			path = filepath.Join(dir, "tune-"+key+".json")
 		}
