@@ -203,8 +203,9 @@ var settings = []setting{{
 	Default: "auto",
 	Range:   "auto, redo or off",
 	Doc: "Across hosts, whether a communicator times the allreduce schedules that the cost model " +
-		"predicts about even (within a quarter) when it is created, at 256 KiB, 1, 4 and 16 MiB within " +
-		"half a second, and keeps the fastest for calls of those sizes, the same table on every rank. " +
+		"predicts within 1.5× of its fastest when it is created, at 256 KiB, 1, 4 and 16 MiB within " +
+		"half a second, and keeps the fastest (the model's pick unless another ran 10 % faster) for " +
+		"calls of those sizes, the same table on every rank. " +
 		"auto: take the table cached for the same hosts, CPU and settings under the user's cache dir " +
 		"($XDG_CACHE_HOME/gocoll, else ~/.cache/gocoll), else measure and cache it, so that a rerun adds " +
 		"in the same order. redo: measure and cache. off: the cost model alone. Any rank's off, or a " +
