@@ -92,7 +92,7 @@ func (c *Comm) tuneWithin(budget time.Duration) error {
 			}
 		}
 	}
-	if err := c.agreeMax(int64Bytes(v), len(v), Int64); err != nil {
+	if err := c.agreeMax(asBytes(v), len(v), Int64); err != nil {
 		return fmt.Errorf("gocoll: rank %d: calibrating the allreduce across hosts: %w", c.rank, err)
 	}
 	if v[0] != 0 {
@@ -194,7 +194,7 @@ func (c *Comm) measure(m *choose.Measured, file *TuneTable, budget time.Duration
 			}
 		}
 		c.choice.Overrides = orig
-		if err := c.agreeMax(float64Bytes(times), len(times), Float64); err != nil {
+		if err := c.agreeMax(asBytes(times), len(times), Float64); err != nil {
 			return err
 		}
 		best := make([]float64, len(cs))
@@ -312,10 +312,8 @@ func cpuModel() string {
 	return ""
 }
 
-func int64Bytes(v []int64) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*8)
-}
-
-func float64Bytes(v []float64) []byte {
+// asBytes views a vector of 8-byte numbers as its bytes, for a call's
+// buffer.
+func asBytes[T int64 | float64](v []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*8)
 }

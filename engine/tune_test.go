@@ -188,11 +188,3 @@ func TestTuneOneHost(t *testing.T) {
 		t.Errorf("one host: %v, %v", err, comms[0].choice.Measured)
 	}
 }
-
-func mapValues(m map[string]string) []string {
-	var out []string
-	for _, v := range m {
-		out = append(out, v)
-	}
-	return out
-}

@@ -696,18 +696,8 @@ func (o *options) runTuned(w io.Writer) error {
 			for _, a := range algos {
 				times = append(times, fmt.Sprintf("%s %.3f ms", a, t.Times[s][a]*1e3))
 			}
-			fmt.Fprintf(w, "  allreduce %8s: %-6s (%s)\n", sizeName(n), t.AllReduce[s], strings.Join(times, ", "))
+			fmt.Fprintf(w, "  allreduce %6s: %-6s (%s)\n", size(int64(n)), t.AllReduce[s], strings.Join(times, ", "))
 		}
 	}
 	return nil
-}
-
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -144,8 +144,8 @@ func TestTuned(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	one := strings.Index(out, "allreduce    1 MiB: hd     (hd 1.500 ms, ring 2.100 ms)")
-	sixteen := strings.Index(out, "allreduce   16 MiB: ring   (hd 13.000 ms, ring 12.000 ms)")
+	one := strings.Index(out, "allreduce   1MiB: hd     (hd 1.500 ms, ring 2.100 ms)")
+	sixteen := strings.Index(out, "allreduce  16MiB: ring   (hd 13.000 ms, ring 12.000 ms)")
 	if one < 0 || sixteen < one || !strings.Contains(out, `on "AMD EPYC", hosts:ranks host0:1 host1:1`) || strings.Contains(out, "tune-bad") {
 		t.Errorf("-tuned:\n%s", out)
 	}
