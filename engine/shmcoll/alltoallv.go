@@ -74,8 +74,11 @@ func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.B
 	}
 	defer a.end()
 	own := a.rank
-	copy(recv[rb[own].Off:rb[own].Off+rb[own].Len], send[sb[own].Off:sb[own].Off+sb[own].Len])
+	ownCopy := func() {
+		copy(recv[rb[own].Off:rb[own].Off+rb[own].Len], send[sb[own].Off:sb[own].Off+sb[own].Len])
+	}
 	if a.size == 1 {
+		ownCopy()
 		return nil
 	}
 	most := 0 // the largest block this rank sends
@@ -92,14 +95,15 @@ func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.B
 		timed = false
 	}
 	start := a.pathStart(timed)
-	err := a.allToAllv(ctx, send, sb, recv, rb, most)
+	err := a.allToAllv(ctx, send, sb, recv, rb, most, ownCopy)
 	a.pathEnd(chooseAllToAllv, k, timed, start, err)
 	return err
 }
 
 // allToAllv is AllToAllv's data movement; most is the largest block this
-// rank sends.
-func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, recv []byte, rb []sched.Block, most int) error {
+// rank sends, ownCopy copies its block to itself (run while the first
+// barrier waits for the peers).
+func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, recv []byte, rb []sched.Block, most int, ownCopy func()) error {
 	own, col := a.rank, a.vColumn()
 	direct := a.publishAddr(send, most)
 	pieces, anyDirect := 1, false
@@ -119,9 +123,10 @@ func (a *Arena) allToAllv(ctx context.Context, send []byte, sb []sched.Block, re
 				a.copyIn(mine[j*col:], send[b.Off+lo:b.Off+min(lo+col, b.Len)])
 			}
 		}
-		if err := a.barrier(ctx); err != nil {
+		if err := a.barrierDoing(ctx, ownCopy); err != nil {
 			return err
 		}
+		ownCopy = nil
 		if k == 0 {
 			if pieces, err = a.checkSizes(set, sb, rb, col); err != nil {
 				return err

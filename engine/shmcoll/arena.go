@@ -395,9 +395,19 @@ func (a *Arena) nextSet(ctx context.Context) (int, error) {
 // barrier publishes this rank's arrival at the next phase and waits until
 // every peer arrived there with the same call record.
 func (a *Arena) barrier(ctx context.Context) error {
+	return a.barrierDoing(ctx, nil)
+}
+
+// barrierDoing is barrier running meanwhile, if not nil, between its
+// arrival and the wait for the peers: work of this rank's own that the
+// peers do not wait for.
+func (a *Arena) barrierDoing(ctx context.Context, meanwhile func()) error {
 	p, err := a.arrive(ctx)
 	if err != nil {
 		return err
+	}
+	if meanwhile != nil {
+		meanwhile()
 	}
 	for k := 1; k < a.size; k++ {
 		j := a.rank + k

@@ -333,19 +333,20 @@ func (a *Arena) AllGather(ctx context.Context, c Call, send, recv []byte) error 
 		return err
 	}
 	defer a.end()
-	copyIfNot(ownBlock, send)
 	if a.size == 1 {
+		copyIfNot(ownBlock, send)
 		return nil
 	}
 	k, timed := a.choosePath(chooseAllGather, b, 0)
 	start := a.pathStart(timed)
-	err := a.allGather(ctx, send, recv)
+	err := a.allGather(ctx, send, recv, func() { copyIfNot(ownBlock, send) })
 	a.pathEnd(chooseAllGather, k, timed, start, err)
 	return err
 }
 
-// allGather is AllGather's data movement.
-func (a *Arena) allGather(ctx context.Context, send, recv []byte) error {
+// allGather is AllGather's data movement; own copies this rank's block
+// into recv while the first barrier waits for the peers.
+func (a *Arena) allGather(ctx context.Context, send, recv []byte, own func()) error {
 	b := len(send)
 	var reg *regAlloc
 	regOff := 0
@@ -369,9 +370,10 @@ func (a *Arena) allGather(ctx context.Context, send, recv []byte) error {
 		default:
 			a.copyIn(a.me.slots[set], send[off:off+m])
 		}
-		if err := a.barrier(ctx); err != nil {
+		if err := a.barrierDoing(ctx, own); err != nil {
 			return err
 		}
+		own = nil
 		whole := off == 0 && a.allDirect()
 		if whole {
 			m = b
@@ -502,8 +504,9 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 	}
 	defer a.end()
 	own := a.rank * b
-	copyIfNot(recv[own:own+b], send[own:own+b])
+	ownCopy := func() { copyIfNot(recv[own:own+b], send[own:own+b]) }
 	if a.size == 1 {
+		ownCopy()
 		return nil
 	}
 	k, timed := a.choosePath(chooseAllToAll, b, 0)
@@ -514,13 +517,14 @@ func (a *Arena) AllToAll(ctx context.Context, c Call, send, recv []byte) error {
 		timed = false
 	}
 	start := a.pathStart(timed)
-	err := a.allToAll(ctx, send, recv)
+	err := a.allToAll(ctx, send, recv, ownCopy)
 	a.pathEnd(chooseAllToAll, k, timed, start, err)
 	return err
 }
 
-// allToAll is AllToAll's data movement.
-func (a *Arena) allToAll(ctx context.Context, send, recv []byte) error {
+// allToAll is AllToAll's data movement; own copies this rank's block
+// within its buffers while the first barrier waits for the peers.
+func (a *Arena) allToAll(ctx context.Context, send, recv []byte, own func()) error {
 	b := len(send) / a.size
 	bs := a.blockPiece()
 	var reg *regAlloc
@@ -538,9 +542,10 @@ func (a *Arena) allToAll(ctx context.Context, send, recv []byte) error {
 		}
 		mine := a.me.slots[set]
 		a.stage(mine, send, b, off, m, bs, reg, regOff, !same(send, recv))
-		if err := a.barrier(ctx); err != nil {
+		if err := a.barrierDoing(ctx, own); err != nil {
 			return err
 		}
+		own = nil
 		whole := off == 0 && a.allDirect()
 		if whole {
 			m = b
