@@ -87,7 +87,7 @@ func (a *Arena) AllToAllv(ctx context.Context, c Call, send []byte, sb []sched.B
 			most = max(most, sb[j].Len)
 		}
 	}
-	k, timed := a.choosePath(chooseAllToAllv, -1, 0)
+	k, timed := a.choosePath(chooseAllToAllv, most, 0)
 	if most < cmaFloor {
 		// Every rank counts the call (choosePath), but this rank's
 		// blocks take the slots whatever the path: its time says

@@ -271,23 +271,38 @@ const (
 // of (or, Broadcast's peer, written into) its process (a.useCMA), where
 // that is possible at all, and returns the size class to record the
 // call's time under (timed false: nothing to choose). size is the bytes
-// per peer, the same on every rank; AllToAllv's differ between ranks, so
-// it passes -1 and has one class. The leader (rank leader) publishes its
-// vote.
+// per peer, the same on every rank, except in an AllToAllv, where it is
+// the largest block this rank sends: AllToAllv's sizes differ between
+// ranks, so every rank counts its calls in one class, whatever its own
+// size (the exploration schedule and the agreement must be the same
+// everywhere), while each keeps its times per class of its own size, so
+// that the leader compares the two paths at the size it votes for. The
+// leader (rank leader) publishes its vote.
 func (a *Arena) choosePath(op, size, leader int) (k int, timed bool) {
-	if !a.cma || size >= 0 && size < cmaFloor {
+	shared := op == chooseAllToAllv
+	if !a.cma || !shared && size < cmaFloor {
 		return 0, false
 	}
-	if size >= 0 {
-		k = bits.Len(uint(size))
+	k = bits.Len(uint(size))
+	sk := k // the class of the schedule and the agreement
+	if shared {
+		sk, a.paths.vLast = 0, k
 	}
-	c := &a.paths.cls[op][k]
+	c := &a.paths.cls[op][sk]
 	a.useCMA = c.pick()
 
 	if a.rank == leader {
-		if v := c.vote(slotsFirst(op)); v != 0 {
-			a.cur.id.desc |= v | uint64(k)<<voteClassShift
-			a.agreed(op, k, v)
+		t := a.paths.times(op, k)
+		vote := t.vote(slotsFirst(op))
+		if shared && vote == 0 && size >= cmaFloor {
+			// The leader's size is new: the class's calls are past
+			// the two that try each path, so it asks for the path it
+			// has no time for at this size.
+			vote = t.untried()
+		}
+		if vote != 0 {
+			a.cur.id.desc |= vote | uint64(sk)<<voteClassShift
+			a.agreed(op, sk, vote)
 		}
 	}
 	return k, true
@@ -312,16 +327,21 @@ func (a *Arena) agreed(op, k int, desc uint64) {
 	was := c.agreed
 	c.agree(desc)
 	if c.agreed != was && a.log.Enabled(context.Background(), slog.LevelDebug) {
+		tk := k
+		if op == chooseAllToAllv {
+			tk = a.paths.vLast // (one agreement for all sizes: this rank's last)
+		}
+		t := a.paths.times(op, tk)
 		path := "slots"
 		if c.agreed == 2 {
 			path = "cross-memory"
 		}
-		from := 0 // bytes per peer the class starts at (AllToAllv: one class)
-		if k > 0 {
-			from = 1 << (k - 1)
+		from := 0 // bytes per peer the class starts at
+		if tk > 0 {
+			from = 1 << (tk - 1)
 		}
 		a.log.Debug("shmcoll: path chosen", "rank", a.rank, "op", chosenNames[op], "from_bytes", from,
-			"path", path, "slots_ns", c.est(0), "cma_ns", c.est(1))
+			"path", path, "slots_ns", t.est(0), "cma_ns", t.est(1))
 	}
 }
 
@@ -338,7 +358,7 @@ func (a *Arena) pathStart(timed bool) time.Time {
 // it read registered memory in place, which no choice changes.
 func (a *Arena) pathEnd(op, k int, timed bool, start time.Time, err error) {
 	if timed && err == nil && !a.regRead {
-		a.paths.cls[op][k].record(a.useCMA, time.Since(start))
+		a.paths.times(op, k).record(a.useCMA, time.Since(start))
 	}
 }
 
@@ -347,6 +367,19 @@ func (a *Arena) pathEnd(op, k int, timed bool, start time.Time, err error) {
 // on (see choosePath).
 type pathChooser struct {
 	cls [numChosen][64]pathClass
+	// AllToAllv's times, by class of this rank's largest block (its
+	// schedule and agreement are class 0 of cls), and the class of its
+	// last call.
+	v     [64]pathTimes
+	vLast int
+}
+
+// times is where op's calls of size class k record their times.
+func (p *pathChooser) times(op, k int) *pathTimes {
+	if op == chooseAllToAllv {
+		return &p.v[k]
+	}
+	return &p.cls[op][k].pathTimes
 }
 
 // pathClass is one operation's size class. Each path's estimate is the
@@ -360,10 +393,9 @@ type pathChooser struct {
 // one that runs all the time). A path that became slower is abandoned
 // once estWindow-1 of its last estWindow calls were slow.
 type pathClass struct {
-	last   [2][estWindow]int64 // ns; [0] the slots, [1] cross-memory; 0: no call
-	n      [2]uint8            // calls recorded per path, modulo estWindow
-	calls  uint32              // calls so far, the same on every rank
-	agreed uint8               // the leader's last valid vote: 0 none, 1 the slots, 2 cross-memory
+	pathTimes
+	calls  uint32 // calls so far, the same on every rank
+	agreed uint8  // the leader's last valid vote: 0 none, 1 the slots, 2 cross-memory
 
 	// The exploration schedule (pick), the same on every rank: the call
 	// that explores next (0: exploreEvery-1, the first), the gap to the
@@ -372,12 +404,18 @@ type pathClass struct {
 	seen      uint8
 }
 
+// pathTimes is a size class's last call times on each path.
+type pathTimes struct {
+	last [2][estWindow]int64 // ns; [0] the slots, [1] cross-memory; 0: no call
+	n    [2]uint8            // calls recorded per path, modulo estWindow
+}
+
 // estWindow is how many of a path's last calls its estimate covers.
 const estWindow = 4
 
 // est is path i's estimate (0: no call yet): the second least of its last
 // estWindow calls (the least while it has one).
-func (c *pathClass) est(i int) int64 {
+func (c *pathTimes) est(i int) int64 {
 	var m1, m2 int64 // the least and the second least
 	for _, v := range c.last[i] {
 		switch {
@@ -437,7 +475,7 @@ func (c *pathClass) pick() bool {
 // it timed both paths; where the two are about even (within 10 %), the
 // path the operation prefers (slotsFirst), so that the vote does not flip
 // back and forth on noise.
-func (c *pathClass) vote(slotsFirst bool) uint64 {
+func (c *pathTimes) vote(slotsFirst bool) uint64 {
 	slots, cma := c.est(0), c.est(1)
 	if slots == 0 || cma == 0 {
 		return 0
@@ -446,6 +484,18 @@ func (c *pathClass) vote(slotsFirst bool) uint64 {
 		return voteValid
 	}
 	return voteValid | voteCMA
+}
+
+// untried is a vote for a path with no time yet (the cross-memory copies
+// first), 0 when both have one.
+func (c *pathTimes) untried() uint64 {
+	switch {
+	case c.est(1) == 0:
+		return voteValid | voteCMA
+	case c.est(0) == 0:
+		return voteValid
+	}
+	return 0
 }
 
 // slotsFirst says which path op keeps where the two are about even: the
@@ -467,7 +517,7 @@ func (c *pathClass) agree(desc uint64) {
 }
 
 // record takes a call that took d on the path cma says.
-func (c *pathClass) record(cma bool, d time.Duration) {
+func (c *pathTimes) record(cma bool, d time.Duration) {
 	i := 0
 	if cma {
 		i = 1

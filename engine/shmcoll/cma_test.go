@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"math/rand"
 	"os"
 	"runtime"
 	"syscall"
@@ -94,6 +95,11 @@ func TestNoCMA(t *testing.T) {
 				if c.calls != 0 || c.est(0) != 0 || c.est(1) != 0 {
 					t.Errorf("rank %d: op %d class %d timed with cross-memory reads off: %+v", r, op, k, c)
 				}
+			}
+		}
+		for k, c := range a.paths.v {
+			if c.est(0) != 0 || c.est(1) != 0 {
+				t.Errorf("rank %d: alltoallv size class %d timed with cross-memory reads off: %+v", r, k, c)
 			}
 		}
 	}
@@ -317,7 +323,7 @@ func TestPathChooser(t *testing.T) {
 		{91, 100, false, vc}, {90, 100, false, v},
 		{100, 91, true, v}, {100, 90, true, vc},
 	} {
-		setEst(&e, m.slots, m.cma)
+		setEst(&e.pathTimes, m.slots, m.cma)
 		if got := e.vote(m.slotsFirst); got != m.want {
 			t.Errorf("slots %d, cross-memory %d, slots first %v: vote %#x, want %#x", m.slots, m.cma, m.slotsFirst, got, m.want)
 		}
@@ -332,7 +338,7 @@ func TestPathChooser(t *testing.T) {
 
 // setEst makes c's estimates slots and cma, as if every call of its window
 // took that long.
-func setEst(c *pathClass, slots, cma int64) {
+func setEst(c *pathTimes, slots, cma int64) {
 	for i := range estWindow {
 		c.last[0][i], c.last[1][i] = slots, cma
 	}
@@ -369,9 +375,9 @@ func TestPathAgreed(t *testing.T) {
 						// What each rank measured (not timed here: set
 						// before every call).
 						if c := &a.paths.cls[op][k]; r == 0 {
-							setEst(c, 1, 1<<40) // the slots far faster
+							setEst(&c.pathTimes, 1, 1<<40) // the slots far faster
 						} else {
-							setEst(c, 1<<40, 1) // the other way round
+							setEst(&c.pathTimes, 1<<40, 1) // the other way round
 						}
 					}
 					checkWorld(t, w, []tcase{{kind: kind, dt: kernel.Float32, op: kernel.Sum, count: count, root: n - 1}}, 1)
@@ -456,9 +462,9 @@ func TestAllReduceDirectBitwise(t *testing.T) {
 							cl.calls, cl.next = max(cl.calls, 2), 1<<30
 							cl.agreed, cl.seen = uint8(1+p), uint8(1+p)
 							if cma {
-								setEst(cl, 1<<40, 1)
+								setEst(&cl.pathTimes, 1<<40, 1)
 							} else {
-								setEst(cl, 1, 1<<40)
+								setEst(&cl.pathTimes, 1, 1<<40)
 							}
 							before := a.cmaReads
 							h, err := runCase(ctx, a, seq, c)
@@ -499,13 +505,94 @@ func TestAllReduceDirectDisagree(t *testing.T) {
 		cl := &a.paths.cls[chooseAllReduce][k]
 		cl.calls, cl.next = 2, 1<<30
 		cl.agreed, cl.seen = uint8(1+r), uint8(1+r) // rank 0 the slots, rank 1 cross-memory
-		setEst(cl, 1, 1<<40)
+		setEst(&cl.pathTimes, 1, 1<<40)
 		b := make([]byte, n)
 		return a.AllReduce(context.Background(), Call{Seq: 7}, b, b, kernel.Float32, kernel.Sum)
 	})
 	for r, err := range errs {
 		if !errors.Is(err, transport.ErrMismatch) {
 			t.Errorf("rank %d: %v, want a mismatch", r, err)
+		}
+	}
+}
+
+// TestPathAllToAllvSizes: AllToAllv's ranks count their calls in one
+// class (their sizes differ), but the leader votes from its times at the
+// size of the call. A size it has no time for yet has each path tried
+// (the cross-memory copies first) before the vote follows that size's
+// times, never those of another size (a 16 MiB AllToAllv once kept the
+// path a 1 MiB one had chosen, its times compared with the other size's).
+func TestPathAllToAllvSizes(t *testing.T) {
+	if !canCMA() {
+		t.Skip("process_vm_readv is not allowed here")
+	}
+	w := newWorld(t, 2, cmaSlot)
+	checkWorld(t, w, []tcase{{kind: "broadcast", dt: kernel.Float32, op: kernel.Sum, count: 4}}, 1)
+	for _, a := range w.arenas {
+		c := &a.paths.cls[chooseAllToAllv][0]
+		c.calls, c.next = 2, 1<<30 // past the first two calls, no exploration
+	}
+	small, big := 2*cmaFloor, 16*cmaFloor
+	ks, kb := bits.Len(uint(small)), bits.Len(uint(big))
+	layout := func(size int) *vLayout {
+		return newVLayout(rand.New(rand.NewSource(int64(size))), 2, func(i, j int) int { return size })
+	}
+	leader := &w.arenas[0].paths
+	seq := uint64(100)
+	// call runs one AllToAllv of size bytes per peer, after est (if not
+	// nil) set the leader's times, and says whether it took the
+	// cross-memory copies.
+	call := func(size int, est func()) bool {
+		t.Helper()
+		l := layout(size)
+		seq++
+		before := w.arenas[0].cmaReads + w.arenas[1].cmaReads
+		errs := w.run(func(r int, a *Arena) error {
+			if r == 0 && est != nil {
+				est()
+			}
+			send, got := l.send(seq, r), garbage(l.rn[r])
+			if err := a.AllToAllv(context.Background(), Call{Seq: seq, Sig: 7}, send, l.sb[r], got, l.rb[r]); err != nil {
+				return err
+			}
+			return l.check(seq, r, got)
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(errorsText(errs))
+			}
+		}
+		return w.arenas[0].cmaReads+w.arenas[1].cmaReads > before
+	}
+	slotsAtSmall := func() { setEst(&leader.v[ks], 1, 1<<40) }
+	// The small size: the first call of the class takes the copies (no
+	// agreement yet), the leader votes the slots from its times.
+	for i, want := range []bool{true, false, false} {
+		if got := call(small, slotsAtSmall); got != want {
+			t.Fatalf("small call %d: cross-memory %v, want %v", i, got, want)
+		}
+	}
+	// The big size, no time at it yet: the agreed slots, then the copies
+	// twice (the leader asks for the path untried at this size, and again
+	// while the copies' first time is being taken).
+	for i, want := range []bool{false, true, true} {
+		if got := call(big, nil); got != want {
+			t.Fatalf("big call %d: cross-memory %v, want %v", i, got, want)
+		}
+	}
+	if leader.v[kb].est(0) == 0 || leader.v[kb].est(1) == 0 {
+		t.Fatalf("big size: estimates %d, %d after trying both paths", leader.v[kb].est(0), leader.v[kb].est(1))
+	}
+	// From here the big size's times decide, whatever the small size's
+	// say: the copies, then the slots.
+	copiesAtBig := func() { slotsAtSmall(); setEst(&leader.v[kb], 1<<40, 1) }
+	slotsAtBig := func() { setEst(&leader.v[ks], 1<<40, 1); setEst(&leader.v[kb], 1, 1<<40) }
+	for i, c := range []struct {
+		est  func()
+		want bool
+	}{{copiesAtBig, true}, {copiesAtBig, true}, {slotsAtBig, true}, {slotsAtBig, false}, {slotsAtBig, false}} {
+		if got := call(big, c.est); got != c.want {
+			t.Fatalf("big call %d with times set: cross-memory %v, want %v", 3+i, got, c.want)
 		}
 	}
 }

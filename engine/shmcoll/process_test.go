@@ -186,9 +186,9 @@ func pathTrace(ctx context.Context, a *Arena, p *transporttest.Parent, calls, fl
 				}
 				cl := &a.paths.cls[op][bits.Len(uint(per))]
 				if (a.Rank() == leader) == (i < flip) {
-					setEst(cl, 1, 1<<40)
+					setEst(&cl.pathTimes, 1, 1<<40)
 				} else {
-					setEst(cl, 1<<40, 1)
+					setEst(&cl.pathTimes, 1<<40, 1)
 				}
 			}
 			h, err := runCase(ctx, a, uint64(len(pathKinds)*i+j+1), c)
