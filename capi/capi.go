@@ -626,7 +626,15 @@ func capi_AllToAllv(send unsafe.Pointer, sendcounts, sdispls *C.size_t, recv uns
 			return nil, err
 		}
 		n := c.Size()
-		v := make([]int, 4*n) // (one allocation for the four lists)
+		// The four lists are read during the call only, also by the
+		// non-blocking form: up to 8 ranks they stay on the stack.
+		var small [4 * 8]int
+		var v []int
+		if 4*n <= len(small) {
+			v = small[:4*n]
+		} else {
+			v = make([]int, 4*n) // (one allocation for the four lists)
+		}
 		sc, sd, rc, rd := v[:n:n], v[n:2*n:2*n], v[2*n:3*n:3*n], v[3*n:]
 		sspan, err := vlayout("send", sendcounts, sdispls, sc, sd)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine/internal/exec"
@@ -437,28 +438,69 @@ func schedAllToAll(x *execCtx, k args) error {
 // rank j; a difference is reported as a mismatch on both ranks.
 func (c *Comm) AllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
 	var r Request
-	return c.run(&r, c.allToAllvReq(&r, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+	v := c.vbuf.claim()
+	err := c.run(&r, c.allToAllvReq(&r, v, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+	v.release()
+	return err
 }
 
 // IAllToAllv is the non-blocking AllToAllv: it returns once the operation is queued.
 func (c *Comm) IAllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
 	var r Request
-	return c.start(&r, c.allToAllvReq(&r, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+	return c.start(&r, c.allToAllvReq(&r, nil, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
 }
 
 // AllToAllvOp prepares a AllToAllv without issuing it (see Op).
 func (c *Comm) AllToAllvOp(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (o Op) {
 	o.c = c
-	o.err = c.allToAllvReq(&o.r, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt)
+	o.err = c.allToAllvReq(&o.r, nil, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt)
 	return
 }
 
-func (c *Comm) allToAllvReq(r *Request, send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
+// vScratch holds a blocking AllToAllv's block lists from one call to the
+// next, so that the call allocates nothing, as the other blocking calls
+// do: its request is dead once it returns. One call at a time claims it;
+// a concurrent one allocates its own.
+type vScratch struct {
+	busy   atomic.Bool
+	lay    exec.Layout
+	blocks []sched.Block
+}
+
+// claim returns v if no other call holds it, else nil.
+func (v *vScratch) claim() *vScratch {
+	if v.busy.CompareAndSwap(false, true) {
+		return v
+	}
+	return nil
+}
+
+// release gives back a claimed v (nil: nothing to do), letting go of the
+// call's buffers.
+func (v *vScratch) release() {
+	if v != nil {
+		v.lay = exec.Layout{}
+		v.busy.Store(false)
+	}
+}
+
+// allToAllvReq builds an AllToAllv's request, its block lists in v when
+// the caller claimed it (else allocated: the request may outlive the call).
+func (c *Comm) allToAllvReq(r *Request, v *vScratch, send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
 	if err := checkType(dt); err != nil {
 		return err
 	}
 	es := dt.Size()
-	blocks := make([]sched.Block, 2*c.size) // (one allocation for both sides)
+	var blocks []sched.Block
+	var lay *exec.Layout
+	if v != nil {
+		if cap(v.blocks) < 2*c.size {
+			v.blocks = make([]sched.Block, 2*c.size)
+		}
+		blocks, lay = v.blocks[:2*c.size], &v.lay
+	} else {
+		blocks, lay = make([]sched.Block, 2*c.size), new(exec.Layout) // (one allocation for both sides' blocks)
+	}
 	sl, rl := blocks[:c.size:c.size], blocks[c.size:]
 	if err := layout(sl, "send", send, sendcounts, sdispls, es); err != nil {
 		return err
@@ -485,7 +527,7 @@ func (c *Comm) allToAllvReq(r *Request, send []byte, sendcounts, sdispls []int, 
 	for i := range sl {
 		sent += sl[i].Len
 	}
-	lay := &exec.Layout{Send: send, Recv: recv, SendBlocks: sl, RecvBlocks: rl}
+	*lay = exec.Layout{Send: send, Recv: recv, SendBlocks: sl, RecvBlocks: rl}
 	r.args = args{send: send, recv: recv, dt: dt, root: -1, n: sent, lay: lay}
 	return c.call(r, sched.AllToAllv)
 }

@@ -60,6 +60,7 @@ type Comm struct {
 	inline  execCtx // the execution context of a blocking call run inline
 	seq     uint64  // collective sequence number
 	scratch [4][]byte
+	vbuf    vScratch     // a blocking AllToAllv's block lists (collectives.go)
 	plans   choose.Plans // schedules built so far
 	pool    exec.Pool    // scratch for concurrent receives of one schedule
 

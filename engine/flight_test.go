@@ -371,6 +371,7 @@ func TestInlineCallsAllocateNothing(t *testing.T) {
 	cs := newShm(t, 2, Options{})
 	const runs = 500
 	send, recv := make([]byte, 4096), make([]byte, 4096)
+	vCounts, vDispls := []int{512, 512}, []int{0, 512} // (elements)
 	peer := func(c *Comm, n int) chan error {
 		done := make(chan error, 1)
 		go func() {
@@ -381,6 +382,10 @@ func TestInlineCallsAllocateNothing(t *testing.T) {
 					return
 				}
 				if err := c.AllGather(s[:2048], r, 512, Float32); err != nil {
+					done <- err
+					return
+				}
+				if err := c.AllToAllv(s, vCounts, vDispls, r, vCounts, vDispls, Float32); err != nil {
 					done <- err
 					return
 				}
@@ -401,6 +406,9 @@ func TestInlineCallsAllocateNothing(t *testing.T) {
 		if err := cs[0].AllGather(send[:2048], recv, 512, Float32); err != nil {
 			t.Fatal(err)
 		}
+		if err := cs[0].AllToAllv(send, vCounts, vDispls, recv, vCounts, vDispls, Float32); err != nil {
+			t.Fatal(err)
+		}
 		if err := cs[0].Barrier(); err != nil {
 			t.Fatal(err)
 		}
@@ -409,7 +417,7 @@ func TestInlineCallsAllocateNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got != 0 {
-		t.Errorf("%v allocations per allreduce + allgather + barrier over shared memory; want none", got)
+		t.Errorf("%v allocations per allreduce + allgather + alltoallv + barrier over shared memory; want none", got)
 	}
 }
 
@@ -435,8 +443,7 @@ func oneRankCalls(c *Comm, s, r []byte) []struct {
 
 // TestOneRankCallsAllocateNothing: a communicator of one rank (a single
 // process run, say) copies and returns; no collective builds a schedule
-// for it. (AllToAllv, whose arguments are per-rank lists, is the exception
-// at every size.)
+// for it.
 func TestOneRankCallsAllocateNothing(t *testing.T) {
 	c := newLocal(t, 1, Options{})[0]
 	s, r := make([]byte, 4096), make([]byte, 4096)
@@ -449,14 +456,13 @@ func TestOneRankCallsAllocateNothing(t *testing.T) {
 			t.Errorf("%s: %v allocations per call on one rank; want none", tc.name, got)
 		}
 	}
-	// alltoallv's block lists cost an allocation and their layout one; it
-	// builds no schedule.
+	// alltoallv keeps its block lists from one blocking call to the next.
 	counts, displs := []int{1024}, []int{0}
 	if got := testing.AllocsPerRun(100, func() {
 		if err := c.AllToAllv(s, counts, displs, r, counts, displs, Float32); err != nil {
 			t.Fatal(err)
 		}
-	}); got > 2 {
-		t.Errorf("alltoallv: %v allocations per call on one rank; want at most 2", got)
+	}); got != 0 {
+		t.Errorf("alltoallv: %v allocations per call on one rank; want none", got)
 	}
 }
