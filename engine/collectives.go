@@ -499,7 +499,7 @@ func (c *Comm) allToAllvReq(r *Request, v *vScratch, send []byte, sendcounts, sd
 		}
 		blocks, lay = v.blocks[:2*c.size], &v.lay
 	} else {
-		blocks, lay = make([]sched.Block, 2*c.size), new(exec.Layout) // (one allocation for both sides' blocks)
+		blocks, lay = make([]sched.Block, 2*c.size), new(exec.Layout) // (both sides' blocks in one allocation)
 	}
 	sl, rl := blocks[:c.size:c.size], blocks[c.size:]
 	if err := layout(sl, "send", send, sendcounts, sdispls, es); err != nil {

@@ -46,6 +46,9 @@ type Comm struct {
 	// unusable is set, under mu, once asyncErr is set or the communicator
 	// is destroyed: what run checks without taking mu.
 	unusable atomic.Bool
+	// vbuf is a blocking AllToAllv's block lists, claimed atomically
+	// (collectives.go): not execMu's, since the request is built first.
+	vbuf vScratch
 
 	mu        sync.Mutex
 	asyncErr  error // first failure; the communicator is unusable after it
@@ -60,7 +63,6 @@ type Comm struct {
 	inline  execCtx // the execution context of a blocking call run inline
 	seq     uint64  // collective sequence number
 	scratch [4][]byte
-	vbuf    vScratch     // a blocking AllToAllv's block lists (collectives.go)
 	plans   choose.Plans // schedules built so far
 	pool    exec.Pool    // scratch for concurrent receives of one schedule
 
