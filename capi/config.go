@@ -25,7 +25,8 @@ import (
 var configLayouts = [...]uintptr{
 	1: unsafe.Offsetof(C.gocollConfig_t{}.shrinkQuorum),
 	2: unsafe.Offsetof(C.gocollConfig_t{}.tune),
-	3: unsafe.Sizeof(C.gocollConfig_t{}),
+	3: unsafe.Offsetof(C.gocollConfig_t{}.connect),
+	4: unsafe.Sizeof(C.gocollConfig_t{}),
 }
 
 // configHeader is how many bytes size, magic and version take: nothing

@@ -205,10 +205,10 @@ typedef enum {
  * engine/settings.go (its values: docs/settings.md); a new field goes
  * there too, and in Python's gocoll._lib.Config (tests check all three). */
 #define GOCOLL_CONFIG_MAGIC 0x60c011cfu
-#define GOCOLL_CONFIG_VERSION 3
+#define GOCOLL_CONFIG_VERSION 4
 #define GOCOLL_CONFIG_UNDEF_INT (-2147483647 - 1) /* INT_MIN: "not set" for int fields */
 
-typedef struct gocollConfig_v3 {
+typedef struct gocollConfig_v4 {
   size_t size;          /* sizeof(gocollConfig_t) */
   unsigned int magic;   /* GOCOLL_CONFIG_MAGIC */
   unsigned int version; /* GOCOLL_CONFIG_VERSION: the layout of the fields below */
@@ -228,6 +228,8 @@ typedef struct gocollConfig_v3 {
   const char* shrinkQuorum; /* GOCOLL_SHRINK_QUORUM: "live" or "majority" (gocollCommShrink) */
   /* version 3 */
   const char* tune;     /* GOCOLL_TUNE: "auto", "redo" or "off" (timing schedules across hosts) */
+  /* version 4 */
+  const char* connect;  /* GOCOLL_CONNECT: "lazy" or "all" (when TCP connections are made) */
 } gocollConfig_t;
 
 #define GOCOLL_CONFIG_INITIALIZER {                                        \
@@ -236,7 +238,7 @@ typedef struct gocollConfig_v3 {
   NULL, NULL, NULL, NULL, NULL, NULL, NULL,   /* algo ... dumpDir */       \
   GOCOLL_CONFIG_UNDEF_INT, GOCOLL_CONFIG_UNDEF_INT,  /* cma, bruckRadix */ \
   GOCOLL_CONFIG_UNDEF_INT, GOCOLL_CONFIG_UNDEF_INT,  /* hdSegments, flightRecords */ \
-  NULL, NULL                                  /* shrinkQuorum, tune */     \
+  NULL, NULL, NULL                            /* shrinkQuorum, tune, connect */ \
 }
 
 /* ------------------------------------------------------------------------- */

@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gocoll/gocoll/engine/agree"
@@ -31,7 +34,14 @@ type ctlMsg struct {
 	Agree *agree.Msg `json:"a,omitempty"`
 	Round int        `json:"r,omitempty"` // setup exchange round, from 1
 	Blob  []byte     `json:"b,omitempty"`
-	Grow  *growMsg   `json:"g,omitempty"`
+	// Table: the round's blobs of every member, from the exchange's root
+	// (see recoverer.exchange).
+	Table [][]byte `json:"t,omitempty"`
+	// Lost: the root gave the round up because this rank (+1) of the
+	// communicator being shrunk was lost, with why.
+	Lost int      `json:"l,omitempty"`
+	Why  string   `json:"w,omitempty"`
+	Grow *growMsg `json:"g,omitempty"`
 }
 
 // ctlEvent is what the mesh delivers: a message from a peer, or that the
@@ -158,12 +168,19 @@ func ctlTag(tag [8]byte) [8]byte {
 const maxCtlFrame = 16 << 20
 
 // The control listener is open while the job runs, so it must shrug off
-// whatever reaches it: at most ctlMaxPending connections are in their
-// handshake at once (more are closed at once: a flood costs nothing), and
-// each has ctlHelloTime to prove it holds the secret.
+// whatever reaches it without turning load into exclusions: each
+// connection has ctlHelloTime to prove it holds the secret, and past
+// ctlMaxPending in their handshake at once the oldest is closed to make
+// room (a flood of idle connections costs a member a redial, never its
+// place: writers redial until the timeout).
 const (
-	ctlMaxPending = 32
+	ctlMinPending = 64
+	ctlMaxPending = 1024
 	ctlHelloTime  = 5 * time.Second
+	// ctlRefusedDown: refused dials in a row after which a peer is down:
+	// its listener was open since the communicator was made, so nobody
+	// listening means its process (or its recovery state) is gone.
+	ctlRefusedDown = 3
 )
 
 // tcpCtl is the control mesh over TCP: each rank listens from the
@@ -183,14 +200,16 @@ type tcpCtl struct {
 	// its connection is handed over whole.
 	growTag [8]byte
 	log     *slog.Logger
+	life    context.Context // ends at close: dials stop
+	halt    context.CancelFunc
 
-	pending chan struct{} // a slot per connection in its handshake
-
-	mu     sync.Mutex
-	closed bool
-	out    map[int]*ctlOutbox
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
+	mu         sync.Mutex
+	closed     bool
+	out        map[int]*ctlOutbox
+	conns      map[net.Conn]bool
+	pending    []net.Conn // in their handshake, oldest first
+	maxPending int
+	wg         sync.WaitGroup
 }
 
 type ctlOutbox struct {
@@ -200,8 +219,10 @@ type ctlOutbox struct {
 }
 
 func newTCPCtl(me int, addrs []string, secret []byte, tag [8]byte, timeout time.Duration, ln net.Listener, log *slog.Logger) *tcpCtl {
+	life, halt := context.WithCancel(context.Background())
 	t := &tcpCtl{me: me, log: log, addrs: addrs, secret: secret, tag: ctlTag(tag), timeout: timeout, ln: ln,
-		q: newCtlQueue(), out: map[int]*ctlOutbox{}, conns: map[net.Conn]bool{}, pending: make(chan struct{}, ctlMaxPending)}
+		q: newCtlQueue(), out: map[int]*ctlOutbox{}, conns: map[net.Conn]bool{}, life: life, halt: halt,
+		maxPending: min(max(2*len(addrs), ctlMinPending), ctlMaxPending)}
 	t.growTag = growTag(tag)
 	t.wg.Add(1)
 	go t.accept()
@@ -226,22 +247,46 @@ func (t *tcpCtl) untrack(c net.Conn) {
 	c.Close()
 }
 
+// handshaking adds c to the connections in their handshake, closing the
+// oldest past maxPending; done takes it off.
+func (t *tcpCtl) handshaking(c net.Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.pending) >= t.maxPending {
+		t.pending[0].Close()
+		t.pending = t.pending[1:]
+	}
+	t.pending = append(t.pending, c)
+}
+
+func (t *tcpCtl) done(c net.Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if i := slices.Index(t.pending, c); i >= 0 {
+		t.pending = slices.Delete(t.pending, i, i+1)
+	}
+}
+
 func (t *tcpCtl) accept() {
 	defer t.wg.Done()
 	for {
 		c, err := t.ln.Accept()
 		if err != nil {
-			return
-		}
-		select {
-		case t.pending <- struct{}{}:
-		default:
-			c.Close()
+			if errors.Is(err, net.ErrClosed) || t.life.Err() != nil {
+				return
+			}
+			t.log.Warn("control: accept failed", "err", tcp.DescribeLimit(err))
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-t.life.Done():
+				return
+			}
 			continue
 		}
 		if !t.track(c) {
 			return
 		}
+		t.handshaking(c)
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
@@ -265,7 +310,7 @@ func (t *tcpCtl) serve(c net.Conn) {
 		}
 		return nil
 	})
-	<-t.pending
+	t.done(c)
 	if err != nil {
 		if grow {
 			t.log.Info("refused a process asking to join", "from", c.RemoteAddr(), "err", err)
@@ -317,29 +362,25 @@ func (t *tcpCtl) send(to int, m ctlMsg) {
 	}
 }
 
-// writer dials peer to and writes its queued messages in order; after a
-// failure it reports the peer down and drops what follows.
+// writer dials peer to and writes its queued messages in order. After a
+// failure it reports the peer down and lets the outbox go, with what it
+// held: the agreement fences a peer that is down, and a later message to
+// it (telling it it is out) starts a new writer.
 func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 	defer t.wg.Done()
-	var c net.Conn
-	fail := func(why string) {
-		if c != nil {
-			t.untrack(c)
+	down := func(why string) {
+		t.mu.Lock()
+		if t.out[to] == ob {
+			delete(t.out, to)
 		}
-		t.q.push(ctlEvent{from: to, down: true, why: why})
+		t.mu.Unlock()
+		if why != "" {
+			t.q.push(ctlEvent{from: to, down: true, why: why})
+		}
 	}
-	d := net.Dialer{Timeout: t.timeout}
-	raw, err := d.Dial("tcp", t.addrs[to])
-	if err != nil {
-		fail(fmt.Sprintf("cannot reach its control address %s: %v", t.addrs[to], err))
-		return
-	}
-	if !t.track(raw) {
-		return
-	}
-	c = raw
-	if _, err := tcp.ClientHandshake(c, t.secret, t.tag, t.me, time.Now().Add(t.timeout)); err != nil {
-		fail(fmt.Sprintf("control handshake: %v", err))
+	c, why := t.dial(to)
+	if c == nil {
+		down(why)
 		return
 	}
 	// The peer never writes on this connection: a read ends only when it
@@ -372,11 +413,78 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 		for _, m := range msgs {
 			c.SetWriteDeadline(time.Now().Add(t.timeout))
 			if err := writeCtl(c, m); err != nil {
-				fail(fmt.Sprintf("control write: %v", err))
+				t.untrack(c)
+				down(fmt.Sprintf("control write: %v", err))
 				return
 			}
 		}
 	}
+}
+
+// dial connects to peer to's control listener, retrying with backoff for
+// up to the timeout: a peer that is slow to answer (busy, or behind a
+// flood of connections on its port) is not down. It gives up at once on
+// a wrong endpoint, and after ctlRefusedDown refusals in a row (nobody
+// listens). why is empty when the mesh closed meanwhile.
+func (t *tcpCtl) dial(to int) (c net.Conn, why string) {
+	ctx, cancel := context.WithTimeout(t.life, t.timeout)
+	defer cancel()
+	backoff, refused := 5*time.Millisecond, 0
+	var last error
+	for {
+		c, err := t.dialOnce(ctx, to)
+		if err == nil {
+			return c, ""
+		}
+		if t.life.Err() != nil {
+			return nil, ""
+		}
+		last = err
+		switch {
+		case errors.Is(err, tcp.ErrAuth) || errors.Is(err, tcp.ErrRefused):
+			return nil, fmt.Sprintf("control handshake: %v", err)
+		case errors.Is(err, syscall.ECONNREFUSED):
+			if refused++; refused >= ctlRefusedDown {
+				return nil, fmt.Sprintf("nothing listens at its control address %s (process gone?): %v", t.addrs[to], err)
+			}
+		default:
+			refused = 0
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, time.Second)
+		select {
+		case <-time.After(sleep):
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			if t.life.Err() != nil {
+				return nil, ""
+			}
+			return nil, fmt.Sprintf("cannot reach its control address %s within %v: %v", t.addrs[to], t.timeout, last)
+		}
+	}
+}
+
+func (t *tcpCtl) dialOnce(ctx context.Context, to int) (net.Conn, error) {
+	var d net.Dialer
+	dctx, dcancel := context.WithTimeout(ctx, tcp.DefaultHandshakeTimeout)
+	defer dcancel()
+	c, err := d.DialContext(dctx, "tcp", t.addrs[to])
+	if err != nil {
+		return nil, err
+	}
+	if !t.track(c) {
+		return nil, net.ErrClosed
+	}
+	deadline, _ := dctx.Deadline()
+	stop := context.AfterFunc(dctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	_, err = tcp.ClientHandshake(c, t.secret, t.tag, t.me, deadline)
+	stop()
+	if err != nil {
+		t.untrack(c)
+		return nil, err
+	}
+	return c, nil
 }
 
 func (t *tcpCtl) next(ctx context.Context) (ctlEvent, error) { return t.q.next(ctx) }
@@ -388,6 +496,7 @@ func (t *tcpCtl) close() {
 		return
 	}
 	t.closed = true
+	t.halt()
 	t.ln.Close()
 	for c := range t.conns {
 		c.Close()

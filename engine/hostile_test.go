@@ -54,9 +54,9 @@ func hostileRole(c *Comm) int {
 // silent connection; while they wait for it to connect over TCP, so do
 // their listeners (with a replay of a valid rank's handshake), the silent
 // connections held across the end of setup; while collectives run,
-// nothing listens but each rank's control listener (Shrink, Grow), which
-// gets the same; while a Split connects the child communicator, its new
-// listeners get the same again. A watcher meanwhile attacks every other
+// nothing listens but each rank's data listener (lazy connections) and
+// control listener (Shrink, Grow), which get the same; while a Split
+// connects the child communicator, its new listeners get the same again. A watcher meanwhile attacks every other
 // port it sees open (rank 3's). The job's results (checked by every rank)
 // stay right, nobody is let in, every connection is closed by the job, and
 // the refusals are logged, the floods counted rather than printed.
@@ -118,26 +118,33 @@ func TestHostilePortsProcesses(t *testing.T) {
 	outcomes = append(outcomes, more...)
 	gate("tcp1")
 
-	// Collectives run: nothing listens but each rank's control listener
-	// (what a shrink or a grow talks over), which lets nobody in.
+	// Collectives run: nothing listens but each rank's data listener
+	// (peers not connected yet connect on first use) and its control
+	// listener (what a shrink or a grow talks over); neither lets anyone
+	// in, and the root is gone.
 	for _, k := range kids {
 		waitOutput(t, k, "READY", time.Minute)
 	}
 	var ctlPorts []netip.AddrPort
-	var ctlTargets []hostiletest.Target
+	var runTargets []hostiletest.Target
 	for r, k := range kids {
 		ports, _ := hostiletest.ListeningPorts(k.Cmd.Process.Pid)
-		if len(ports) != 1 {
-			t.Errorf("rank %d listens on %v while collectives run, want only its control listener", r, ports)
+		if len(ports) != 2 {
+			t.Errorf("rank %d listens on %v while collectives run, want its data and control listeners", r, ports)
 		}
 		for _, ap := range ports {
-			ctlPorts = append(ctlPorts, ap)
-			ctlTargets = append(ctlTargets, hostiletest.Target{Addr: hostiletest.Dialable(ap), Rank: (r + 1) % len(kids)})
+			target := hostiletest.Target{Addr: hostiletest.Dialable(ap), Rank: (r + 1) % len(kids)}
+			if slices.Contains(setup, ap) {
+				target.Tag, target.Replay = tag, commRec
+			} else {
+				ctlPorts = append(ctlPorts, ap)
+			}
+			runTargets = append(runTargets, target)
 		}
 	}
-	heldCtl, more := attack(ctlTargets, 20)
+	heldCtl, more := attack(runTargets, 20)
 	outcomes = append(outcomes, more...)
-	for _, o := range hostiletest.All(ctx, append(root, listeners...)...) {
+	for _, o := range hostiletest.All(ctx, root...) {
 		if !o.Refused {
 			t.Errorf("while collectives run: %v (err %v)", o, o.Err)
 		}

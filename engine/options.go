@@ -38,6 +38,12 @@ type Options struct {
 	// Transport: "auto" (shared memory inside a host, TCP between hosts), or
 	// "tcp" to force TCP everywhere (GOCOLL_TRANSPORT).
 	Transport string
+	// Connect says when TCP connections are made (GOCOLL_CONNECT): ""
+	// (lazy: at creation only to each rank's ring and recursive-doubling
+	// neighbours, the rest on first use, so that a rank holds descriptors
+	// for the peers its collectives use) or "all" (every pair at creation:
+	// a full mesh).
+	Connect string
 	// NoCMA keeps ranks on one host from reading each other's buffers with
 	// process_vm_readv, so that data always passes through the shared
 	// slots (GOCOLL_CMA=0). By default they do wherever every rank can.

@@ -183,6 +183,25 @@ var settings = []setting{{
 		return errRange
 	},
 }, {
+	Var: "GOCOLL_CONNECT", Scope: scopeComm, Field: "Connect", Config: "connect",
+	Default: "lazy",
+	Range:   "lazy or all",
+	Doc: "When TCP connections are made. lazy: when a communicator is created, only to each rank's ring " +
+		"and recursive-doubling neighbours (about 2 + log2 of the ranks), the rest on the first call " +
+		"that uses them, so descriptors grow with the peers used rather than with the ranks " +
+		"(docs/scale.md). all: every pair at creation, a full mesh.",
+	parse: func(p *parsed, v string) error {
+		switch c := strings.ToLower(v); c {
+		case "lazy":
+			p.Connect = ""
+			return nil
+		case "all":
+			p.Connect = c
+			return nil
+		}
+		return errRange
+	},
+}, {
 	Var: "GOCOLL_SHRINK_QUORUM", Scope: scopeComm, Field: "ShrinkQuorum", Config: "shrinkQuorum",
 	Default: "live",
 	Range:   "live or majority",

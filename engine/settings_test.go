@@ -48,6 +48,8 @@ func TestSettingsParse(t *testing.T) {
 		{"GOCOLL_TUNE", "Redo", "Tune", "redo"},
 		{"GOCOLL_TUNE", "off", "Tune", "off"},
 		{"GOCOLL_TUNE", "auto", "Tune", ""},
+		{"GOCOLL_CONNECT", "ALL", "Connect", "all"},
+		{"GOCOLL_CONNECT", "lazy", "Connect", ""},
 		{"GOCOLL_CMA", "0", "NoCMA", true},
 		{"GOCOLL_CMA", "no", "NoCMA", true},
 		{"GOCOLL_CMA", "On", "NoCMA", false},
@@ -67,6 +69,7 @@ func TestSettingsParse(t *testing.T) {
 		{"GOCOLL_SHRINK_QUORUM", "half"},
 		{"GOCOLL_CMA", "2"}, {"GOCOLL_CMA", "maybe"},
 		{"GOCOLL_TUNE", "on"}, {"GOCOLL_TUNE", "/tmp/x"},
+		{"GOCOLL_CONNECT", "eager"},
 		{"GOCOLL_DEBUG", "loud"},
 		{"GOCOLL_DEBUG_FILE", filepath.Join(t.TempDir(), "missing", "x.log")},
 	}

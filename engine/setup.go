@@ -315,13 +315,45 @@ func openTCP(s *setup, peers []int) error {
 	for q, in := range s.first {
 		addrs[q] = in.Addr
 	}
-	tt, err := tcp.New(s.ctx, tcp.Config{Rank: s.rank, Size: s.size, Listener: s.ln, Addrs: addrs, Peers: peers, Secret: s.secret, Tag: s.tag, Logger: s.log})
+	cfg := tcp.Config{Rank: s.rank, Size: s.size, Listener: s.ln, Addrs: addrs, Peers: peers, Secret: s.secret, Tag: s.tag, Logger: s.log}
+	if s.opts.Connect != "all" {
+		cfg.Lazy, cfg.Eager = true, eagerPeers(s.rank, s.size, peers)
+	}
+	tt, err := tcp.New(s.ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("gocoll: rank %d: tcp: %w", s.rank, err)
 	}
 	s.ln = nil // the transport's now
 	s.route(tt, peers)
 	return nil
+}
+
+// eagerPeers are the TCP peers connected when a communicator is made, the
+// rest being connected on first use: the ring neighbours and the
+// recursive-doubling partners (rank XOR 2^k). The relation is symmetric, so
+// both ends of a pair decide alike; the graph it makes is connected with a
+// diameter of about log2 of the ranks, so a failure announced along it
+// reaches every rank in a few hops (tcp.go relays it), and it holds the
+// peers of the ring and halving–doubling schedules.
+func eagerPeers(rank, size int, peers []int) []int {
+	ok := make(map[int]bool, len(peers))
+	for _, q := range peers {
+		ok[q] = true
+	}
+	var out []int
+	add := func(q int) {
+		if q != rank && ok[q] && !slices.Contains(out, q) {
+			out = append(out, q)
+		}
+	}
+	add((rank + 1) % size)
+	add((rank - 1 + size) % size)
+	for m := 1; m < size; m <<= 1 {
+		if q := rank ^ m; q < size {
+			add(q)
+		}
+	}
+	return out
 }
 
 // route sends the messages to peers through t.

@@ -271,10 +271,12 @@ type recoverer struct {
 	mu      sync.Mutex
 	changed chan struct{}
 	nodes   map[uint64]*agree.Node
-	pending map[uint64][]ctlEvent // messages of instances not begun here
-	blobs   map[blobKey][]byte
-	down    map[int]string // peers whose control link broke, and how
-	suspect map[int]bool   // peers an agreement took for failed
+	pending map[uint64][]ctlEvent     // messages of instances not begun here
+	blobs   map[blobKey][]byte        // exchange contributions, at the root
+	tables  map[blobKey][][]byte      // exchange results, from the root
+	gaveUp  map[blobKey]*ctlLostError // rounds the root gave up, and why
+	down    map[int]string            // peers whose control link broke, and how
+	suspect map[int]bool              // peers an agreement took for failed
 	heard   map[int]time.Time
 	since   map[uint64]map[int]time.Time
 	joiners []net.Conn // processes waiting to join (Grow)
@@ -302,7 +304,7 @@ func (c *Comm) recovery() (*recoverer, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s := &recoverer{c: c, net: c.ctl, timeout: c.opts.Timeout, changed: make(chan struct{}, 1),
 		nodes: map[uint64]*agree.Node{}, pending: map[uint64][]ctlEvent{}, blobs: map[blobKey][]byte{},
-		down: map[int]string{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
+		tables: map[blobKey][][]byte{}, gaveUp: map[blobKey]*ctlLostError{}, down: map[int]string{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
 		refs: 1, stop: stop, done: make(chan struct{})}
 	c.elastic.rec = s
 	go s.loop(ctx)
@@ -391,6 +393,12 @@ func (s *recoverer) handle(ev ctlEvent) {
 			return
 		}
 		s.sendAll(ev.msg.Inst, n.Recv(ev.from, *ev.msg.Agree))
+	case ev.msg.Round != 0 && ev.msg.Lost != 0:
+		s.heard[ev.from] = time.Now()
+		s.gaveUp[blobKey{ev.msg.Inst, ev.msg.Round, ev.from}] = &ctlLostError{peer: ev.msg.Lost - 1, why: ev.msg.Why}
+	case ev.msg.Round != 0 && ev.msg.Table != nil:
+		s.heard[ev.from] = time.Now()
+		s.tables[blobKey{ev.msg.Inst, ev.msg.Round, ev.from}] = ev.msg.Table
 	case ev.msg.Round != 0:
 		s.heard[ev.from] = time.Now()
 		s.blobs[blobKey{ev.msg.Inst, ev.msg.Round, ev.from}] = ev.msg.Blob
@@ -511,73 +519,114 @@ func (s *recoverer) await(ctx context.Context, done func() bool) error {
 }
 
 // exchange is connect's exchange among view (ranks of c), over the
-// control mesh: every member sends its blob to every other.
+// control mesh, through the view's lowest rank (the new communicator's
+// rank 0): every member sends it its blob, it sends every member the
+// table of all. A star rather than every member to every other: each
+// member dials one peer, not N-1 (the root dials N-1), and the mesh stays
+// as sparse as the agreement's.
 func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 	round := 0
 	return func(ctx context.Context, blob []byte) ([][]byte, error) {
 		round++
-		me := s.c.rank
-		for _, p := range view {
-			if p != me {
-				s.net.send(p, ctlMsg{Inst: inst, Round: round, Blob: blob})
-			}
-		}
+		me, root := s.c.rank, view[0]
 		// A member silent for a timeout is lost like a dead one: the
 		// agreement that follows leaves it out.
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
-		lost, why := -1, ""
-		err := s.await(rctx, func() bool {
-			for _, p := range view {
-				if p == me {
-					continue
+		if me != root {
+			s.net.send(root, ctlMsg{Inst: inst, Round: round, Blob: blob})
+			k := blobKey{inst, round, root}
+			missing := func() int {
+				if s.tables[k] == nil && s.gaveUp[k] == nil {
+					return root
 				}
-				if w, ok := s.down[p]; ok {
-					lost, why = p, w
-					return true
-				}
-				if s.suspect[p] {
-					lost, why = p, "taken for failed"
-					return true
-				}
+				return -1
 			}
-			for _, p := range view {
-				if _, ok := s.blobs[blobKey{inst, round, p}]; !ok && p != me {
-					return false
-				}
+			if err := s.awaitFrom(ctx, rctx, []int{root}, missing); err != nil {
+				return nil, err
 			}
-			lost = -1
-			return true
-		})
-		if err != nil && ctx.Err() == nil {
 			s.mu.Lock()
-			for _, p := range view {
-				if _, ok := s.blobs[blobKey{inst, round, p}]; !ok && p != me {
-					lost, why = p, fmt.Sprintf("no setup data from it within %v", s.timeout)
-					break
+			defer s.mu.Unlock()
+			t := s.tables[k]
+			delete(s.tables, k)
+			if lost := s.gaveUp[k]; lost != nil {
+				// The member the root lost is lost to all: every member
+				// agrees again without it.
+				delete(s.gaveUp, k)
+				return nil, lost
+			}
+			if len(t) != len(view) {
+				return nil, &ctlLostError{peer: root, why: fmt.Sprintf("its setup table has %d entries for %d members", len(t), len(view))}
+			}
+			return t, nil
+		}
+		others := view[1:]
+		missing := func() int {
+			for _, p := range others {
+				if _, ok := s.blobs[blobKey{inst, round, p}]; !ok {
+					return p
 				}
 			}
-			s.mu.Unlock()
-		} else if err != nil {
+			return -1
+		}
+		if err := s.awaitFrom(ctx, rctx, others, missing); err != nil {
+			var lost *ctlLostError
+			if errors.As(err, &lost) {
+				for _, p := range others {
+					if p != lost.peer {
+						s.net.send(p, ctlMsg{Inst: inst, Round: round, Lost: lost.peer + 1, Why: lost.why})
+					}
+				}
+			}
 			return nil, err
 		}
-		if lost >= 0 {
-			return nil, &ctlLostError{peer: lost, why: why}
-		}
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		out := make([][]byte, len(view))
-		for i, p := range view {
-			if p == me {
-				out[i] = blob
-				continue
-			}
+		out[0] = blob
+		for i, p := range others {
 			k := blobKey{inst, round, p}
-			out[i] = s.blobs[k]
+			out[i+1] = s.blobs[k]
 			delete(s.blobs, k)
+		}
+		s.mu.Unlock()
+		for _, p := range others {
+			s.net.send(p, ctlMsg{Inst: inst, Round: round, Table: out})
 		}
 		return out, nil
 	}
+}
+
+// awaitFrom waits until missing() (called with mu held) finds no member
+// of from still to answer, failing with a ctlLostError when one of from is
+// down or suspected, or when rctx ends first (blaming the first that has
+// not answered); ctx's end is the shrink's own.
+func (s *recoverer) awaitFrom(ctx, rctx context.Context, from []int, missing func() int) error {
+	lost, why := -1, ""
+	err := s.await(rctx, func() bool {
+		for _, p := range from {
+			if w, ok := s.down[p]; ok {
+				lost, why = p, w
+				return true
+			}
+			if s.suspect[p] {
+				lost, why = p, "taken for failed"
+				return true
+			}
+		}
+		return missing() < 0
+	})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return err
+	case err != nil:
+		s.mu.Lock()
+		lost, why = missing(), fmt.Sprintf("no setup data from it within %v", s.timeout)
+		s.mu.Unlock()
+	}
+	if lost >= 0 {
+		return &ctlLostError{peer: lost, why: why}
+	}
+	return nil
 }
 
 // shrunkTag is the tag of the communicator shrunk from the one tagged tag

@@ -44,12 +44,12 @@ class UniqueId(ctypes.Structure):
 
 
 CONFIG_MAGIC = 0x60C011CF  # GOCOLL_CONFIG_MAGIC
-CONFIG_VERSION = 3  # GOCOLL_CONFIG_VERSION
+CONFIG_VERSION = 4  # GOCOLL_CONFIG_VERSION
 CONFIG_UNDEF_INT = -(1 << 31)  # GOCOLL_CONFIG_UNDEF_INT
 
 
 class Config(ctypes.Structure):
-    """gocollConfig_t, layout version 3. ``Config()`` is
+    """gocollConfig_t, layout version 4. ``Config()`` is
     GOCOLL_CONFIG_INITIALIZER: the header filled in, every field unset."""
 
     _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
@@ -60,7 +60,8 @@ class Config(ctypes.Structure):
                 ("dumpDir", ctypes.c_char_p),
                 ("cma", ctypes.c_int), ("bruckRadix", ctypes.c_int), ("hdSegments", ctypes.c_int),
                 ("flightRecords", ctypes.c_int),
-                ("shrinkQuorum", ctypes.c_char_p), ("tune", ctypes.c_char_p)]
+                ("shrinkQuorum", ctypes.c_char_p), ("tune", ctypes.c_char_p),
+                ("connect", ctypes.c_char_p)]
 
     def __init__(self):
         super().__init__(size=ctypes.sizeof(Config), magic=CONFIG_MAGIC, version=CONFIG_VERSION)

@@ -9,9 +9,12 @@ import (
 )
 
 // modelMaxRanks bounds the communicators whose algorithm the cost model
-// picks: a prediction walks every rank's program, which is cheap below a
-// few hundred ranks; above, the size rules choose.
-const modelMaxRanks = 256
+// picks (and the calibration across hosts times): a prediction walks every
+// rank's program, O(N²) operations for the ring, and every rank predicts
+// at the first call of each size, so above this the first calls of a job
+// whose ranks share cores would take longer than its calls; the size
+// rules choose there (docs/scale.md has the cost per rank count).
+const modelMaxRanks = 64
 
 // Model caches the cost model's pick per collective and size: every rank
 // computes the same prediction from the same placement, so they agree.

@@ -69,6 +69,11 @@ const (
 	smallAlltoall  = 256      // per-peer block size below which Bruck aggregates
 	smallBroadcast = 256 << 10
 	hierMin        = 64 << 10 // across hosts, from here the hierarchical forms
+	// hierMinChunk: and from this many bytes per rank, since their ring
+	// across H hosts takes 2(H-1) steps of a chunk each: with many hosts
+	// and small chunks it is latency-bound where halving–doubling is not.
+	// (With one rank per host they are the flat ring: never by size.)
+	hierMinChunk = 4 << 10
 )
 
 // All-to-all across hosts, in bytes per peer (measured with build/hosts on
@@ -91,7 +96,7 @@ func onlyShm(s Shape) bool { return s.Shm }
 func shmV(s Shape) bool    { return s.ShmV }
 func hier(s Shape) bool    { return s.multiHost() }
 func hierAuto(s Shape) bool {
-	return s.multiHost() && s.Bytes >= hierMin
+	return s.multiHost() && s.N > s.Hosts && s.Bytes >= hierMin && s.Bytes >= hierMinChunk*s.N
 }
 
 // schedule is the registry entry that runs build's schedule as coll/name.

@@ -27,7 +27,7 @@ var (
 //	client → server  hello   "GCHS" ver 0 0 0 | tag[8] | clientRank int32 | nonceC[32]   (52 B)
 //	server → client  hello   "GCHS" ver 0 0 0 | serverRank int32 | nonceS[32] | macS[32] (76 B)
 //	client → server  proof   macC[32]
-//	server → client  verdict code u8 | len u16 | text      (code 0 = accepted)
+//	server → client  verdict code u8 | len u16 | text      (code 0 = accepted, 1 = refused, 2/3: see verdicts)
 //
 //	macS = HMAC(secret, "gocoll/hs/server" | tag | clientRank | serverRank | nonceC | nonceS)
 //	macC = HMAC(secret, "gocoll/hs/client" | tag | clientRank | serverRank | nonceC | nonceS)
@@ -49,6 +49,10 @@ const (
 	// deadline is further away, so a silent connection cannot hold a slot.
 	DefaultHandshakeTimeout = 10 * time.Second
 )
+
+// verdicts are the verdict codes that carry no text, each a sentinel the
+// client's error wraps (0: admitted, 1: refused with a reason).
+var verdicts = [...]error{2: ErrCrossing, 3: errConnected}
 
 var hsMagic = [4]byte{'G', 'C', 'H', 'S'}
 
@@ -135,6 +139,9 @@ func ServerHandshake(conn net.Conn, secret []byte, tag [8]byte, myRank int, dead
 	if err := writeVerdict(conn, refusal); err != nil {
 		return -1, fmt.Errorf("tcp: handshake: sending verdict to rank %d: %w", client, err)
 	}
+	if errors.Is(refusal, ErrCrossing) || errors.Is(refusal, errConnected) {
+		return int(client), fmt.Errorf("tcp: handshake: rank %d: %w", client, refusal)
+	}
 	if refusal != nil {
 		return int(client), fmt.Errorf("tcp: handshake: %w: rank %d: %v", ErrRefused, client, refusal)
 	}
@@ -148,6 +155,12 @@ func writeVerdict(conn net.Conn, refusal error) error {
 	if refusal == nil {
 		_, err := conn.Write([]byte{0, 0, 0})
 		return err
+	}
+	for code, sentinel := range verdicts {
+		if sentinel != nil && errors.Is(refusal, sentinel) {
+			_, err := conn.Write([]byte{byte(code), 0, 0})
+			return err
+		}
 	}
 	text := refusal.Error()
 	if len(text) > maxVerdictText {
@@ -207,6 +220,9 @@ func ClientHandshake(conn net.Conn, secret []byte, tag [8]byte, myRank int, dead
 	var v [3]byte
 	if _, err := io.ReadFull(conn, v[:]); err != nil {
 		return -1, fmt.Errorf("tcp: handshake: reading verdict from %s: %w", conn.RemoteAddr(), err)
+	}
+	if int(v[0]) < len(verdicts) && verdicts[v[0]] != nil {
+		return -1, fmt.Errorf("tcp: handshake: %s (rank %d): %w", conn.RemoteAddr(), server, verdicts[v[0]])
 	}
 	if v[0] != 0 {
 		text := make([]byte, binary.LittleEndian.Uint16(v[1:]))

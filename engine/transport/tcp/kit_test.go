@@ -10,12 +10,20 @@ import (
 	"github.com/gocoll/gocoll/engine/transport/transporttest"
 )
 
-func TestMain(m *testing.M) { os.Exit(transporttest.Main(m, maker{})) }
+// kitLazy, set, makes a child process's ranks lazy with every peer eager
+// (TestFaultsLazy).
+const kitLazy = "GOCOLL_TEST_TCP_KIT_LAZY"
 
-// maker sets up TCP ranks over loopback for the transport test kit.
-type maker struct{}
+func TestMain(m *testing.M) {
+	os.Exit(transporttest.Main(m, maker{lazy: os.Getenv(kitLazy) != "", eagerAll: true}))
+}
 
-func (maker) Caps() transporttest.Caps {
+// maker sets up TCP ranks over loopback for the transport test kit: a
+// full mesh, or (lazy) connections made on first use, none at setup
+// unless eagerAll.
+type maker struct{ lazy, eagerAll bool }
+
+func (m maker) Caps() transporttest.Caps {
 	return transporttest.Caps{
 		// More than both socket buffers, so that a Send nobody reads blocks.
 		Block:                  transporttest.Block{Msgs: 1, Bytes: 32 << 20},
@@ -28,7 +36,7 @@ func (maker) Caps() transporttest.Caps {
 	}
 }
 
-func (maker) Prepare(cfg transporttest.Config) (transporttest.Setup[transport.Transport], error) {
+func (m maker) Prepare(cfg transporttest.Config) (transporttest.Setup[transport.Transport], error) {
 	ln, err := Listen("127.0.0.1")
 	if err != nil {
 		return transporttest.Setup[transport.Transport]{}, err
@@ -40,7 +48,14 @@ func (maker) Prepare(cfg transporttest.Config) (transporttest.Setup[transport.Tr
 	return transporttest.Setup[transport.Transport]{
 		Addr: ln.Addr().String(),
 		Connect: func(ctx context.Context, addrs []string) (transport.Transport, error) {
-			tr, err := New(ctx, Config{Rank: cfg.Rank, Size: cfg.Size, Listener: ln, Addrs: addrs, Peers: peers, Secret: testSecret, Tag: cfg.Tag()})
+			c := Config{Rank: cfg.Rank, Size: cfg.Size, Listener: ln, Addrs: addrs, Peers: peers, Secret: testSecret, Tag: cfg.Tag()}
+			if m.lazy {
+				c.Lazy = true
+				if !m.eagerAll {
+					c.Eager = []int{}
+				}
+			}
+			tr, err := New(ctx, c)
 			if err != nil {
 				return nil, err // not a nil *Transport in an interface
 			}
@@ -63,7 +78,10 @@ func (maker) Watch(tr transport.Transport) {
 }
 
 func (maker) Waiting(tr transport.Transport, peer int, send bool) bool {
-	p := tr.(*Transport).peers[peer]
+	p := tr.(*Transport).peer(peer)
+	if p == nil {
+		return false
+	}
 	if !send {
 		return p.reads.Load()&1 != 0
 	}
@@ -76,6 +94,17 @@ func (maker) Waiting(tr transport.Transport, peer int, send bool) bool {
 
 func TestConformance(t *testing.T) { transporttest.RunConformance(t, maker{}) }
 func TestFaults(t *testing.T)      { transporttest.RunFaults(t, maker{}) }
+
+// The conformance kit with every connection made on first use.
+func TestConformanceLazy(t *testing.T) { transporttest.RunConformance(t, maker{lazy: true}) }
+
+// The fault kit with the listener kept open: a failure is relayed along
+// the connections that exist (the engine connects ring and doubling
+// neighbours eagerly for that), and nothing connecting late must hide it.
+func TestFaultsLazy(t *testing.T) {
+	t.Setenv(kitLazy, "1")
+	transporttest.RunFaults(t, maker{lazy: true, eagerAll: true})
+}
 
 // kitMesh is the kit's in-process mesh of n TCP ranks (peers as for
 // transporttest.NewMesh).

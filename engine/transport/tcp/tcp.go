@@ -59,8 +59,9 @@ const (
 type Config struct {
 	Rank, Size int
 	// Listener accepts the connections of the higher-ranked peers. New
-	// closes it before returning (also on error). It may be nil when no
-	// peer ranks above Rank.
+	// closes it before returning (also on error) unless Lazy; with Lazy
+	// the transport closes it when it stops. It may be nil when no peer
+	// ranks above Rank and Lazy is off.
 	Listener net.Listener
 	// Addrs holds every rank's listen address ("host:port"), indexed by
 	// rank; only the entries of lower-ranked peers are used (they are dialled).
@@ -76,6 +77,14 @@ type Config struct {
 	// Logger receives refused connections (WARN) and setup progress
 	// (DEBUG). Nil discards.
 	Logger *slog.Logger
+	// Lazy keeps Listener open after New, for the transport's life: a
+	// peer of Peers that is not connected yet is connected on its first
+	// Send or Recv, by whichever side needs it first. Addrs must then hold
+	// every peer's address.
+	Lazy bool
+	// Eager are the peers New connects before it returns, with Lazy (nil:
+	// every peer of Peers; empty: none). Without Lazy every peer is.
+	Eager []int
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF in bytes: 0 means
 	// DefaultSocketBuffer, a negative value leaves the kernel's defaults
 	// (and its buffer autotuning) alone.
@@ -85,13 +94,18 @@ type Config struct {
 // Transport is one rank's TCP connections; it implements transport.Transport.
 type Transport struct {
 	rank, size int
-	peers      []*peer // by rank; nil where this transport has no connection
+	peers      []peerSlot // by rank; empty where this transport has no connection (yet)
+	cs         conns      // connecting (mesh.go)
 	logger     *slog.Logger
 	stop       atomic.Pointer[error] // set once by Abort, Close or a peer's failure
 	closeOnce  sync.Once
 	quit       chan struct{} // closed to stop the watcher
 	quitOnce   sync.Once
 }
+
+// peerSlot holds a peer's connection once it is up: set once, read on
+// every call without a lock.
+type peerSlot = atomic.Pointer[peer]
 
 var (
 	_ transport.Transport   = (*Transport)(nil)
@@ -140,14 +154,30 @@ func (t *Transport) Size() int { return t.size }
 
 // Connected reports whether this transport has a connection to rank peer.
 func (t *Transport) Connected(peer int) bool {
-	return peer >= 0 && peer < len(t.peers) && t.peers[peer] != nil
+	return t.peer(peer) != nil
 }
 
-func (t *Transport) lookup(peer int) (*peer, error) {
-	if !t.Connected(peer) {
-		return nil, fmt.Errorf("tcp: rank %d has no TCP connection to rank %d", t.rank, peer)
+// peer is the connection with rank q, nil if none is up.
+func (t *Transport) peer(q int) *peer {
+	if q < 0 || q >= len(t.peers) {
+		return nil
 	}
-	return t.peers[peer], nil
+	return t.peers[q].Load()
+}
+
+// lookup is the connection with rank q, made first if it is not up yet
+// (Config.Lazy).
+func (t *Transport) lookup(ctx context.Context, q int) (*peer, error) {
+	if p := t.peer(q); p != nil {
+		return p, nil
+	}
+	return t.connect(ctx, q)
+}
+
+// lostErr is the error of a call to q after its connection broke or could
+// not be made.
+func (t *Transport) lostErr(q int, what string) error {
+	return fmt.Errorf("tcp: rank %d: %w", t.rank, &transport.PeerLostError{Peer: q, Reason: what})
 }
 
 func (t *Transport) stopErr() error {
@@ -252,12 +282,12 @@ func (p *peer) disarmRead(stop func() bool) {
 // and cancellation; after a failure that left part of a message on the wire,
 // later Sends to peer fail with the same error.
 func (t *Transport) Send(ctx context.Context, peer int, h transport.Header, data []byte) error {
-	p, err := t.lookup(peer)
-	if err != nil {
-		return err
-	}
 	if h.Len != uint64(len(data)) {
 		return fmt.Errorf("tcp: send to rank %d: header says %d bytes, data has %d", peer, h.Len, len(data))
+	}
+	p, err := t.lookup(ctx, peer)
+	if err != nil {
+		return err
 	}
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
@@ -322,7 +352,7 @@ func (t *Transport) RecvVar(ctx context.Context, peer int, want transport.Header
 
 // recvMsg is Recv (alloc nil: buf is the message's) and RecvVar.
 func (t *Transport) recvMsg(ctx context.Context, peer int, want transport.Header, buf []byte, alloc func(int) ([]byte, error)) (transport.Header, []byte, error) {
-	p, err := t.lookup(peer)
+	p, err := t.lookup(ctx, peer)
 	if err != nil {
 		return transport.Header{}, nil, err
 	}
@@ -445,7 +475,8 @@ func (t *Transport) announce(f transport.Failure) {
 	}
 	deadline := time.Now().Add(abortBudget)
 	var wg sync.WaitGroup
-	for _, p := range t.peers {
+	for i := range t.peers {
+		p := t.peers[i].Load()
 		if p == nil || p.goodbye.Load() || p.rank == f.Origin {
 			continue // gone, or where the failure came from
 		}
@@ -497,7 +528,8 @@ func (t *Transport) sayGoodbye() {
 	transport.Header{Kind: transport.KindClose}.Encode(hdr[:])
 	deadline := time.Now().Add(goodbyeLinger)
 	var wg sync.WaitGroup
-	for _, p := range t.peers {
+	for i := range t.peers {
+		p := t.peers[i].Load()
 		if p == nil {
 			continue
 		}
@@ -539,16 +571,31 @@ func (t *Transport) sayGoodbye() {
 func (t *Transport) closeConns() {
 	t.stopWatch()
 	t.closeOnce.Do(func() {
-		for _, p := range t.peers {
-			if p != nil {
+		for i := range t.peers {
+			if p := t.peers[i].Load(); p != nil {
 				p.conn.Close()
 			}
 		}
 	})
 }
 
+// stopWatch stops the watcher and everything that connects: the listener,
+// the handshakes and dials in progress (and waits for them), so that the
+// set of connections is final.
 func (t *Transport) stopWatch() {
-	t.quitOnce.Do(func() { close(t.quit) })
+	t.quitOnce.Do(func() {
+		close(t.quit)
+		t.cs.mu.Lock()
+		t.cs.closed = true
+		t.cs.closeListener()
+		if t.cs.halt != nil {
+			t.cs.halt()
+		}
+		t.cs.broadcastLocked()
+		t.cs.mu.Unlock()
+		t.cs.wg.Wait()
+		t.cs.refused.Flush()
+	})
 }
 
 // watch looks at every idle connection every watchEvery until the transport
@@ -573,7 +620,8 @@ func (t *Transport) watch() {
 // when a peer aborted or was lost; it returns false once the transport
 // stopped. hdr is scratch space (see inspect).
 func (t *Transport) watchOnce(hdr []byte) bool {
-	for _, p := range t.peers {
+	for i := range t.peers {
+		p := t.peers[i].Load()
 		if t.stopErr() != nil {
 			return false
 		}
@@ -592,8 +640,8 @@ func (t *Transport) watchOnce(hdr []byte) bool {
 // it arrived, without consuming it (transport.Peeker). Where the system
 // cannot peek at a socket nothing is ever ready.
 func (t *Transport) Peek(peer int) (transport.Header, bool) {
-	p, err := t.lookup(peer)
-	if err != nil || t.stopErr() != nil || p.broken.Load() || p.goodbye.Load() {
+	p := t.peer(peer)
+	if p == nil || t.stopErr() != nil || p.broken.Load() || p.goodbye.Load() {
 		return transport.Header{}, false
 	}
 	var hdr [transport.HeaderSize]byte
