@@ -18,33 +18,8 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/engine/bootstrap"
 )
-
-// launcherEnv names the launcher whose variables describe this process's
-// rank, or "" when the program was started by hand. The engine's
-// NewCommFromEnv reads the same variables.
-func launcherEnv(getenv func(string) string) string {
-	switch {
-	case getenv("GOCOLL_RANK") != "":
-		return "gocoll"
-	case getenv("OMPI_COMM_WORLD_RANK") != "":
-		return "open-mpi"
-	case getenv("RANK") != "" && getenv("WORLD_SIZE") != "":
-		return "torchrun"
-	case getenv("SLURM_PROCID") != "" && getenv("SLURM_NTASKS") != "" && getenv("SLURM_STEP_ID") != "":
-		return "slurm"
-	}
-	return ""
-}
-
-// launcherVars are the variables that make a process a rank of some job; the
-// children of -np get fresh GOCOLL_* ones and none of the others.
-var launcherVars = []string{
-	"GOCOLL_RANK", "GOCOLL_SIZE", "GOCOLL_ROOT_ADDR", "GOCOLL_LOCAL_RANK",
-	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID",
-}
 
 // spawnRanks runs n copies of this executable with args, as fresh processes
 // (exec, never fork: a Go runtime does not survive fork), each told its rank
@@ -265,16 +240,13 @@ func killed(err error) bool {
 	return ok && ws.Signaled()
 }
 
-// cleanEnv drops the variables of any launcher we may run under.
+// cleanEnv drops the variables of any launcher we may run under: the
+// children of -np get fresh GOCOLL_* ones and none of the others.
 func cleanEnv(env []string) []string {
+	drop := bootstrap.LauncherVars()
 	out := env[:0:0]
 	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		drop := false
-		for _, v := range launcherVars {
-			drop = drop || name == v
-		}
-		if !drop {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains(drop, name) {
 			out = append(out, kv)
 		}
 	}

@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/engine/bootstrap"
 	"github.com/gocoll/gocoll/engine/kernel"
 )
 
@@ -92,7 +94,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		opts.Algo = cl.algo
 	}
 	cl.cfg.algo = opts.Algo
-	if cl.np > 0 || !launchedEnv() {
+	launcher := bootstrap.Launcher(os.Getenv)
+	if cl.np > 0 || launcher == "" {
 		n := cl.np
 		if n == 0 {
 			n = 2
@@ -104,7 +107,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		cl.cfg.mode = "goroutines, transport " + tr
 		return goroutines(cl.cfg, opts, n, tr, stdout, stderr)
 	}
-	return launchedRank(cl, opts, stdout, stderr)
+	return launchedRank(cl, opts, launcher, stdout, stderr)
 }
 
 // fail reports a usage or set-up error and returns exit status 2.
@@ -216,7 +219,7 @@ func (cl *cmdLine) check(minB, maxB, dtype, redop, opList string) error {
 
 // launchedRank runs this process as one rank of a job a launcher (or
 // -procs) started.
-func launchedRank(cl *cmdLine, opts engine.Options, stdout, stderr io.Writer) int {
+func launchedRank(cl *cmdLine, opts engine.Options, launcher string, stdout, stderr io.Writer) int {
 	cfg := cl.cfg
 	if cl.transport != "" {
 		if cl.transport == "mem" {
@@ -226,7 +229,7 @@ func launchedRank(cl *cmdLine, opts engine.Options, stdout, stderr io.Writer) in
 	}
 	cfg.mode = os.Getenv(childEnv)
 	if cfg.mode == "" {
-		cfg.mode = "processes, " + launcherName()
+		cfg.mode = "processes, launcher environment " + launcherVars(launcher)
 	}
 	c, err := engine.NewCommFromEnv(opts)
 	if err != nil {
@@ -268,23 +271,18 @@ func typeNames() string {
 	return strings.Join(names, ", ")
 }
 
-// launchedEnv reports whether a launcher set this process up as a rank.
-func launchedEnv() bool {
-	has := func(k string) bool { return os.Getenv(k) != "" }
-	return has("GOCOLL_RANK") || (has("RANK") && has("WORLD_SIZE")) || has("OMPI_COMM_WORLD_RANK") ||
-		(has("SLURM_PROCID") && has("SLURM_STEP_ID"))
-}
-
-func launcherName() string {
-	switch {
-	case os.Getenv("GOCOLL_RANK") != "":
-		return "launcher environment GOCOLL_RANK/GOCOLL_SIZE"
-	case os.Getenv("RANK") != "":
-		return "launcher environment RANK/WORLD_SIZE (torchrun)"
-	case os.Getenv("OMPI_COMM_WORLD_RANK") != "":
-		return "launcher environment OMPI_COMM_WORLD_* (mpirun)"
+// launcherVars names, for the header, the variables that made this process
+// a rank of launcher (one of bootstrap.Launcher's names).
+func launcherVars(launcher string) string {
+	switch launcher {
+	case "gocoll":
+		return "GOCOLL_RANK/GOCOLL_SIZE"
+	case "torchrun":
+		return "RANK/WORLD_SIZE (torchrun)"
+	case "openmpi":
+		return "OMPI_COMM_WORLD_* (mpirun)"
 	}
-	return "launcher environment SLURM_* (srun)"
+	return "SLURM_* (srun)"
 }
 
 // lockedWriter serialises the ranks' writes to stderr.
@@ -433,15 +431,12 @@ func launch(fs *flag.FlagSet, n int, timeout time.Duration, stdout, stderr io.Wr
 func jobEnv(environ []string, n, port int) []string {
 	secret := make([]byte, 16)
 	rand.Read(secret)
+	drop := append(bootstrap.LauncherVars(), "GOCOLL_PORT", "GOCOLL_SECRET", childEnv)
 	env := []string{}
 	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "GOCOLL_RANK", "GOCOLL_SIZE", "GOCOLL_LOCAL_RANK", "GOCOLL_LOCAL_SIZE", "GOCOLL_ROOT_ADDR",
-			"GOCOLL_PORT", "GOCOLL_SECRET", childEnv:
-			continue
+		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(drop, k) {
+			env = append(env, kv)
 		}
-		env = append(env, kv)
 	}
 	return append(env, "GOCOLL_SIZE="+strconv.Itoa(n), "GOCOLL_LOCAL_SIZE="+strconv.Itoa(n),
 		"GOCOLL_ROOT_ADDR=127.0.0.1:"+strconv.Itoa(port), "GOCOLL_SECRET="+hex.EncodeToString(secret),
