@@ -46,12 +46,7 @@ func AggregateAllToAll(p Params) (*Schedule, error) {
 		return nil, err
 	}
 	l := newAggLayout(g, p.Relay)
-	s := New(AllToAll, "aggregate", g.n, p.ElemSize, func(r int, yield func(Op) bool) {
-		l.program(r, &emitter{yield: yield})
-	})
-	s.WorkLen, s.InLen, s.TmpLen = g.n*g.bs, g.n*g.bs, l.tmpBlocks*g.bs
-	s.Rounds = 4
-	return s, nil
+	return g.schedule("aggregate", l.tmpBlocks, l.program), nil
 }
 
 // aggLayout is the static assignment of an aggregated all-to-all: who
@@ -256,6 +251,17 @@ func newAggPlan(p Params) (*aggPlan, error) {
 		g.unpackOff[a] = g.unpackOff[a-1] + len(src[a-1])
 	}
 	return g, nil
+}
+
+// schedule is the all-to-all whose ranks run program, in four rounds
+// (pack, the stages, unpack), with tmpBlocks blocks of Tmp.
+func (g *aggPlan) schedule(algo string, tmpBlocks int, program func(r int, e *emitter)) *Schedule {
+	s := New(AllToAll, algo, g.n, g.es, func(r int, yield func(Op) bool) {
+		program(r, &emitter{yield: yield})
+	})
+	s.WorkLen, s.InLen, s.TmpLen = g.n*g.bs, g.n*g.bs, tmpBlocks*g.bs
+	s.Rounds = 4
+	return s
 }
 
 // subs is the number of sub-matrices; sub-matrix k is (k/B, k%B).

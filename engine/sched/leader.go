@@ -36,12 +36,7 @@ func LeaderAllToAll(p Params) (*Schedule, error) {
 		return nil, err
 	}
 	l := newLeaderLayout(g)
-	s := New(AllToAll, "aggregate-leader", g.n, p.ElemSize, func(r int, yield func(Op) bool) {
-		l.program(r, &emitter{yield: yield})
-	})
-	s.WorkLen, s.InLen, s.TmpLen = g.n*g.bs, g.n*g.bs, l.tmpBlocks*g.bs
-	s.Rounds = 4
-	return s, nil
+	return g.schedule("aggregate-leader", l.tmpBlocks, l.program), nil
 }
 
 // leaderLayout is where LeaderAllToAll keeps what in each rank's buffers.
