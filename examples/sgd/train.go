@@ -183,6 +183,7 @@ type trainer struct {
 	seen        int     // training examples so far
 	clock       float64 // training seconds before this epoch
 	res         *RunResult
+	undo        []func() // what close releases, in the order newTrainer made it
 }
 
 // newTrainer sets a rank up to train: the model (its initial parameters
@@ -199,6 +200,7 @@ func newTrainer(c *engine.Comm, train, test *Dataset, cfg Config) (_ *trainer, e
 	if t.model, err = NewMLP(cfg.sizes(train), cfg.Batch/ranks, cfg.Seed); err != nil {
 		return nil, err
 	}
+	t.undo = append(t.undo, t.model.Close)
 	// Same seed, same weights; the broadcast makes it so even if a rank
 	// was started with another seed, as DistributedDataParallel does.
 	for _, p := range t.model.ParamData() {
@@ -217,9 +219,13 @@ func newTrainer(c *engine.Comm, train, test *Dataset, cfg Config) (_ *trainer, e
 		bucket = DefaultBucketBytes
 	}
 	t.dp = NewDataParallel(c, inner, WithBucketBytes(bucket))
+	t.undo = append(t.undo, func() { t.dp.Close() })
 	t.dp.Aux = []float64{0} // the shard loss rides along with the gradients
 	if t.eval, err = cfg.evaluator(t.model, test); err != nil {
 		return nil, err
+	}
+	if t.eval != nil {
+		t.undo = append(t.undo, t.eval.Close)
 	}
 	t.res = newResult(c, cfg, t.model, train, test)
 	// The pass computes what the graph would, into the solver's gradient
@@ -233,15 +239,10 @@ func newTrainer(c *engine.Comm, train, test *Dataset, cfg Config) (_ *trainer, e
 	return t, nil
 }
 
+// close releases what newTrainer made, last made first.
 func (t *trainer) close() {
-	if t.eval != nil {
-		t.eval.Close()
-	}
-	if t.dp != nil {
-		t.dp.Close()
-	}
-	if t.model != nil {
-		t.model.Close()
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		t.undo[i]()
 	}
 }
 
