@@ -111,11 +111,7 @@ func initRank(name string, commOK C.int, out *C.uintptr_t, nranks C.int, id *C.c
 	}
 	var uid engine.UniqueID
 	copy(uid[:], unsafe.Slice((*byte)(unsafe.Pointer(id)), len(uid)))
-	settings, err := configSettings(cfg)
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	opts, err := options(settings...)
+	opts, err := configOptions(cfg)
 	if err != nil {
 		return fail(name, nil, err)
 	}
@@ -145,11 +141,7 @@ func initFromEnv(name string, commOK C.int, out *C.uintptr_t, cfg *C.gocollConfi
 	if commOK == 0 {
 		return fail(name, nil, argErr("comm is NULL"))
 	}
-	settings, err := configSettings(cfg)
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	opts, err := options(settings...)
+	opts, err := configOptions(cfg)
 	if err != nil {
 		return fail(name, nil, err)
 	}
@@ -161,26 +153,47 @@ func initFromEnv(name string, commOK C.int, out *C.uintptr_t, cfg *C.gocollConfi
 	return resSuccess
 }
 
-//export capi_CommSplit
-func capi_CommSplit(comm C.uintptr_t, color, key C.int, newOK C.int, out *C.uintptr_t) (rc C.int) {
-	const name = "gocollCommSplit"
+// call is the body of an entry point on a communicator: find the handle,
+// run f, and turn its error (recorded on the communicator) into a result
+// code.
+func call(name string, comm C.uintptr_t, f func(cs *commState) error) (rc C.int) {
 	defer guard(name, &rc)
 	cs, err := handles.comm(uintptr(comm))
 	if err != nil {
 		return fail(name, nil, err)
 	}
-	if newOK == 0 {
-		return fail(name, cs, argErr("newcomm is NULL"))
-	}
-	child, err := cs.c.Split(int(color), int(key))
-	if err != nil {
+	if err := f(cs); err != nil {
 		return fail(name, cs, err)
 	}
-	*out = 0
-	if child != nil {
-		*out = C.uintptr_t(handles.addComm(child).h)
-	}
 	return resSuccess
+}
+
+// putInt hands v to the C caller through out; ok says the caller's
+// pointer (named what) is not NULL.
+func putInt(ok bool, out *C.int, what string, v int) error {
+	if !ok {
+		return argErr("%s is NULL", what)
+	}
+	*out = C.int(v)
+	return nil
+}
+
+//export capi_CommSplit
+func capi_CommSplit(comm C.uintptr_t, color, key C.int, newOK C.int, out *C.uintptr_t) C.int {
+	return call("gocollCommSplit", comm, func(cs *commState) error {
+		if newOK == 0 {
+			return argErr("newcomm is NULL")
+		}
+		child, err := cs.c.Split(int(color), int(key))
+		if err != nil {
+			return err
+		}
+		*out = 0
+		if child != nil {
+			*out = C.uintptr_t(handles.addComm(child).h)
+		}
+		return nil
+	})
 }
 
 //export capi_CommDestroy
@@ -216,142 +229,106 @@ func capi_CommAbort(comm C.uintptr_t) (rc C.int) {
 }
 
 //export capi_CommCount
-func capi_CommCount(comm C.uintptr_t, count *C.int) (rc C.int) {
-	const name = "gocollCommCount"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	if count == nil {
-		return fail(name, cs, argErr("count is NULL"))
-	}
-	*count = C.int(cs.c.Size())
-	return resSuccess
+func capi_CommCount(comm C.uintptr_t, count *C.int) C.int {
+	return call("gocollCommCount", comm, func(cs *commState) error {
+		return putInt(count != nil, count, "count", cs.c.Size())
+	})
 }
 
 //export capi_CommUserRank
-func capi_CommUserRank(comm C.uintptr_t, rank *C.int) (rc C.int) {
-	const name = "gocollCommUserRank"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	if rank == nil {
-		return fail(name, cs, argErr("rank is NULL"))
-	}
-	*rank = C.int(cs.c.Rank())
-	return resSuccess
+func capi_CommUserRank(comm C.uintptr_t, rank *C.int) C.int {
+	return call("gocollCommUserRank", comm, func(cs *commState) error {
+		return putInt(rank != nil, rank, "rank", cs.c.Rank())
+	})
 }
 
 //export capi_CommGetTopology
-func capi_CommGetTopology(comm C.uintptr_t, buf *C.char, length C.size_t, needed *C.size_t) (rc C.int) {
-	const name = "gocollCommGetTopology"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	text, err := cs.c.Topology()
-	if err != nil {
-		return fail(name, cs, err)
-	}
-	return copyText(name, cs, text, buf, length, needed)
+func capi_CommGetTopology(comm C.uintptr_t, buf *C.char, length C.size_t, needed *C.size_t) C.int {
+	return call("gocollCommGetTopology", comm, func(cs *commState) error {
+		text, err := cs.c.Topology()
+		if err != nil {
+			return err
+		}
+		return putText(text, buf, length, needed)
+	})
 }
 
 //export capi_CommDumpState
-func capi_CommDumpState(comm C.uintptr_t, path *C.char, length C.size_t) (rc C.int) {
-	const name = "gocollCommDumpState"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	if path == nil && length != 0 {
-		return fail(name, cs, argErr("path is NULL but len is %d", uint64(length)))
-	}
-	file, err := cs.c.DumpStateFile()
-	if err != nil {
-		return fail(name, cs, err)
-	}
-	if path == nil {
-		return resSuccess
-	}
-	if uint64(length) < uint64(len(file)+1) {
-		return fail(name, cs, argErr("path holds %d bytes; %s needs %d (with its NUL); the dump was written", uint64(length), file, len(file)+1))
-	}
-	out := unsafe.Slice((*byte)(unsafe.Pointer(path)), len(file)+1)
-	copy(out, file)
-	out[len(file)] = 0
-	return resSuccess
+func capi_CommDumpState(comm C.uintptr_t, path *C.char, length C.size_t) C.int {
+	return call("gocollCommDumpState", comm, func(cs *commState) error {
+		if path == nil && length != 0 {
+			return argErr("path is NULL but len is %d", uint64(length))
+		}
+		file, err := cs.c.DumpStateFile()
+		if err != nil {
+			return err
+		}
+		if path == nil {
+			return nil
+		}
+		if uint64(length) < uint64(len(file)+1) {
+			return argErr("path holds %d bytes; %s needs %d (with its NUL); the dump was written", uint64(length), file, len(file)+1)
+		}
+		out := unsafe.Slice((*byte)(unsafe.Pointer(path)), len(file)+1)
+		copy(out, file)
+		out[len(file)] = 0
+		return nil
+	})
 }
 
-// copyText hands JSON text to C: *needed gets its size with the NUL (when
+// putText hands JSON text to C: *needed gets its size with the NUL (when
 // needed is not NULL); buf NULL with len 0 asks for the size only; text
 // that does not fit is an error (nothing is written to buf).
-func copyText(name string, cs *commState, text []byte, buf *C.char, length C.size_t, needed *C.size_t) C.int {
+func putText(text []byte, buf *C.char, length C.size_t, needed *C.size_t) error {
 	if buf == nil && length != 0 {
-		return fail(name, cs, argErr("buf is NULL but len is %d", uint64(length)))
+		return argErr("buf is NULL but len is %d", uint64(length))
 	}
 	if needed != nil {
 		*needed = C.size_t(len(text) + 1)
 	}
 	if buf == nil {
 		if needed == nil {
-			return fail(name, cs, argErr("buf and needed are both NULL"))
+			return argErr("buf and needed are both NULL")
 		}
-		return resSuccess
+		return nil
 	}
 	if uint64(length) < uint64(len(text)+1) {
-		return fail(name, cs, argErr("buf holds %d bytes; the text needs %d (with its NUL)", uint64(length), len(text)+1))
+		return argErr("buf holds %d bytes; the text needs %d (with its NUL)", uint64(length), len(text)+1)
 	}
 	out := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(text)+1)
 	copy(out, text)
 	out[len(text)] = 0
-	return resSuccess
+	return nil
 }
 
 //export capi_CommGetAsyncError
-func capi_CommGetAsyncError(comm C.uintptr_t, outOK C.int, code *C.int) (rc C.int) {
-	const name = "gocollCommGetAsyncError"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	if outOK == 0 {
-		return fail(name, cs, argErr("asyncError is NULL"))
-	}
-	*code = C.int(resultCode(cs.c.AsyncError()))
-	return resSuccess
+func capi_CommGetAsyncError(comm C.uintptr_t, outOK C.int, code *C.int) C.int {
+	return call("gocollCommGetAsyncError", comm, func(cs *commState) error {
+		return putInt(outOK != 0, code, "asyncError", resultCode(cs.c.AsyncError()))
+	})
 }
 
 // ---------------------------------------------------------------------------
 // Memory
 
 //export capi_MemAlloc
-func capi_MemAlloc(ptrOK C.int, out *unsafe.Pointer, size C.size_t, comm C.uintptr_t) (rc C.int) {
-	const name = "gocollMemAlloc"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	if ptrOK == 0 {
-		return fail(name, cs, argErr("ptr is NULL"))
-	}
-	if size == 0 || size > maxBytes {
-		return fail(name, cs, argErr("allocation size %d", uint64(size)))
-	}
-	b, err := cs.c.MemAlloc(int(size))
-	if err != nil {
-		return fail(name, cs, err)
-	}
-	p := unsafe.Pointer(unsafe.SliceData(b))
-	handles.addAlloc(uintptr(p), alloc{c: cs.c, b: b})
-	*out = p
-	return resSuccess
+func capi_MemAlloc(ptrOK C.int, out *unsafe.Pointer, size C.size_t, comm C.uintptr_t) C.int {
+	return call("gocollMemAlloc", comm, func(cs *commState) error {
+		if ptrOK == 0 {
+			return argErr("ptr is NULL")
+		}
+		if size == 0 || size > maxBytes {
+			return argErr("allocation size %d", uint64(size))
+		}
+		b, err := cs.c.MemAlloc(int(size))
+		if err != nil {
+			return err
+		}
+		p := unsafe.Pointer(unsafe.SliceData(b))
+		handles.addAlloc(uintptr(p), alloc{c: cs.c, b: b})
+		*out = p
+		return nil
+	})
 }
 
 //export capi_MemFree

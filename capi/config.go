@@ -33,6 +33,16 @@ var configLayouts = [...]uintptr{
 // else is read before size says the struct is at least that long.
 const configHeader = unsafe.Offsetof(C.gocollConfig_t{}.timeoutMs)
 
+// configOptions is a call's options: cfg's fields over the GOCOLL_*
+// variables (configSettings, options).
+func configOptions(cfg *C.gocollConfig_t) (engine.Options, error) {
+	settings, err := configSettings(cfg)
+	if err != nil {
+		return engine.Options{}, err
+	}
+	return options(settings...)
+}
+
 // configSettings turns a gocollConfig_t into the engine's per-communicator
 // settings: each set field replaces its GOCOLL_* variable, and the
 // engine's one parsing path checks the values (naming the field when one

@@ -160,40 +160,36 @@ func capi_PlanGetJSON(plan C.uintptr_t, buf *C.char, length C.size_t, needed *C.
 	if err != nil {
 		return fail(name, nil, err)
 	}
-	return copyText(name, nil, text, buf, length, needed)
+	if err := putText(text, buf, length, needed); err != nil {
+		return fail(name, nil, err)
+	}
+	return resSuccess
 }
 
 //export capi_Redistribute
-func capi_Redistribute(plan C.uintptr_t, src, dst unsafe.Pointer, dt C.int, comm C.uintptr_t) (rc C.int) {
-	const name = "gocollRedistribute"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	p, err := handles.plan(uintptr(plan))
-	if err != nil {
-		return fail(name, cs, err)
-	}
-	t, err := datatype(dt)
-	if err != nil {
-		return fail(name, cs, err)
-	}
-	ns, nd := p.Counts(cs.c.Rank())
-	if ns > 0 && src == nil || nd > 0 && dst == nil {
-		return fail(name, cs, argErr("rank %d holds %d source and %d destination elements but a buffer is NULL", cs.c.Rank(), ns, nd))
-	}
-	var sb, db []byte
-	if ns > 0 {
-		sb = unsafe.Slice((*byte)(src), ns*t.Size())
-	}
-	if nd > 0 {
-		db = unsafe.Slice((*byte)(dst), nd*t.Size())
-	}
-	if err := redist.Redistribute(cs.c, p, sb, db, t); err != nil {
-		return fail(name, cs, err)
-	}
-	return resSuccess
+func capi_Redistribute(plan C.uintptr_t, src, dst unsafe.Pointer, dt C.int, comm C.uintptr_t) C.int {
+	return call("gocollRedistribute", comm, func(cs *commState) error {
+		p, err := handles.plan(uintptr(plan))
+		if err != nil {
+			return err
+		}
+		t, err := datatype(dt)
+		if err != nil {
+			return err
+		}
+		ns, nd := p.Counts(cs.c.Rank())
+		if ns > 0 && src == nil || nd > 0 && dst == nil {
+			return argErr("rank %d holds %d source and %d destination elements but a buffer is NULL", cs.c.Rank(), ns, nd)
+		}
+		var sb, db []byte
+		if ns > 0 {
+			sb = unsafe.Slice((*byte)(src), ns*t.Size())
+		}
+		if nd > 0 {
+			db = unsafe.Slice((*byte)(dst), nd*t.Size())
+		}
+		return redist.Redistribute(cs.c, p, sb, db, t)
+	})
 }
 
 //export capi_PlanDestroy

@@ -96,25 +96,21 @@ func logicalArg(out *C.uintptr_t, topo *C.char, ndev C.int) (vppu.Logical, error
 }
 
 //export capi_VCommCreate
-func capi_VCommCreate(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, place *C.int) (rc C.int) {
-	const name = "gocollVCommCreate"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	l, err := logicalArg(out, topo, ndev)
-	if err != nil {
-		return fail(name, cs, err)
-	}
-	v, err := vppu.New(cs.c, l, placement(place, int(ndev), cs.c.Size()))
-	if err != nil {
-		return fail(name, cs, err)
-	}
-	s := &vcommState{v: v, parent: cs, owned: map[unsafe.Pointer]bool{}}
-	v.SetAlloc(s.alloc)
-	*out = C.uintptr_t(handles.addVComm(s))
-	return resSuccess
+func capi_VCommCreate(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, place *C.int) C.int {
+	return call("gocollVCommCreate", comm, func(cs *commState) error {
+		l, err := logicalArg(out, topo, ndev)
+		if err != nil {
+			return err
+		}
+		v, err := vppu.New(cs.c, l, placement(place, int(ndev), cs.c.Size()))
+		if err != nil {
+			return err
+		}
+		s := &vcommState{v: v, parent: cs, owned: map[unsafe.Pointer]bool{}}
+		v.SetAlloc(s.alloc)
+		*out = C.uintptr_t(handles.addVComm(s))
+		return nil
+	})
 }
 
 // vcall is the body of an entry point on a virtual communicator: find the
@@ -166,31 +162,27 @@ func capi_VCommDeviceRank(vc C.uintptr_t, dev C.int, rank *C.int) C.int {
 }
 
 //export capi_VCommGetTables
-func capi_VCommGetTables(vc C.uintptr_t, buf *C.char, length C.size_t, needed *C.size_t) (rc C.int) {
-	const name = "gocollVCommGetTables"
-	defer guard(name, &rc)
-	s, err := handles.vcomm(uintptr(vc))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	t, err := s.v.Tables()
-	if err != nil {
-		return fail(name, s.parent, err)
-	}
-	out := struct {
-		Topology string      `json:"topology"`
-		Place    []int       `json:"place"`
-		Local    []int       `json:"local"`
-		Tables   vppu.Tables `json:"tables"`
-	}{s.v.Logical().String(), s.v.Place(), s.v.Local(), t}
-	if out.Local == nil {
-		out.Local = []int{}
-	}
-	text, err := json.Marshal(out)
-	if err != nil {
-		return fail(name, s.parent, err)
-	}
-	return copyText(name, s.parent, text, buf, length, needed)
+func capi_VCommGetTables(vc C.uintptr_t, buf *C.char, length C.size_t, needed *C.size_t) C.int {
+	return vcall("gocollVCommGetTables", vc, func(s *vcommState) error {
+		t, err := s.v.Tables()
+		if err != nil {
+			return err
+		}
+		out := struct {
+			Topology string      `json:"topology"`
+			Place    []int       `json:"place"`
+			Local    []int       `json:"local"`
+			Tables   vppu.Tables `json:"tables"`
+		}{s.v.Logical().String(), s.v.Place(), s.v.Local(), t}
+		if out.Local == nil {
+			out.Local = []int{}
+		}
+		text, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		return putText(text, buf, length, needed)
+	})
 }
 
 //export capi_VCommRegister
@@ -278,33 +270,29 @@ func capi_VCommRecover(vc C.uintptr_t, newcomm C.uintptr_t, step C.uint64_t, min
 }
 
 //export capi_VCommJoin
-func capi_VCommJoin(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, minRanks C.int, agreed *C.uint64_t) (rc C.int) {
-	const name = "gocollVCommJoin"
-	defer guard(name, &rc)
-	cs, err := handles.comm(uintptr(comm))
-	if err != nil {
-		return fail(name, nil, err)
-	}
-	l, err := logicalArg(out, topo, ndev)
-	if err == nil && minRanks < 0 {
-		err = argErr("minRanks %d", int(minRanks))
-	}
-	if err != nil {
-		return fail(name, cs, err)
-	}
-	s := &vcommState{parent: cs, owned: map[unsafe.Pointer]bool{}}
-	v, rec, err := vppu.Join(cs.c, l, vppu.RecoverOptions{MinRanks: int(minRanks), Alloc: s.alloc})
-	if err != nil {
-		s.release(true)
-		return fail(name, cs, err)
-	}
-	s.v = v
-	v.SetAlloc(s.alloc)
-	if agreed != nil {
-		*agreed = C.uint64_t(rec.Step)
-	}
-	*out = C.uintptr_t(handles.addVComm(s))
-	return resSuccess
+func capi_VCommJoin(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, minRanks C.int, agreed *C.uint64_t) C.int {
+	return call("gocollVCommJoin", comm, func(cs *commState) error {
+		l, err := logicalArg(out, topo, ndev)
+		if err == nil && minRanks < 0 {
+			err = argErr("minRanks %d", int(minRanks))
+		}
+		if err != nil {
+			return err
+		}
+		s := &vcommState{parent: cs, owned: map[unsafe.Pointer]bool{}}
+		v, rec, err := vppu.Join(cs.c, l, vppu.RecoverOptions{MinRanks: int(minRanks), Alloc: s.alloc})
+		if err != nil {
+			s.release(true)
+			return err
+		}
+		s.v = v
+		v.SetAlloc(s.alloc)
+		if agreed != nil {
+			*agreed = C.uint64_t(rec.Step)
+		}
+		*out = C.uintptr_t(handles.addVComm(s))
+		return nil
+	})
 }
 
 //export capi_VCommDestroy

@@ -47,7 +47,7 @@ const (
 )
 
 // FromEnv reads the launcher environment through getenv (os.Getenv, or a
-// map in tests). Recognised, in this order of precedence:
+// map in tests). Recognised, in this order of precedence (Launcher's):
 //
 //   - gocoll: GOCOLL_RANK, GOCOLL_SIZE (GOCOLL_LOCAL_RANK, GOCOLL_LOCAL_SIZE
 //     optional) with GOCOLL_ROOT_ADDR (or MASTER_ADDR).
@@ -74,141 +74,216 @@ const (
 // contract: keep MASTER_PORT+1 free or set GOCOLL_PORT.
 func FromEnv(getenv func(string) string) (Launch, error) {
 	e := envReader{get: func(k string) string { return strings.TrimSpace(getenv(k)) }}
-	l := Launch{LocalRank: -1}
-	var (
-		jobID      string // identifies the job for a derived port and secret
-		singleHost bool
-		nodelist   string // Slurm: where to look for the root host
-	)
-	switch {
-	case e.has("GOCOLL_RANK") || e.has("GOCOLL_SIZE"):
-		l.Source = "gocoll"
-		l.Rank, l.Size = e.int("GOCOLL_RANK"), e.int("GOCOLL_SIZE")
-		l.LocalRank, l.LocalSize = e.optInt("GOCOLL_LOCAL_RANK", -1), e.optInt("GOCOLL_LOCAL_SIZE", 0)
-		singleHost = l.LocalSize > 0 && l.LocalSize == l.Size
-	case e.has("RANK") && e.has("WORLD_SIZE"):
-		l.Source = "torchrun"
-	case e.has("OMPI_COMM_WORLD_RANK"):
-		l.Source = "openmpi"
-		l.Rank, l.Size = e.int("OMPI_COMM_WORLD_RANK"), e.int("OMPI_COMM_WORLD_SIZE")
-		l.LocalRank, l.LocalSize = e.optInt("OMPI_COMM_WORLD_LOCAL_RANK", -1), e.optInt("OMPI_COMM_WORLD_LOCAL_SIZE", 0)
-		singleHost = l.LocalSize > 0 && l.LocalSize == l.Size
-		jobID = e.first("OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE")
-	case e.has("SLURM_PROCID"):
-		l.Source = "slurm"
-		l.Rank = e.int("SLURM_PROCID")
-		if e.has("SLURM_NTASKS") || !e.has("SLURM_NPROCS") {
-			l.Size = e.int("SLURM_NTASKS")
-		} else {
-			l.Size = e.int("SLURM_NPROCS")
-		}
-		l.LocalRank = e.optInt("SLURM_LOCALID", -1)
-		nnodes := 0
-		for _, k := range []string{"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"} {
-			if e.has(k) {
-				nnodes = e.int(k)
-				break
-			}
-		}
-		singleHost = nnodes == 1
-		l.LocalSize = slurmLocalSize(e, l.Size, nnodes)
-		if id := e.get("SLURM_JOB_ID"); id != "" {
-			jobID = id + "." + e.get("SLURM_STEP_ID")
-		} else if id := e.get("SLURM_JOBID"); id != "" {
-			jobID = id + "." + e.get("SLURM_STEP_ID")
-		}
-		nodelist = e.first("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-	case e.has("RANK") || e.has("WORLD_SIZE"):
-		l.Source = "torchrun" // incomplete: report what is missing
-	default:
-		return Launch{}, errors.New("bootstrap: no launcher environment found: run under torchrun, mpirun (Open MPI) or srun (Slurm), or set GOCOLL_RANK, GOCOLL_SIZE and GOCOLL_ROOT_ADDR")
-	}
-	if l.Source == "torchrun" {
-		l.Rank, l.Size = e.int("RANK"), e.int("WORLD_SIZE")
-		l.LocalRank, l.LocalSize = e.optInt("LOCAL_RANK", -1), e.optInt("LOCAL_WORLD_SIZE", 0)
-		singleHost = l.LocalSize > 0 && l.LocalSize == l.Size
-		if !e.has("MASTER_ADDR") && !e.has("GOCOLL_ROOT_ADDR") {
-			e.fail(errors.New("MASTER_ADDR is not set (torchrun sets it; or set GOCOLL_ROOT_ADDR)"))
-		}
-		jobID = e.get("TORCHELASTIC_RUN_ID") + "@" + e.get("MASTER_ADDR") + ":" + e.get("MASTER_PORT")
-	}
+	l, job := readPlace(&e, getenv)
 	if e.err != nil {
 		return Launch{}, e.err
 	}
 	if err := l.validate(); err != nil {
 		return Launch{}, err
 	}
-
-	// Where the root listens.
-	var host, port string
-	if v := e.get("GOCOLL_ROOT_ADDR"); v != "" {
-		h, p, err := splitHostMaybePort(v)
-		if err != nil {
-			return Launch{}, fmt.Errorf("bootstrap: GOCOLL_ROOT_ADDR=%q: %v", v, err)
-		}
-		host, port = h, p
-	}
-	if host == "" {
-		switch {
-		case e.has("MASTER_ADDR"):
-			host = e.get("MASTER_ADDR")
-		case singleHost:
-			host = "127.0.0.1"
-		case nodelist != "":
-			h, err := FirstHost(nodelist)
-			if err != nil {
-				return Launch{}, fmt.Errorf("bootstrap: cannot find the root host in the Slurm node list %q: %v; set GOCOLL_ROOT_ADDR", nodelist, err)
-			}
-			host = h
-		case l.Source == "gocoll":
-			return Launch{}, errors.New("bootstrap: GOCOLL_RANK/GOCOLL_SIZE are set but GOCOLL_ROOT_ADDR is not: set it to rank 0's host:port")
-		default:
-			return Launch{}, fmt.Errorf("bootstrap: %s job spans several hosts and nothing says where rank 0 runs: set GOCOLL_ROOT_ADDR to its host name or address (e.g. mpirun -x GOCOLL_ROOT_ADDR=$(hostname))", l.Source)
-		}
-	}
-	if port == "" {
-		switch {
-		case e.has("GOCOLL_PORT"):
-			p, err := parsePort(e.get("GOCOLL_PORT"))
-			if err != nil {
-				return Launch{}, fmt.Errorf("bootstrap: GOCOLL_PORT=%q: %v", e.get("GOCOLL_PORT"), err)
-			}
-			port = strconv.Itoa(p)
-		case e.has("MASTER_PORT"):
-			// MASTER_PORT belongs to torchrun's store; the root uses the next one.
-			p, err := parsePort(e.get("MASTER_PORT"))
-			if err == nil && p == 65535 {
-				err = errors.New("MASTER_PORT+1 is not a port; set GOCOLL_PORT")
-			}
-			if err != nil {
-				return Launch{}, fmt.Errorf("bootstrap: MASTER_PORT=%q: %v", e.get("MASTER_PORT"), err)
-			}
-			port = strconv.Itoa(p + 1)
-		case l.Source == "torchrun":
-			return Launch{}, errors.New("bootstrap: MASTER_PORT is not set (torchrun sets it); set GOCOLL_PORT")
-		case jobID != "":
-			port = strconv.Itoa(derivedPort(l.Source + ":" + jobID))
-		case l.Source == "gocoll":
-			return Launch{}, errors.New("bootstrap: no port for the root: give GOCOLL_ROOT_ADDR as host:port, or set GOCOLL_PORT")
-		default:
-			return Launch{}, fmt.Errorf("bootstrap: no port for the root and no %s job id to derive one from: set GOCOLL_PORT", l.Source)
-		}
+	host, port, err := rootAddr(&e, l.Source, job)
+	if err != nil {
+		return Launch{}, err
 	}
 	l.RootAddr = net.JoinHostPort(host, port)
 	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
-		singleHost = true // a rank elsewhere could not reach the root
+		job.singleHost = true // a rank elsewhere could not reach the root
 	}
-	l.SingleHost = singleHost || l.Size == 1
-	l.JobKey = fmt.Sprintf("%s\x00%s\x00%s\x00%d", l.Source, jobID, l.RootAddr, l.Size)
-
+	l.SingleHost = job.singleHost || l.Size == 1
+	l.JobKey = fmt.Sprintf("%s\x00%s\x00%s\x00%d", l.Source, job.id, l.RootAddr, l.Size)
 	if s := getenv("GOCOLL_SECRET"); s != "" {
-		sum := sha256.Sum256([]byte(s))
-		l.Secret, l.SecretFromEnv = sum[:], true
+		l.Secret, l.SecretFromEnv = HashSecret(s), true
 	} else {
 		sum := sha256.Sum256([]byte("gocoll derived secret v1\x00" + l.JobKey))
 		l.Secret = sum[:]
 	}
 	return l, nil
+}
+
+// Launcher names the launcher whose variables make this process a rank of
+// a job — "gocoll", "torchrun", "openmpi" or "slurm", in FromEnv's order
+// of precedence — or "" for a process started by hand. A program that
+// starts its own ranks when run by hand (gocoll-bench, the SGD example)
+// asks it which to do.
+//
+// Only srun's tasks count as Slurm ranks (SLURM_STEP_ID): a batch script's
+// own shell has SLURM_PROCID too. FromEnv still reads that environment as
+// Slurm's, and an incomplete torchrun one (RANK or WORLD_SIZE alone) to
+// say what is missing; for both Launcher says "".
+func Launcher(getenv func(string) string) string {
+	has := func(k string) bool { return strings.TrimSpace(getenv(k)) != "" }
+	switch {
+	case has("GOCOLL_RANK") || has("GOCOLL_SIZE"):
+		return "gocoll"
+	case has("RANK") && has("WORLD_SIZE"):
+		return "torchrun"
+	case has("OMPI_COMM_WORLD_RANK"):
+		return "openmpi"
+	case has("SLURM_PROCID") && has("SLURM_STEP_ID"):
+		return "slurm"
+	}
+	return ""
+}
+
+// LauncherVars lists the variables through which launchers place a process
+// in a job (rank, size, local rank and size, root address). A program that
+// starts ranks of its own drops them from the ranks' environment, so no
+// variable of the job it runs in misplaces them.
+func LauncherVars() []string {
+	return []string{
+		"GOCOLL_RANK", "GOCOLL_SIZE", "GOCOLL_LOCAL_RANK", "GOCOLL_LOCAL_SIZE", "GOCOLL_ROOT_ADDR",
+		"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+		"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+		"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID",
+	}
+}
+
+// HashSecret is the job secret that GOCOLL_SECRET=s stands for: its
+// SHA-256, so a secret of any length keys the connections' HMACs alike.
+func HashSecret(s string) []byte {
+	sum := sha256.Sum256([]byte(s))
+	return sum[:]
+}
+
+// jobPlace is what the launcher says about the job beyond the rank's place
+// in it: where to look for the root and what names the job.
+type jobPlace struct {
+	id         string // identifies the job for a derived port and secret
+	singleHost bool
+	nodelist   string // Slurm: where to look for the root host
+}
+
+// readPlace reads the rank's place in the job from the launcher's
+// variables; parse errors are left in e.
+func readPlace(e *envReader, getenv func(string) string) (Launch, jobPlace) {
+	l := Launch{LocalRank: -1, Source: Launcher(getenv)}
+	var job jobPlace
+	switch {
+	case l.Source != "":
+	case e.has("SLURM_PROCID"):
+		l.Source = "slurm"
+	case e.has("RANK") || e.has("WORLD_SIZE"):
+		l.Source = "torchrun" // incomplete: report what is missing
+	default:
+		e.fail(errors.New("no launcher environment found: run under torchrun, mpirun (Open MPI) or srun (Slurm), or set GOCOLL_RANK, GOCOLL_SIZE and GOCOLL_ROOT_ADDR"))
+		return Launch{}, job
+	}
+	switch l.Source {
+	case "gocoll":
+		l.Rank, l.Size = e.int("GOCOLL_RANK"), e.int("GOCOLL_SIZE")
+		l.LocalRank, l.LocalSize = e.optInt("GOCOLL_LOCAL_RANK", -1), e.optInt("GOCOLL_LOCAL_SIZE", 0)
+	case "torchrun":
+		l.Rank, l.Size = e.int("RANK"), e.int("WORLD_SIZE")
+		l.LocalRank, l.LocalSize = e.optInt("LOCAL_RANK", -1), e.optInt("LOCAL_WORLD_SIZE", 0)
+		if !e.has("MASTER_ADDR") && !e.has("GOCOLL_ROOT_ADDR") {
+			e.fail(errors.New("MASTER_ADDR is not set (torchrun sets it; or set GOCOLL_ROOT_ADDR)"))
+		}
+		job.id = e.get("TORCHELASTIC_RUN_ID") + "@" + e.get("MASTER_ADDR") + ":" + e.get("MASTER_PORT")
+	case "openmpi":
+		l.Rank, l.Size = e.int("OMPI_COMM_WORLD_RANK"), e.int("OMPI_COMM_WORLD_SIZE")
+		l.LocalRank, l.LocalSize = e.optInt("OMPI_COMM_WORLD_LOCAL_RANK", -1), e.optInt("OMPI_COMM_WORLD_LOCAL_SIZE", 0)
+		job.id = e.first("OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE")
+	case "slurm":
+		return readSlurm(e, l)
+	}
+	job.singleHost = l.LocalSize > 0 && l.LocalSize == l.Size
+	return l, job
+}
+
+// readSlurm is readPlace for a Slurm task.
+func readSlurm(e *envReader, l Launch) (Launch, jobPlace) {
+	var job jobPlace
+	l.Rank = e.int("SLURM_PROCID")
+	if e.has("SLURM_NTASKS") || !e.has("SLURM_NPROCS") {
+		l.Size = e.int("SLURM_NTASKS")
+	} else {
+		l.Size = e.int("SLURM_NPROCS")
+	}
+	l.LocalRank = e.optInt("SLURM_LOCALID", -1)
+	nnodes := 0
+	for _, k := range []string{"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"} {
+		if e.has(k) {
+			nnodes = e.int(k)
+			break
+		}
+	}
+	job.singleHost = nnodes == 1
+	l.LocalSize = slurmLocalSize(*e, l.Size, nnodes)
+	if id := e.get("SLURM_JOB_ID"); id != "" {
+		job.id = id + "." + e.get("SLURM_STEP_ID")
+	} else if id := e.get("SLURM_JOBID"); id != "" {
+		job.id = id + "." + e.get("SLURM_STEP_ID")
+	}
+	job.nodelist = e.first("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+	return l, job
+}
+
+// rootAddr is the host and port the root listens on (FromEnv's rules).
+func rootAddr(e *envReader, source string, job jobPlace) (host, port string, err error) {
+	if v := e.get("GOCOLL_ROOT_ADDR"); v != "" {
+		if host, port, err = splitHostMaybePort(v); err != nil {
+			return "", "", fmt.Errorf("bootstrap: GOCOLL_ROOT_ADDR=%q: %v", v, err)
+		}
+	}
+	if host == "" {
+		if host, err = rootHost(e, source, job); err != nil {
+			return "", "", err
+		}
+	}
+	if port == "" {
+		if port, err = rootPort(e, source, job.id); err != nil {
+			return "", "", err
+		}
+	}
+	return host, port, nil
+}
+
+// rootHost is where the root runs when GOCOLL_ROOT_ADDR does not say.
+func rootHost(e *envReader, source string, job jobPlace) (string, error) {
+	switch {
+	case e.has("MASTER_ADDR"):
+		return e.get("MASTER_ADDR"), nil
+	case job.singleHost:
+		return "127.0.0.1", nil
+	case job.nodelist != "":
+		h, err := FirstHost(job.nodelist)
+		if err != nil {
+			return "", fmt.Errorf("bootstrap: cannot find the root host in the Slurm node list %q: %v; set GOCOLL_ROOT_ADDR", job.nodelist, err)
+		}
+		return h, nil
+	case source == "gocoll":
+		return "", errors.New("bootstrap: GOCOLL_RANK/GOCOLL_SIZE are set but GOCOLL_ROOT_ADDR is not: set it to rank 0's host:port")
+	}
+	return "", fmt.Errorf("bootstrap: %s job spans several hosts and nothing says where rank 0 runs: set GOCOLL_ROOT_ADDR to its host name or address (e.g. mpirun -x GOCOLL_ROOT_ADDR=$(hostname))", source)
+}
+
+// rootPort is the root's port when GOCOLL_ROOT_ADDR does not say.
+func rootPort(e *envReader, source, jobID string) (string, error) {
+	switch {
+	case e.has("GOCOLL_PORT"):
+		p, err := parsePort(e.get("GOCOLL_PORT"))
+		if err != nil {
+			return "", fmt.Errorf("bootstrap: GOCOLL_PORT=%q: %v", e.get("GOCOLL_PORT"), err)
+		}
+		return strconv.Itoa(p), nil
+	case e.has("MASTER_PORT"):
+		// MASTER_PORT belongs to torchrun's store; the root uses the next one.
+		p, err := parsePort(e.get("MASTER_PORT"))
+		if err == nil && p == 65535 {
+			err = errors.New("MASTER_PORT+1 is not a port; set GOCOLL_PORT")
+		}
+		if err != nil {
+			return "", fmt.Errorf("bootstrap: MASTER_PORT=%q: %v", e.get("MASTER_PORT"), err)
+		}
+		return strconv.Itoa(p + 1), nil
+	case source == "torchrun":
+		return "", errors.New("bootstrap: MASTER_PORT is not set (torchrun sets it); set GOCOLL_PORT")
+	case jobID != "":
+		return strconv.Itoa(derivedPort(source + ":" + jobID)), nil
+	case source == "gocoll":
+		return "", errors.New("bootstrap: no port for the root: give GOCOLL_ROOT_ADDR as host:port, or set GOCOLL_PORT")
+	}
+	return "", fmt.Errorf("bootstrap: no port for the root and no %s job id to derive one from: set GOCOLL_PORT", source)
 }
 
 func (l Launch) validate() error {

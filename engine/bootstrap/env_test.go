@@ -283,3 +283,46 @@ func TestFromEnvSingleHost(t *testing.T) {
 		}
 	}
 }
+
+// TestLauncher: which environments make a process a rank, in FromEnv's
+// precedence, and that FromEnv reads every one of them as that launcher's.
+func TestLauncher(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"GOCOLL_RANK": "1", "GOCOLL_SIZE": "2", "GOCOLL_ROOT_ADDR": "h:1"}, "gocoll"},
+		{map[string]string{"GOCOLL_SIZE": "2"}, "gocoll"}, // FromEnv says GOCOLL_RANK is missing
+		{map[string]string{"RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "x", "MASTER_PORT": "5"}, "torchrun"},
+		{map[string]string{"RANK": "0"}, ""},
+		{map[string]string{"RANK": " ", "WORLD_SIZE": "4"}, ""},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_MCA_ess_base_jobid": "1"}, "openmpi"},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}, "slurm"},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, ""}, // a batch shell, not srun
+		// precedence: gocoll, torchrun, Open MPI, Slurm
+		{map[string]string{"GOCOLL_RANK": "0", "GOCOLL_SIZE": "1", "GOCOLL_ROOT_ADDR": "h:1", "RANK": "0", "WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}, "gocoll"},
+		{map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "x", "MASTER_PORT": "5", "OMPI_COMM_WORLD_RANK": "0", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0"}, "torchrun"},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "OMPI_MCA_ess_base_jobid": "1", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0"}, "openmpi"},
+	} {
+		got := Launcher(getenv(tc.env))
+		if got != tc.want {
+			t.Errorf("%v: Launcher %q, want %q", tc.env, got, tc.want)
+		}
+		l, err := FromEnv(getenv(tc.env))
+		switch {
+		case got == "" || tc.env["GOCOLL_RANK"] == "" && got == "gocoll":
+		case err != nil:
+			t.Errorf("%v: FromEnv: %v", tc.env, err)
+		case l.Source != got:
+			t.Errorf("%v: FromEnv reads it as %q, Launcher says %q", tc.env, l.Source, got)
+		}
+	}
+}
+
+func TestHashSecret(t *testing.T) {
+	want := sha256.Sum256([]byte("hunter2"))
+	if got := HashSecret("hunter2"); !bytes.Equal(got, want[:]) {
+		t.Errorf("HashSecret: %x, want %x", got, want)
+	}
+}

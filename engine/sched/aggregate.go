@@ -45,136 +45,164 @@ func AggregateAllToAll(p Params) (*Schedule, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, bs := g.n, g.bs
-	src, dst := g.src, g.dst
-	A, B := len(src), len(dst)
-	// The repacker of sub-matrix (a, b) is a rank of source group a, the
-	// group's ranks taking its columns in turn: with hosts as groups the
-	// first stage stays inside a host and only the second crosses the
-	// network.
-	rep := func(a, b int) int { return src[a][b%len(src[a])] }
+	l := newAggLayout(g, p.Relay)
+	return g.schedule("aggregate", l.tmpBlocks, l.program), nil
+}
+
+// aggLayout is the static assignment of an aggregated all-to-all: who
+// repacks (and with Relay relays) each sub-matrix, and where its areas lie
+// in that rank's Tmp.
+type aggLayout struct {
+	*aggPlan
+	relay bool
 	// Tmp: the packed first-stage messages (n blocks, by destination
 	// group), the unpacking area of the second stage (n blocks, by source
 	// group), then per sub-matrix this rank repacks an "in" area (by
 	// source, then destination) and an "out" area (by destination, then
-	// source).
-	repackOff := make([]map[int]int, n) // per rank: sub-matrix → first block of its in area
-	tmpBlocks := 2 * n
-	for k := range A * B {
+	// source), then with Relay the areas of the sub-matrices it relays.
+	repackOff []map[int]int // per rank: sub-matrix → first block of its in area
+	relayOff  []map[int]int // per rank: sub-matrix → its relay area
+	tmpBlocks int
+}
+
+func newAggLayout(g *aggPlan, relay bool) *aggLayout {
+	n, src, dst := g.n, g.src, g.dst
+	l := &aggLayout{aggPlan: g, relay: relay, repackOff: make([]map[int]int, n), relayOff: make([]map[int]int, n),
+		tmpBlocks: 2 * n}
+	B := len(dst)
+	for k := range g.subs() {
 		a, b := k/B, k%B
-		r := rep(a, b)
-		if repackOff[r] == nil {
-			repackOff[r] = map[int]int{}
+		r := l.rep(a, b)
+		if l.repackOff[r] == nil {
+			l.repackOff[r] = map[int]int{}
 		}
 		end := 2 * n
-		for _, o := range repackOff[r] {
+		for _, o := range l.repackOff[r] {
 			end = max(end, o)
 		}
-		for k2, o := range repackOff[r] {
+		for k2, o := range l.repackOff[r] {
 			end = max(end, o+2*len(src[k2/B])*len(dst[k2%B]))
 		}
-		repackOff[r][k] = end
-		tmpBlocks = max(tmpBlocks, end+2*len(src[a])*len(dst[b]))
+		l.repackOff[r][k] = end
+		l.tmpBlocks = max(l.tmpBlocks, end+2*len(src[a])*len(dst[b]))
 	}
-	// With Relay, the repacker sends the whole transposed sub-matrix to one
-	// rank of the destination group (the groups' ranks take the source
-	// groups in turn), which hands each member its row: one message per
-	// pair of groups crosses the network instead of one per destination.
-	relay := p.Relay
-	relayer := func(a, b int) int { return dst[b][a%len(dst[b])] }
-	relayOff := make([]map[int]int, n) // per rank: sub-matrix → its relay area
 	if relay {
 		next := make([]int, n)
 		for r := range n {
-			next[r] = tmpBlocks
+			next[r] = l.tmpBlocks
 		}
-		for k := range A * B {
+		for k := range g.subs() {
 			a, b := k/B, k%B
-			r := relayer(a, b)
-			if relayOff[r] == nil {
-				relayOff[r] = map[int]int{}
+			r := l.relayer(a, b)
+			if l.relayOff[r] == nil {
+				l.relayOff[r] = map[int]int{}
 			}
-			relayOff[r][k] = next[r]
+			l.relayOff[r][k] = next[r]
 			next[r] += len(src[a]) * len(dst[b])
 		}
-		tmpBlocks = max(tmpBlocks, slices.Max(next))
+		l.tmpBlocks = max(l.tmpBlocks, slices.Max(next))
 	}
-	blk := g.blk
-	s := New(AllToAll, "aggregate", n, p.ElemSize, func(r int, yield func(Op) bool) {
-		e := &emitter{yield: yield}
-		a0 := g.srcOf[r]
-		offs := repackOff[r]
-		inArea := func(k int) int { return offs[k] }
-		outArea := func(k int) int { return offs[k] + len(src[k/B])*len(dst[k%B]) }
-		g.pack(e)
-		// Stage 1 in sub-matrix order: sends of this rank's rows, receives
-		// of the sub-matrices it repacks.
-		for k := range A * B {
-			a, b := k/B, k%B
-			if a == a0 {
-				g.stage1Send(e, r, k, rep(a, b), 0, inArea(k))
-			}
-			if rep(a, b) == r {
-				g.stage1Recv(e, r, k, 0, inArea(k))
-			}
+	return l
+}
+
+// rep is the repacker of sub-matrix (a, b): a rank of source group a, the
+// group's ranks taking its columns in turn, so that with hosts as groups
+// the first stage stays inside a host and only the second crosses the
+// network.
+func (l *aggLayout) rep(a, b int) int { return l.src[a][b%len(l.src[a])] }
+
+// relayer is, with Relay, the rank of destination group b that receives
+// sub-matrix (a, b) whole and hands each member its row (the group's
+// ranks take the source groups in turn): one message per pair of groups
+// crosses the network instead of one per destination.
+func (l *aggLayout) relayer(a, b int) int { return l.dst[b][a%len(l.dst[b])] }
+
+// in and out are the first blocks of sub-matrix k's areas on its
+// repacker r.
+func (l *aggLayout) in(r, k int) int  { return l.repackOff[r][k] }
+func (l *aggLayout) out(r, k int) int { return l.repackOff[r][k] + l.area(k) }
+
+// program is rank r's operations: pack, stage 1, repack, stage 2, the
+// relays, unpack.
+func (l *aggLayout) program(r int, e *emitter) {
+	B := len(l.dst)
+	l.pack(e)
+	// Stage 1 in sub-matrix order: sends of this rank's rows, receives
+	// of the sub-matrices it repacks.
+	for k := range l.subs() {
+		a, b := k/B, k%B
+		if a == l.srcOf[r] {
+			l.stage1Send(e, r, k, l.rep(a, b), 0, l.in(r, k))
 		}
-		// Repack: transpose each sub-matrix to destination-major order.
-		for k := range A * B {
-			if rep(k/B, k%B) == r {
-				g.repack(e, k, 1, inArea(k), outArea(k))
-			}
+		if l.rep(a, b) == r {
+			l.stage1Recv(e, r, k, 0, l.in(r, k))
 		}
-		// Stage 2 in sub-matrix order: sends of the rows of destination
-		// blocks this rank repacked, receives of this rank's column.
-		b0 := g.dstOf[r]
-		for k := range A * B {
-			a, b := k/B, k%B
-			h := len(src[a])
-			if rep(a, b) == r {
-				if relay {
-					whole := blk(Tmp, outArea(k), h*len(dst[b]))
-					if via := relayer(a, b); via == r {
-						e.copy(1, whole, blk(Tmp, relayOff[r][k], h*len(dst[b])))
-					} else {
-						e.send(via, aggTag(k, 1), 1, whole, 1)
-					}
+	}
+	// Repack: transpose each sub-matrix to destination-major order.
+	for k := range l.subs() {
+		if l.rep(k/B, k%B) == r {
+			l.repack(e, k, 1, l.in(r, k), l.out(r, k))
+		}
+	}
+	l.stage2(r, e)
+	if l.relay {
+		l.relayStage(r, e)
+	}
+	l.unpack(e, 3)
+}
+
+// stage2 is rank r's second stage, in sub-matrix order: sends of the rows
+// of destination blocks it repacked (with Relay, the whole sub-matrix to
+// its relayer), receives of its column (with Relay, of the sub-matrices
+// it relays).
+func (l *aggLayout) stage2(r int, e *emitter) {
+	B := len(l.dst)
+	for k := range l.subs() {
+		a, b := k/B, k%B
+		h := len(l.src[a])
+		if l.rep(a, b) == r {
+			if l.relay {
+				whole := l.blk(Tmp, l.out(r, k), h*len(l.dst[b]))
+				if via := l.relayer(a, b); via == r {
+					e.copy(1, whole, l.blk(Tmp, l.relayOff[r][k], h*len(l.dst[b])))
 				} else {
-					g.stage2Send(e, r, k, 1, outArea(k))
+					e.send(via, aggTag(k, 1), 1, whole, 1)
 				}
-			}
-			if relay {
-				if relayer(a, b) == r && rep(a, b) != r {
-					e.recv(rep(a, b), aggTag(k, 1), 1, blk(Tmp, relayOff[r][k], h*len(dst[b])))
-				}
-			} else if b == b0 && rep(a, b) != r {
-				e.recv(rep(a, b), aggTag(k, 1), 1, g.incoming(a))
+			} else {
+				l.stage2Send(e, r, k, 1, l.out(r, k))
 			}
 		}
-		// Relay stage: hand each member of the destination group its row.
-		if relay {
-			for k := range A * B {
-				a, b := k/B, k%B
-				h := len(src[a])
-				via := relayer(a, b)
-				if via == r {
-					for j, d := range dst[b] {
-						row := blk(Tmp, relayOff[r][k]+j*h, h)
-						if d == r {
-							e.copy(2, row, g.incoming(a))
-						} else {
-							e.send(d, aggTag(k, 2), 2, row, 1)
-						}
-					}
-				} else if b == b0 {
-					e.recv(via, aggTag(k, 2), 2, g.incoming(a))
+		if l.relay {
+			if l.relayer(a, b) == r && l.rep(a, b) != r {
+				e.recv(l.rep(a, b), aggTag(k, 1), 1, l.blk(Tmp, l.relayOff[r][k], h*len(l.dst[b])))
+			}
+		} else if b == l.dstOf[r] && l.rep(a, b) != r {
+			e.recv(l.rep(a, b), aggTag(k, 1), 1, l.incoming(a))
+		}
+	}
+}
+
+// relayStage hands, on every relayer, each member of the destination
+// group its row; the members receive it.
+func (l *aggLayout) relayStage(r int, e *emitter) {
+	B := len(l.dst)
+	for k := range l.subs() {
+		a, b := k/B, k%B
+		h := len(l.src[a])
+		via := l.relayer(a, b)
+		if via == r {
+			for j, d := range l.dst[b] {
+				row := l.blk(Tmp, l.relayOff[r][k]+j*h, h)
+				if d == r {
+					e.copy(2, row, l.incoming(a))
+				} else {
+					e.send(d, aggTag(k, 2), 2, row, 1)
 				}
 			}
+		} else if b == l.dstOf[r] {
+			e.recv(via, aggTag(k, 2), 2, l.incoming(a))
 		}
-		g.unpack(e, 3)
-	})
-	s.WorkLen, s.InLen, s.TmpLen = n*bs, n*bs, tmpBlocks*bs
-	s.Rounds = 4
-	return s, nil
+	}
 }
 
 // aggPlan is the shape of an aggregated all-to-all that does not depend on
@@ -223,6 +251,17 @@ func newAggPlan(p Params) (*aggPlan, error) {
 		g.unpackOff[a] = g.unpackOff[a-1] + len(src[a-1])
 	}
 	return g, nil
+}
+
+// schedule is the all-to-all whose ranks run program, in four rounds
+// (pack, the stages, unpack), with tmpBlocks blocks of Tmp.
+func (g *aggPlan) schedule(algo string, tmpBlocks int, program func(r int, e *emitter)) *Schedule {
+	s := New(AllToAll, algo, g.n, g.es, func(r int, yield func(Op) bool) {
+		program(r, &emitter{yield: yield})
+	})
+	s.WorkLen, s.InLen, s.TmpLen = g.n*g.bs, g.n*g.bs, tmpBlocks*g.bs
+	s.Rounds = 4
+	return s
 }
 
 // subs is the number of sub-matrices; sub-matrix k is (k/B, k%B).

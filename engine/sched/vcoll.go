@@ -251,105 +251,22 @@ func VirtualAllToAll(p Params) (*Schedule, error) {
 		return nil, err
 	}
 	np, m, n := p.N, len(p.Devices), p.Count*p.ElemSize
-	slot, most := devSlots(p.Devices, np)
-	devs := make([][]int, np)
+	x := &vAllToAll{np: np, m: m, n: n, devs: make([][]int, np)}
+	var most int
+	x.slot, most = devSlots(p.Devices, np)
 	for r := range np {
-		devs[r] = LocalDevices(p.Devices, r)
-	}
-	// pieces[a][b]: the blocks rank a sends rank b, in message order.
-	pieces := func(a, b int) []piece {
-		var out []piece
-		for _, x := range devs[a] {
-			for _, w := range devs[b] {
-				out = append(out, piece{(slot[x]*m + w) * n, (slot[w]*m + x) * n})
-			}
-		}
-		return out
-	}
-	// contiguous says whether the pieces' sources (or destinations) are
-	// one range, and where it starts.
-	contiguous := func(ps []piece, dst bool) (int, bool) {
-		at := func(q piece) int {
-			if dst {
-				return q.dst
-			}
-			return q.src
-		}
-		for i := 1; i < len(ps); i++ {
-			if at(ps[i]) != at(ps[i-1])+n {
-				return 0, false
-			}
-		}
-		return at(ps[0]), true
-	}
-	// Tmp: rank r's packed sends to each peer, then its packed receives.
-	tmpLen := func(r int) (sendAt, recvAt []int, total int) {
-		sendAt, recvAt = make([]int, np), make([]int, np)
-		for q := range np {
-			if q == r {
-				continue
-			}
-			if ps := pieces(r, q); len(ps) > 0 {
-				if _, ok := contiguous(ps, false); !ok {
-					sendAt[q], total = total, total+len(ps)*n
-				}
-			}
-		}
-		for q := range np {
-			if q == r {
-				continue
-			}
-			if ps := pieces(q, r); len(ps) > 0 {
-				if _, ok := contiguous(ps, true); !ok {
-					recvAt[q], total = total, total+len(ps)*n
-				}
-			}
-		}
-		return sendAt, recvAt, total
+		x.devs[r] = LocalDevices(p.Devices, r)
 	}
 	tmp := 0
 	for r := range np {
-		_, _, t := tmpLen(r)
+		_, _, t := x.tmpAt(r)
 		tmp = max(tmp, t)
 	}
 	s := New(AllToAll, "virtual-alltoall", np, p.ElemSize, func(r int, yield func(Op) bool) {
 		if n == 0 {
 			return
 		}
-		sendAt, recvAt, _ := tmpLen(r)
-		var ops, unpack []Op
-		for _, q := range pieces(r, r) {
-			ops = append(ops, Op{Kind: Copy, Src: Range{Buf: In, Off: q.src, Len: n}, Dst: work(q.dst, n)})
-		}
-		for st := 1; st < np; st++ {
-			to := mod(r+st, np)
-			if ps := pieces(r, to); len(ps) > 0 {
-				src, ok := contiguous(ps, false)
-				at := Range{Buf: In, Off: src, Len: len(ps) * n}
-				if !ok {
-					at = Range{Buf: Tmp, Off: sendAt[to], Len: len(ps) * n}
-					for i, q := range ps {
-						ops = append(ops, Op{Kind: Copy, Src: Range{Buf: In, Off: q.src, Len: n}, Dst: Range{Buf: Tmp, Off: at.Off + i*n, Len: n}})
-					}
-				}
-				ops = append(ops, Op{Kind: Send, Peer: to, Src: at})
-			}
-			from := mod(r-st, np)
-			if ps := pieces(from, r); len(ps) > 0 {
-				dst, ok := contiguous(ps, true)
-				at := work(dst, len(ps)*n)
-				if !ok {
-					at = Range{Buf: Tmp, Off: recvAt[from], Len: len(ps) * n}
-					for i, q := range ps {
-						unpack = append(unpack, Op{Kind: Copy, Src: Range{Buf: Tmp, Off: at.Off + i*n, Len: n}, Dst: work(q.dst, n)})
-					}
-				}
-				ops = append(ops, Op{Kind: Recv, Peer: from, Dst: at})
-			}
-		}
-		// The unpacking copies come after every receive is posted: a copy
-		// waits for its receive, a receive for nothing issued later.
-		for _, o := range append(ops, unpack...) {
+		for _, o := range x.program(r) {
 			if !yield(o) {
 				return
 			}
@@ -360,6 +277,111 @@ func VirtualAllToAll(p Params) (*Schedule, error) {
 		s.Rounds = 1
 	}
 	return s, nil
+}
+
+// vAllToAll is the shape of a virtual all-to-all: np ranks, m devices,
+// blocks of n bytes.
+type vAllToAll struct {
+	np, m, n int
+	slot     []int   // device → its place among its rank's devices
+	devs     [][]int // rank → its devices
+}
+
+// pieces are the blocks rank a sends rank b, in message order.
+func (x *vAllToAll) pieces(a, b int) []piece {
+	var out []piece
+	for _, v := range x.devs[a] {
+		for _, w := range x.devs[b] {
+			out = append(out, piece{(x.slot[v]*x.m + w) * x.n, (x.slot[w]*x.m + v) * x.n})
+		}
+	}
+	return out
+}
+
+// contiguous says whether the pieces' sources (or destinations) are one
+// range, and where it starts.
+func (x *vAllToAll) contiguous(ps []piece, dst bool) (int, bool) {
+	at := func(q piece) int {
+		if dst {
+			return q.dst
+		}
+		return q.src
+	}
+	for i := 1; i < len(ps); i++ {
+		if at(ps[i]) != at(ps[i-1])+x.n {
+			return 0, false
+		}
+	}
+	return at(ps[0]), true
+}
+
+// tmpAt lays out rank r's Tmp: its packed sends to each peer, then its
+// packed receives.
+func (x *vAllToAll) tmpAt(r int) (sendAt, recvAt []int, total int) {
+	np, n := x.np, x.n
+	sendAt, recvAt = make([]int, np), make([]int, np)
+	for q := range np {
+		if q == r {
+			continue
+		}
+		if ps := x.pieces(r, q); len(ps) > 0 {
+			if _, ok := x.contiguous(ps, false); !ok {
+				sendAt[q], total = total, total+len(ps)*n
+			}
+		}
+	}
+	for q := range np {
+		if q == r {
+			continue
+		}
+		if ps := x.pieces(q, r); len(ps) > 0 {
+			if _, ok := x.contiguous(ps, true); !ok {
+				recvAt[q], total = total, total+len(ps)*n
+			}
+		}
+	}
+	return sendAt, recvAt, total
+}
+
+// program is rank r's operations: the copies between its own devices,
+// then per step a message to one peer (packed where its blocks are not
+// one range) and from another, then the unpacking copies.
+func (x *vAllToAll) program(r int) []Op {
+	np, n := x.np, x.n
+	sendAt, recvAt, _ := x.tmpAt(r)
+	var ops, unpack []Op
+	for _, q := range x.pieces(r, r) {
+		ops = append(ops, Op{Kind: Copy, Src: Range{Buf: In, Off: q.src, Len: n}, Dst: work(q.dst, n)})
+	}
+	for st := 1; st < np; st++ {
+		to := mod(r+st, np)
+		if ps := x.pieces(r, to); len(ps) > 0 {
+			src, ok := x.contiguous(ps, false)
+			at := Range{Buf: In, Off: src, Len: len(ps) * n}
+			if !ok {
+				at = Range{Buf: Tmp, Off: sendAt[to], Len: len(ps) * n}
+				for i, q := range ps {
+					ops = append(ops, Op{Kind: Copy, Src: Range{Buf: In, Off: q.src, Len: n}, Dst: Range{Buf: Tmp, Off: at.Off + i*n, Len: n}})
+				}
+			}
+			ops = append(ops, Op{Kind: Send, Peer: to, Src: at})
+		}
+		from := mod(r-st, np)
+		if ps := x.pieces(from, r); len(ps) > 0 {
+			dst, ok := x.contiguous(ps, true)
+			at := work(dst, len(ps)*n)
+			if !ok {
+				at = Range{Buf: Tmp, Off: recvAt[from], Len: len(ps) * n}
+				for i, q := range ps {
+					unpack = append(unpack, Op{Kind: Copy, Src: Range{Buf: Tmp, Off: at.Off + i*n, Len: n}, Dst: work(q.dst, n)})
+				}
+			}
+			ops = append(ops, Op{Kind: Recv, Peer: from, Dst: at})
+		}
+	}
+	// The unpacking copies come after every receive is posted: a copy
+	// waits for its receive, a receive for nothing issued later.
+	return append(ops, unpack...)
 }
 
 // inputVirtual fills every rank's In with its devices' vectors (device

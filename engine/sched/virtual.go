@@ -68,6 +68,47 @@ func LocalDevices(devices []int, rank int) []int {
 // last hop's rank (VirtualRoot) holds the result, for a caller that
 // broadcasts it by other means (the engine's shared-memory broadcast).
 func VirtualAllReduce(p Params) (*Schedule, error) {
+	x, err := newVChain(p)
+	if err != nil {
+		return nil, err
+	}
+	s := New(p.Coll, "virtual-chain", p.N, p.ElemSize, func(r int, yield func(Op) bool) {
+		var ops []Op
+		for c := 0; c < x.chunks; c++ {
+			ops = x.chunk(ops, r, c)
+		}
+		// Program order is round order (stable: a chunk's operations keep
+		// theirs), so a rank works on the chunks in the order they reach
+		// it and no operation waits for one issued after it.
+		slices.SortStableFunc(ops, func(a, b Op) int { return a.Round - b.Round })
+		for _, o := range ops {
+			if !yield(o) {
+				return
+			}
+		}
+	})
+	s.WorkLen, s.InLen = x.total, x.most*x.total
+	if x.chunks > 0 {
+		s.Rounds = x.chunks + len(x.hops) + x.bcast - 2
+	}
+	return s, nil
+}
+
+// vChain is the plan of a virtual allreduce (or reduce): the chain, the
+// chunks and the broadcast's order.
+type vChain struct {
+	p        Params
+	m, total int   // devices, vector bytes
+	hops     []Hop // VirtualChain
+	slot     []int // device → its place among its rank's devices
+	most     int   // devices on the fullest rank
+	chunks   int
+	down     []int // the broadcast's order: the last hop's rank, then the ranks below it, wrapping around
+	bcast    int   // ranks the result reaches: N, or 1 for Reduce
+	steps    int   // tags per chunk: the hops, then N-1 broadcast receives
+}
+
+func newVChain(p Params) (*vChain, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
@@ -83,95 +124,79 @@ func VirtualAllReduce(p Params) (*Schedule, error) {
 	if p.Coll != AllReduce && p.Coll != Reduce {
 		return nil, fmt.Errorf("sched: a virtual %s", p.Coll)
 	}
-	bcast := p.N
+	n := p.N
+	x := &vChain{p: p, m: m, total: p.Count * p.ElemSize, hops: VirtualChain(p.Devices), slot: make([]int, m), bcast: n}
 	if p.Coll == Reduce {
 		if root := VirtualRoot(p.Devices); p.Root != root {
 			return nil, fmt.Errorf("sched: virtual reduce to rank %d, but the chain ends on rank %d", p.Root, root)
 		}
-		bcast = 1
+		x.bcast = 1
 	}
-	n, total := p.N, p.Count*p.ElemSize
-	hops := VirtualChain(p.Devices)
-	slot := make([]int, m) // device → its place among its rank's devices
-	most := 0
 	for r := 0; r < n; r++ {
 		local := LocalDevices(p.Devices, r)
 		for k, v := range local {
-			slot[v] = k
+			x.slot[v] = k
 		}
-		most = max(most, len(local))
+		x.most = max(x.most, len(local))
 	}
 	seg := p.SegBytes
 	if seg <= 0 {
 		seg = virtualChunk
 	}
 	seg = max(seg/p.ElemSize, 1) * p.ElemSize
-	chunks := 0
-	if total > 0 {
-		chunks = (total + seg - 1) / seg
+	if x.total > 0 {
+		x.chunks = (x.total + seg - 1) / seg
 	}
-	last := hops[len(hops)-1].Rank
-	// The broadcast's order: the last hop's rank, then the ranks below
-	// it, wrapping around.
-	down := make([]int, n)
-	for i := range down {
-		down[i] = mod(last-i, n)
+	last := x.hops[len(x.hops)-1].Rank
+	x.down = make([]int, n)
+	for i := range x.down {
+		x.down[i] = mod(last-i, n)
 	}
+	x.steps = len(x.hops) + n - 1
+	return x, nil
+}
+
+// chunk appends rank r's operations on chunk c: its hops of the chain
+// (the last finishing the average and starting the broadcast), then its
+// part of the broadcast.
+func (x *vChain) chunk(ops []Op, r, c int) []Op {
+	p, hops, down, n := x.p, x.hops, x.down, x.p.N
 	j := len(hops)
-	steps := j + n - 1 // tags per chunk: j hops, then n-1 broadcast receives
-	s := New(p.Coll, "virtual-chain", n, p.ElemSize, func(r int, yield func(Op) bool) {
-		var ops []Op
-		for c := 0; c < chunks; c++ {
-			lo, hi := Segment(c, total, p.ElemSize, chunks)
-			part := work(lo, hi-lo)
-			contrib := func(v int) Range {
-				return Range{Buf: In, Off: slot[v]*total + lo, Len: hi - lo}
-			}
-			tag := func(step int) uint32 { return uint32(c*steps + step) }
-			for h, hop := range hops {
-				if hop.Rank != r {
-					continue
-				}
-				round := c + h
-				ops = foldHop(ops, hops, h, part, contrib, tag, round)
-				switch {
-				case h+1 < j:
-					ops = append(ops, Op{Kind: Send, Peer: hops[h+1].Rank, Tag: tag(h), Src: part, Round: round})
-				default:
-					if p.Avg && m > 1 {
-						ops = append(ops, Op{Kind: Scale, Dst: part, Div: m, Round: round})
-					}
-					if bcast > 1 {
-						ops = append(ops, Op{Kind: Send, Peer: down[1], Tag: tag(j), Src: part, Round: round})
-					}
-				}
-			}
-			for i := 1; i < bcast; i++ {
-				if down[i] != r {
-					continue
-				}
-				round := c + j - 1 + i
-				ops = append(ops, Op{Kind: Recv, Peer: down[i-1], Tag: tag(j + i - 1), Dst: part, Round: round - 1})
-				if i+1 < n {
-					ops = append(ops, Op{Kind: Send, Peer: down[i+1], Tag: tag(j + i), Src: part, Round: round})
-				}
-			}
-		}
-		// Program order is round order (stable: a chunk's operations keep
-		// theirs), so a rank works on the chunks in the order they reach
-		// it and no operation waits for one issued after it.
-		slices.SortStableFunc(ops, func(a, b Op) int { return a.Round - b.Round })
-		for _, o := range ops {
-			if !yield(o) {
-				return
-			}
-		}
-	})
-	s.WorkLen, s.InLen = total, most*total
-	if chunks > 0 {
-		s.Rounds = chunks + j + bcast - 2
+	lo, hi := Segment(c, x.total, p.ElemSize, x.chunks)
+	part := work(lo, hi-lo)
+	contrib := func(v int) Range {
+		return Range{Buf: In, Off: x.slot[v]*x.total + lo, Len: hi - lo}
 	}
-	return s, nil
+	tag := func(step int) uint32 { return uint32(c*x.steps + step) }
+	for h, hop := range hops {
+		if hop.Rank != r {
+			continue
+		}
+		round := c + h
+		ops = foldHop(ops, hops, h, part, contrib, tag, round)
+		switch {
+		case h+1 < j:
+			ops = append(ops, Op{Kind: Send, Peer: hops[h+1].Rank, Tag: tag(h), Src: part, Round: round})
+		default:
+			if p.Avg && x.m > 1 {
+				ops = append(ops, Op{Kind: Scale, Dst: part, Div: x.m, Round: round})
+			}
+			if x.bcast > 1 {
+				ops = append(ops, Op{Kind: Send, Peer: down[1], Tag: tag(j), Src: part, Round: round})
+			}
+		}
+	}
+	for i := 1; i < x.bcast; i++ {
+		if down[i] != r {
+			continue
+		}
+		round := c + j - 1 + i
+		ops = append(ops, Op{Kind: Recv, Peer: down[i-1], Tag: tag(j + i - 1), Dst: part, Round: round - 1})
+		if i+1 < n {
+			ops = append(ops, Op{Kind: Send, Peer: down[i+1], Tag: tag(j + i), Src: part, Round: round})
+		}
+	}
+	return ops
 }
 
 // VirtualRoot is the rank the virtual chain ends on: the rank of the last

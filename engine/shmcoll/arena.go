@@ -28,7 +28,7 @@ const livenessEvery = 100 * time.Millisecond
 type Arena struct {
 	rank, size int
 	tag        [8]byte
-	fd         int // the segment's memory file, open until Release; -1 after
+	file       *shmseg.OwnFile // the segment's memory file, open until Release
 	ref        PeerInfo
 	open       shmsync.Opener // Config.Open
 	slot       int
@@ -111,7 +111,7 @@ func Create(cfg Config) (*Arena, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shmcoll: rank %d: %w", cfg.Rank, err)
 	}
-	a.own, a.fd = m, fd
+	a.own, a.file = m, shmseg.NewOwnFile(fd)
 	if a.ref, err = shmsync.RefOf(fd); err != nil {
 		syscall.Munmap(m)
 		syscall.Close(fd)
@@ -212,19 +212,7 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 // Release closes the descriptor through which peers open this rank's
 // segment; the mappings stay valid. Call it once every rank connected.
 // Idempotent; Close releases too.
-func (a *Arena) Release() {
-	a.shutMu.Lock()
-	defer a.shutMu.Unlock()
-	a.release()
-}
-
-// release is Release with shutMu held.
-func (a *Arena) release() {
-	if a.fd >= 0 {
-		syscall.Close(a.fd)
-		a.fd = -1
-	}
-}
+func (a *Arena) Release() { a.file.Release() }
 
 // Abort stops this rank: pending and later calls fail with an error
 // wrapping transport.ErrAborted, and the failure is recorded in the segment
@@ -300,7 +288,7 @@ func (a *Arena) Close() error {
 	syscall.Munmap(a.own)
 	a.own, a.me = nil, nil
 	a.unmapped = true
-	a.release()
+	a.file.Release()
 	a.log.Debug("shmcoll: closed", "rank", a.rank)
 	return nil
 }

@@ -29,32 +29,9 @@ import (
 // the ranks fold different pieces at once.
 func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int, recv []byte, order []int, dt kernel.DataType, op kernel.RedOp, div int) error {
 	n := len(recv)
-	hop := -1
-	if cap(a.chainSeen) < a.size {
-		a.chainSeen = make([]bool, a.size)
-	}
-	seen := a.chainSeen[:a.size]
-	clear(seen)
-	for h, r := range order {
-		if r < 0 || r >= a.size || seen[r] {
-			return fmt.Errorf("%w: chain allreduce: order %v is not a permutation of %d ranks", ErrInvalid, order, a.size)
-		}
-		seen[r] = true
-		if r == a.rank {
-			hop = h
-		}
-	}
-	switch {
-	case a.size < 2:
-		return fmt.Errorf("%w: chain allreduce: one rank (no slots to chain through)", ErrInvalid)
-	case len(order) != a.size:
-		return fmt.Errorf("%w: chain allreduce: order %v is not a permutation of %d ranks", ErrInvalid, order, a.size)
-	case local < 1 || len(in) != local*n:
-		return fmt.Errorf("%w: chain allreduce: %d bytes of input for %d devices of %d bytes", ErrInvalid, len(in), local, n)
-	case div < 1:
-		return fmt.Errorf("%w: chain allreduce: divisor %d", ErrInvalid, div)
-	case overlaps(in, recv):
-		return fmt.Errorf("%w: chain allreduce: input and recv overlap", ErrInvalid)
+	hop, err := a.chainHop(in, local, recv, order, div)
+	if err != nil {
+		return err
 	}
 	if err := checkTypes("chain allreduce", n, dt, op); err != nil {
 		return err
@@ -127,6 +104,39 @@ func (a *Arena) ChainAllReduce(ctx context.Context, c Call, in []byte, local int
 		}
 	}
 	return nil
+}
+
+// chainHop checks ChainAllReduce's arguments and returns this rank's hop
+// (its place in order).
+func (a *Arena) chainHop(in []byte, local int, recv []byte, order []int, div int) (int, error) {
+	n, hop := len(recv), -1
+	if cap(a.chainSeen) < a.size {
+		a.chainSeen = make([]bool, a.size)
+	}
+	seen := a.chainSeen[:a.size]
+	clear(seen)
+	for h, r := range order {
+		if r < 0 || r >= a.size || seen[r] {
+			return 0, fmt.Errorf("%w: chain allreduce: order %v is not a permutation of %d ranks", ErrInvalid, order, a.size)
+		}
+		seen[r] = true
+		if r == a.rank {
+			hop = h
+		}
+	}
+	switch {
+	case a.size < 2:
+		return 0, fmt.Errorf("%w: chain allreduce: one rank (no slots to chain through)", ErrInvalid)
+	case len(order) != a.size:
+		return 0, fmt.Errorf("%w: chain allreduce: order %v is not a permutation of %d ranks", ErrInvalid, order, a.size)
+	case local < 1 || len(in) != local*n:
+		return 0, fmt.Errorf("%w: chain allreduce: %d bytes of input for %d devices of %d bytes", ErrInvalid, len(in), local, n)
+	case div < 1:
+		return 0, fmt.Errorf("%w: chain allreduce: divisor %d", ErrInvalid, div)
+	case overlaps(in, recv):
+		return 0, fmt.Errorf("%w: chain allreduce: input and recv overlap", ErrInvalid)
+	}
+	return hop, nil
 }
 
 // divAt is the divisor of a hop's fold: the average's, at the last hop.

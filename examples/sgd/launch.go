@@ -18,33 +18,8 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/engine/bootstrap"
 )
-
-// launcherEnv names the launcher whose variables describe this process's
-// rank, or "" when the program was started by hand. The engine's
-// NewCommFromEnv reads the same variables.
-func launcherEnv(getenv func(string) string) string {
-	switch {
-	case getenv("GOCOLL_RANK") != "":
-		return "gocoll"
-	case getenv("OMPI_COMM_WORLD_RANK") != "":
-		return "open-mpi"
-	case getenv("RANK") != "" && getenv("WORLD_SIZE") != "":
-		return "torchrun"
-	case getenv("SLURM_PROCID") != "" && getenv("SLURM_NTASKS") != "" && getenv("SLURM_STEP_ID") != "":
-		return "slurm"
-	}
-	return ""
-}
-
-// launcherVars are the variables that make a process a rank of some job; the
-// children of -np get fresh GOCOLL_* ones and none of the others.
-var launcherVars = []string{
-	"GOCOLL_RANK", "GOCOLL_SIZE", "GOCOLL_ROOT_ADDR", "GOCOLL_LOCAL_RANK",
-	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID",
-}
 
 // spawnRanks runs n copies of this executable with args, as fresh processes
 // (exec, never fork: a Go runtime does not survive fork), each told its rank
@@ -67,8 +42,7 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 	if err != nil {
 		return fmt.Errorf("-np: no free port for the rendezvous: %w", err)
 	}
-	base := cleanEnv(os.Environ())
-	base = append(base, extraEnv...)
+	base := append(cleanEnv(os.Environ()), extraEnv...)
 	if el.Respawn {
 		// A joiner needs the job's secret: every rank derives it from
 		// GOCOLL_SECRET, fresh for the job unless the user set one.
@@ -81,92 +55,123 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 		}
 		base = append(base, jobFileVar+"="+el.JobFile)
 	}
-	joinerEnv := slices.Clone(base) // a joiner has no rank variables
+	j := &rankProcs{n: n, exe: exe, args: args, stdout: stdout, stderr: stderr, el: el,
+		joinerEnv: slices.Clone(base), // a joiner has no rank variables
+		exits:     make(chan rankExit, n)}
 	base = append(base, "GOCOLL_SIZE="+strconv.Itoa(n), "GOCOLL_ROOT_ADDR=127.0.0.1:"+strconv.Itoa(port))
-
-	var outMu sync.Mutex // one line at a time on the shared outputs
-	cmds := make([]*exec.Cmd, n)
-	writers := []*prefixWriter{}
 	for r := 0; r < n; r++ {
-		cmd := exec.Command(exe, args...)
-		cmd.Env = append(append([]string(nil), base...), "GOCOLL_RANK="+strconv.Itoa(r), "GOCOLL_LOCAL_RANK="+strconv.Itoa(r))
 		prefix := fmt.Sprintf("[rank %d] ", r)
+		outPrefix := prefix
 		if r == 0 {
-			prefix = ""
+			outPrefix = ""
 		}
-		ow := &prefixWriter{mu: &outMu, w: stdout, prefix: prefix}
-		ew := &prefixWriter{mu: &outMu, w: stderr, prefix: fmt.Sprintf("[rank %d] ", r)}
-		writers = append(writers, ow, ew)
-		cmd.Stdout, cmd.Stderr = ow, ew
-		cmds[r] = cmd
+		env := append(slices.Clone(base), "GOCOLL_RANK="+strconv.Itoa(r), "GOCOLL_LOCAL_RANK="+strconv.Itoa(r))
+		j.cmds = append(j.cmds, j.command(env, outPrefix, prefix))
 	}
-	started := 0
-	for r, cmd := range cmds {
+	if err := j.start(); err != nil {
+		return err
+	}
+	failed := j.wait(grace)
+	for _, w := range j.writers {
+		w.Flush()
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("-np %d: %s", n, strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// rankProcs are the processes of one -np job: the n ranks, then the
+// replacements started for ranks that died (cmds[n+k] is replacement k).
+type rankProcs struct {
+	n              int
+	exe            string
+	args           []string
+	stdout, stderr io.Writer
+	el             elasticLaunch
+	joinerEnv      []string   // a replacement's environment, less its own variables
+	outMu          sync.Mutex // one line at a time on the shared outputs
+	writers        []*prefixWriter
+	cmds           []*exec.Cmd
+	done           []bool // per cmds: it has exited
+	exits          chan rankExit
+	replacements   int
+}
+
+// rankExit is how process cmds[rank] ended.
+type rankExit struct {
+	rank int
+	err  error
+}
+
+// command makes a process of the job with env, its standard output and
+// error prefixed by outPrefix and errPrefix.
+func (j *rankProcs) command(env []string, outPrefix, errPrefix string) *exec.Cmd {
+	cmd := exec.Command(j.exe, j.args...)
+	cmd.Env = env
+	ow := &prefixWriter{mu: &j.outMu, w: j.stdout, prefix: outPrefix}
+	ew := &prefixWriter{mu: &j.outMu, w: j.stderr, prefix: errPrefix}
+	j.writers = append(j.writers, ow, ew)
+	cmd.Stdout, cmd.Stderr = ow, ew
+	return cmd
+}
+
+// start starts the n ranks, or none: a rank that cannot start kills those
+// started before it.
+func (j *rankProcs) start() error {
+	for r, cmd := range j.cmds {
 		if err := cmd.Start(); err != nil {
-			for _, c := range cmds[:started] {
+			for _, c := range j.cmds[:r] {
 				_ = c.Process.Kill()
 				_ = c.Wait()
 			}
 			return fmt.Errorf("-np: starting rank %d: %w", r, err)
 		}
-		started++
-		if el.On {
+		if j.el.On {
 			// Whoever wants to try the elastic run kills one of these.
-			outMu.Lock()
-			fmt.Fprintf(stderr, "sgd: rank %d is pid %d\n", r, cmd.Process.Pid)
-			outMu.Unlock()
+			j.say("sgd: rank %d is pid %d\n", r, cmd.Process.Pid)
 		}
 	}
-	type exit struct {
-		rank int
-		err  error
+	j.done = make([]bool, j.n)
+	for r, cmd := range j.cmds {
+		go func() { j.exits <- rankExit{r, cmd.Wait()} }()
 	}
-	exits := make(chan exit, n)
-	for r, cmd := range cmds {
-		go func() { exits <- exit{r, cmd.Wait()} }()
-	}
-	var failed []string
-	dead, replacements := 0, 0
+	return nil
+}
+
+func (j *rankProcs) say(format string, a ...any) {
+	j.outMu.Lock()
+	fmt.Fprintf(j.stderr, format, a...)
+	j.outMu.Unlock()
+}
+
+// wait waits for every process of the job and returns the failures. A
+// failed rank gives the others grace to notice, then they are killed;
+// with el.On a rank killed by a signal is not a failure (and with
+// el.Respawn gets a replacement).
+func (j *rankProcs) wait(grace time.Duration) (failed []string) {
+	n, dead := j.n, 0
 	var kill <-chan time.Time
-	done := make([]bool, n)
-	say := func(format string, a ...any) {
-		outMu.Lock()
-		fmt.Fprintf(stderr, format, a...)
-		outMu.Unlock()
-	}
 	for left := n; left > 0; {
 		select {
-		case e := <-exits:
+		case e := <-j.exits:
 			left--
-			done[e.rank] = true
+			j.done[e.rank] = true
 			switch {
 			case e.rank >= n && e.err != nil:
-				say("sgd: replacement %d failed (%v); the job goes on without it\n", e.rank-n, e.err)
+				j.say("sgd: replacement %d failed (%v); the job goes on without it\n", e.rank-n, e.err)
 			case e.rank >= n:
-			case e.err != nil && el.On && killed(e.err):
+			case e.err != nil && j.el.On && killed(e.err):
 				dead++
-				say("sgd: rank %d died (%v); the job goes on without it\n", e.rank, e.err)
+				j.say("sgd: rank %d died (%v); the job goes on without it\n", e.rank, e.err)
 				if dead == n {
 					failed = append(failed, "every rank died")
 				}
-				if el.Respawn && kill == nil && dead < n {
-					cmd := exec.Command(exe, args...)
-					cmd.Env = append(slices.Clone(joinerEnv), joinerVar+"=1", replacesVar+"="+strconv.Itoa(cmds[e.rank].Process.Pid))
-					id := n + replacements
-					ow := &prefixWriter{mu: &outMu, w: stdout, prefix: fmt.Sprintf("[new %d] ", replacements)}
-					ew := &prefixWriter{mu: &outMu, w: stderr, prefix: fmt.Sprintf("[new %d] ", replacements)}
-					writers = append(writers, ow, ew)
-					cmd.Stdout, cmd.Stderr = ow, ew
-					if err := cmd.Start(); err != nil {
-						say("sgd: starting a replacement for rank %d: %v\n", e.rank, err)
+				if j.el.Respawn && kill == nil && dead < n {
+					if !j.respawn(e.rank) {
 						continue
 					}
-					say("sgd: replacement %d for rank %d is pid %d\n", replacements, e.rank, cmd.Process.Pid)
-					replacements++
-					cmds = append(cmds, cmd)
-					done = append(done, false)
 					left++
-					go func() { exits <- exit{id, cmd.Wait()} }()
 				}
 			case e.err != nil:
 				failed = append(failed, fmt.Sprintf("rank %d: %v", e.rank, e.err))
@@ -174,26 +179,39 @@ func spawnRanks(n int, args, extraEnv []string, stdout, stderr io.Writer, grace 
 					kill = time.After(grace)
 				}
 			}
-			if left > 0 && left == replacements-finishedReplacements(done, n) && !anyRunning(done[:n]) {
+			if left > 0 && left == j.replacements-finishedReplacements(j.done, n) && !anyRunning(j.done[:n]) {
 				// Every member finished: a replacement still waiting to
 				// join will not be admitted any more.
 				kill = time.After(grace)
 			}
 		case <-kill:
-			for r, cmd := range cmds {
-				if !done[r] {
+			for r, cmd := range j.cmds {
+				if !j.done[r] {
 					_ = cmd.Process.Kill() // our own child, by its pid
 				}
 			}
 		}
 	}
-	for _, w := range writers {
-		w.Flush()
+	return failed
+}
+
+// respawn starts a replacement for the dead rank, which joins the job;
+// false if it could not start.
+func (j *rankProcs) respawn(rank int) bool {
+	k := j.replacements
+	prefix := fmt.Sprintf("[new %d] ", k)
+	cmd := j.command(append(slices.Clone(j.joinerEnv), joinerVar+"=1", replacesVar+"="+strconv.Itoa(j.cmds[rank].Process.Pid)), prefix, prefix)
+	if err := cmd.Start(); err != nil {
+		j.say("sgd: starting a replacement for rank %d: %v\n", rank, err)
+		return false
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("-np %d: %s", n, strings.Join(failed, "; "))
-	}
-	return nil
+	j.say("sgd: replacement %d for rank %d is pid %d\n", k, rank, cmd.Process.Pid)
+	j.replacements++
+	j.cmds = append(j.cmds, cmd)
+	j.done = append(j.done, false)
+	id := j.n + k
+	go func() { j.exits <- rankExit{id, cmd.Wait()} }()
+	return true
 }
 
 // elasticLaunch is how spawnRanks treats ranks that die.
@@ -265,16 +283,13 @@ func killed(err error) bool {
 	return ok && ws.Signaled()
 }
 
-// cleanEnv drops the variables of any launcher we may run under.
+// cleanEnv drops the variables of any launcher we may run under: the
+// children of -np get fresh GOCOLL_* ones and none of the others.
 func cleanEnv(env []string) []string {
+	drop := bootstrap.LauncherVars()
 	out := env[:0:0]
 	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		drop := false
-		for _, v := range launcherVars {
-			drop = drop || name == v
-		}
-		if !drop {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains(drop, name) {
 			out = append(out, kv)
 		}
 	}

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/engine/bootstrap"
 )
 
 // options are the command line.
@@ -181,7 +182,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if os.Getenv(joinerVar) != "" {
 		return runLaunched(o, opts, "joiner", stdout, start)
 	}
-	if l := launcherEnv(os.Getenv); l != "" {
+	if l := bootstrap.Launcher(os.Getenv); l != "" {
 		if o.np > 0 || o.local > 0 || o.compare != "" {
 			return fmt.Errorf("started by a launcher (%s): -np, -local and -compare do not apply; each process is one rank", l)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -112,19 +113,101 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 	if log == nil || rank != 0 {
 		log = io.Discard
 	}
-	model, err := NewMLP(cfg.sizes(train), cfg.Batch/ranks, cfg.Seed)
+	t, err := newTrainer(c, train, test, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer model.Close()
+	defer t.close()
+	for e := 0; e < cfg.Epochs; e++ {
+		st, err := t.epoch(e)
+		if err != nil {
+			return nil, err
+		}
+		t.res.Epochs = append(t.res.Epochs, st)
+		fmt.Fprintf(log, "epoch %d/%d  ranks %d  train loss %.4f  test loss %.4f  test acc %.4f  %6.0f samples/s  comm %.2fs  compute %.2fs (%.0f%% of the step in allreduce)\n",
+			st.Epoch, cfg.Epochs, ranks, st.TrainLoss, st.TestLoss, st.TestAcc, st.SamplesPerSec,
+			st.CommSeconds, st.ComputeSecs, 100*st.CommSeconds/math.Max(st.Seconds, 1e-9))
+	}
+	t.prof.Write(log, fmt.Sprintf("plain data parallelism on %d processes", ranks))
+	res, ds := t.res, t.dp.Stats
+	res.Stats.ComputeSec = (t.compute + ds.Update).Seconds()
+	res.Stats.PackSec, res.Stats.WaitSec, res.Stats.UnpackSec = ds.Pack.Seconds(), ds.Wait.Seconds(), ds.Unpack.Seconds()
+	res.Stats.UpdateSec, res.Stats.InFlightSec = ds.Update.Seconds(), ds.InFlight.Seconds()
+	res.Stats.Steps = ds.Steps
+	if ds.Steps > 0 {
+		res.Stats.MBPerStep = float64(ds.Bytes) / float64(ds.Steps) / 1e6
+	}
+	res.Buckets = len(t.dp.buckets)
+	res.summarize(t.seen, ds.Comm(), t.model.ParamData())
+	return res, nil
+}
+
+// summarize fills in a run's totals once its epochs are done: training time
+// and throughput over the epochs, the share of it that comm (the gradient
+// synchronisation not hidden by overlap) took, the last epoch's test
+// figures, and a copy of the final parameters.
+func (res *RunResult) summarize(seen int, comm time.Duration, params [][]float64) {
+	res.TrainSeconds = 0
+	for _, st := range res.Epochs {
+		res.TrainSeconds += st.Seconds
+	}
+	if res.TrainSeconds > 0 {
+		res.SamplesPerSec = float64(seen) / res.TrainSeconds
+		res.CommShare = comm.Seconds() / res.TrainSeconds
+	}
+	if n := len(res.Epochs); n > 0 {
+		res.TestAcc, res.TestLoss = res.Epochs[n-1].TestAcc, res.Epochs[n-1].TestLoss
+	}
+	for _, p := range params {
+		res.params = append(res.params, slices.Clone(p))
+	}
+}
+
+// trainer is one rank's plain data-parallel training under way: the model,
+// the solver that averages the gradients, the pass that computes them, and
+// the running totals.
+type trainer struct {
+	c           *engine.Comm
+	train, test *Dataset
+	cfg         Config
+	model       *MLP
+	dp          *DataParallel
+	eval        *Evaluator // nil: no evaluation
+	pass        *Pass
+	sched       Schedule
+	learn       []G.ValueGrad // the solver's view of the model
+	grads       [][][]float64 // the pass's gradient outputs (the solver's tensors)
+	losses      []float64     // the pass's shard loss
+	compute     time.Duration // forward/backward and batch loading
+	prof        *Profile
+	seen        int     // training examples so far
+	clock       float64 // training seconds before this epoch
+	res         *RunResult
+	undo        []func() // what close releases, in the order newTrainer made it
+}
+
+// newTrainer sets a rank up to train: the model (its initial parameters
+// broadcast from rank 0), the solver, the evaluator and the pass.
+func newTrainer(c *engine.Comm, train, test *Dataset, cfg Config) (_ *trainer, err error) {
+	ranks := c.Size()
+	t := &trainer{c: c, train: train, test: test, cfg: cfg, prof: newProfile(cfg.Profile),
+		sched: Schedule{N: train.N, Batch: cfg.Batch, Seed: cfg.Seed}}
+	defer func() {
+		if err != nil {
+			t.close()
+		}
+	}()
+	if t.model, err = NewMLP(cfg.sizes(train), cfg.Batch/ranks, cfg.Seed); err != nil {
+		return nil, err
+	}
+	t.undo = append(t.undo, t.model.Close)
 	// Same seed, same weights; the broadcast makes it so even if a rank
 	// was started with another seed, as DistributedDataParallel does.
-	for _, p := range model.ParamData() {
+	for _, p := range t.model.ParamData() {
 		if err := c.Broadcast(f64Bytes(p), f64Bytes(p), len(p), engine.Float64, 0); err != nil {
 			return nil, fmt.Errorf("broadcast of the initial parameters: %w", err)
 		}
 	}
-
 	var inner G.Solver
 	if cfg.Momentum != 0 {
 		inner = G.NewMomentum(G.WithLearnRate(cfg.LR), G.WithMomentum(cfg.Momentum))
@@ -135,120 +218,96 @@ func Train(c *engine.Comm, train, test *Dataset, cfg Config, log io.Writer) (*Ru
 	if bucket <= 0 {
 		bucket = DefaultBucketBytes
 	}
-	dp := NewDataParallel(c, inner, WithBucketBytes(bucket))
-	defer dp.Close()
-	dp.Aux = []float64{0} // the shard loss rides along with the gradients
-
-	eval, err := cfg.evaluator(model, test)
-	if err != nil {
+	t.dp = NewDataParallel(c, inner, WithBucketBytes(bucket))
+	t.undo = append(t.undo, func() { t.dp.Close() })
+	t.dp.Aux = []float64{0} // the shard loss rides along with the gradients
+	if t.eval, err = cfg.evaluator(t.model, test); err != nil {
 		return nil, err
 	}
-	if eval != nil {
-		defer eval.Close()
+	if t.eval != nil {
+		t.undo = append(t.undo, t.eval.Close)
 	}
-
-	res := newResult(c, cfg, model, train, test)
-	sched := Schedule{N: train.N, Batch: cfg.Batch, Seed: cfg.Seed}
-	steps := sched.StepsPerEpoch()
+	t.res = newResult(c, cfg, t.model, train, test)
 	// The pass computes what the graph would, into the solver's gradient
 	// tensors.
-	learn, gd := model.Slots()
-	pass, err := NewPass(cfg.sizes(train), cfg.Batch/ranks, 1)
-	if err != nil {
+	var gd [][]float64
+	t.learn, gd = t.model.Slots()
+	if t.pass, err = NewPass(cfg.sizes(train), cfg.Batch/ranks, 1); err != nil {
 		return nil, err
 	}
-	grads, losses := [][][]float64{gd}, []float64{0}
-	var compute time.Duration
-	prof := newProfile(cfg.Profile)
-	seen := 0
-	clock := 0.0 // training seconds before this epoch
-	for e := 0; e < cfg.Epochs; e++ {
-		epochStart, stats0, compute0 := time.Now(), dp.Stats, compute
-		perm := sched.Epoch(e)
-		lossSum := 0.0
-		t := time.Now()
-		prof.Start()
-		pass.Load(train, 0, sched.Shard(perm, 0, rank, ranks))
+	t.grads, t.losses = [][][]float64{gd}, []float64{0}
+	return t, nil
+}
+
+// close releases what newTrainer made, last made first.
+func (t *trainer) close() {
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		t.undo[i]()
+	}
+}
+
+// epoch trains epoch e: each step computes this rank's shard's gradients,
+// starts their allreduce, loads the next shard while it is in flight, then
+// lets the solver update. Then it evaluates on the test set.
+func (t *trainer) epoch(e int) (EpochStats, error) {
+	rank, ranks, dp, pass, prof := t.c.Rank(), t.c.Size(), t.dp, t.pass, t.prof
+	steps := t.sched.StepsPerEpoch()
+	epochStart, stats0, compute0 := time.Now(), dp.Stats, t.compute
+	perm := t.sched.Epoch(e)
+	lossSum := 0.0
+	start := time.Now()
+	prof.Start()
+	pass.Load(t.train, 0, t.sched.Shard(perm, 0, rank, ranks))
+	prof.Mark(phaseLoad)
+	for s := 0; s < steps; s++ {
+		if err := pass.Run(t.model.ParamData(), t.grads, t.losses); err != nil {
+			return EpochStats{}, err
+		}
+		dp.Aux[0] = t.losses[0]
+		t.compute += time.Since(start)
+		prof.Mark(phaseBackward)
+		if err := dp.Start(t.learn); err != nil {
+			return EpochStats{}, err
+		}
+		prof.Mark(phasePack)
+		// While the gradients are in flight, load the next shard: the
+		// input tensors are no longer needed by this step.
+		start = time.Now()
+		if s+1 < steps {
+			pass.Load(t.train, 0, t.sched.Shard(perm, s+1, rank, ranks))
+		}
+		t.compute += time.Since(start)
 		prof.Mark(phaseLoad)
-		for s := 0; s < steps; s++ {
-			if err := pass.Run(model.ParamData(), grads, losses); err != nil {
-				return nil, err
-			}
-			dp.Aux[0] = losses[0]
-			compute += time.Since(t)
-			prof.Mark(phaseBackward)
-			if err := dp.Start(learn); err != nil {
-				return nil, err
-			}
-			prof.Mark(phasePack)
-			// While the gradients are in flight, load the next shard: the
-			// input tensors are no longer needed by this step.
-			t = time.Now()
-			if s+1 < steps {
-				pass.Load(train, 0, sched.Shard(perm, s+1, rank, ranks))
-			}
-			compute += time.Since(t)
-			prof.Mark(phaseLoad)
-			before := dp.Stats
-			if err := dp.Finish(); err != nil {
-				return nil, err
-			}
-			prof.Add(phaseAllReduce, dp.Stats.Wait-before.Wait)
-			prof.Add(phaseUnpack, dp.Stats.Unpack-before.Unpack)
-			prof.Add(phaseUpdate, dp.Stats.Update-before.Update)
-			prof.Step()
-			prof.Start()
-			t = time.Now()
-			seen += cfg.Batch
-			lossSum += dp.Aux[0]
-			res.Curve = append(res.Curve, CurvePoint{Samples: seen, Loss: dp.Aux[0], Seconds: clock + time.Since(epochStart).Seconds()})
+		before := dp.Stats
+		if err := dp.Finish(); err != nil {
+			return EpochStats{}, err
 		}
-		secs := time.Since(epochStart).Seconds()
-		clock += secs
-		ds := dp.Stats
-		st := EpochStats{
-			Epoch: e + 1, Samples: seen, TrainLoss: lossSum / float64(steps),
-			Seconds: secs, SamplesPerSec: float64(steps*cfg.Batch) / secs,
-			CommSeconds: (ds.Comm() - stats0.Comm()).Seconds(),
-			ComputeSecs: (compute - compute0 + ds.Update - stats0.Update).Seconds(),
-		}
-		if eval != nil {
-			if st.TestLoss, st.TestAcc, err = evaluate(c, eval, test); err != nil {
-				return nil, err
-			}
-		}
-		res.Epochs = append(res.Epochs, st)
-		fmt.Fprintf(log, "epoch %d/%d  ranks %d  train loss %.4f  test loss %.4f  test acc %.4f  %6.0f samples/s  comm %.2fs  compute %.2fs (%.0f%% of the step in allreduce)\n",
-			st.Epoch, cfg.Epochs, ranks, st.TrainLoss, st.TestLoss, st.TestAcc, st.SamplesPerSec,
-			st.CommSeconds, st.ComputeSecs, 100*st.CommSeconds/math.Max(secs, 1e-9))
+		prof.Add(phaseAllReduce, dp.Stats.Wait-before.Wait)
+		prof.Add(phaseUnpack, dp.Stats.Unpack-before.Unpack)
+		prof.Add(phaseUpdate, dp.Stats.Update-before.Update)
+		prof.Step()
+		prof.Start()
+		start = time.Now()
+		t.seen += t.cfg.Batch
+		lossSum += dp.Aux[0]
+		t.res.Curve = append(t.res.Curve, CurvePoint{Samples: t.seen, Loss: dp.Aux[0], Seconds: t.clock + time.Since(epochStart).Seconds()})
 	}
-	prof.Write(log, fmt.Sprintf("plain data parallelism on %d processes", ranks))
-	res.TrainSeconds = 0
-	for _, st := range res.Epochs {
-		res.TrainSeconds += st.Seconds
-	}
-	if res.TrainSeconds > 0 {
-		res.SamplesPerSec = float64(seen) / res.TrainSeconds
-	}
+	secs := time.Since(epochStart).Seconds()
+	t.clock += secs
 	ds := dp.Stats
-	res.Stats.ComputeSec = (compute + ds.Update).Seconds()
-	res.Stats.PackSec, res.Stats.WaitSec, res.Stats.UnpackSec = ds.Pack.Seconds(), ds.Wait.Seconds(), ds.Unpack.Seconds()
-	res.Stats.UpdateSec, res.Stats.InFlightSec = ds.Update.Seconds(), ds.InFlight.Seconds()
-	res.Stats.Steps = ds.Steps
-	if ds.Steps > 0 {
-		res.Stats.MBPerStep = float64(ds.Bytes) / float64(ds.Steps) / 1e6
+	st := EpochStats{
+		Epoch: e + 1, Samples: t.seen, TrainLoss: lossSum / float64(steps),
+		Seconds: secs, SamplesPerSec: float64(steps*t.cfg.Batch) / secs,
+		CommSeconds: (ds.Comm() - stats0.Comm()).Seconds(),
+		ComputeSecs: (t.compute - compute0 + ds.Update - stats0.Update).Seconds(),
 	}
-	if res.TrainSeconds > 0 {
-		res.CommShare = ds.Comm().Seconds() / res.TrainSeconds
+	if t.eval != nil {
+		var err error
+		if st.TestLoss, st.TestAcc, err = evaluate(t.c, t.eval, t.test); err != nil {
+			return EpochStats{}, err
+		}
 	}
-	res.Buckets = len(dp.buckets)
-	if n := len(res.Epochs); n > 0 {
-		res.TestAcc, res.TestLoss = res.Epochs[n-1].TestAcc, res.Epochs[n-1].TestLoss
-	}
-	for _, p := range model.ParamData() {
-		res.params = append(res.params, append([]float64(nil), p...))
-	}
-	return res, nil
+	return st, nil
 }
 
 // evaluator builds the test-set evaluator (nil when there is nothing to

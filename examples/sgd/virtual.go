@@ -312,24 +312,12 @@ func TrainVirtual(c *engine.Comm, train, test *Dataset, cfg Config, vc VirtualCo
 	if el != nil {
 		el.report(log)
 	}
-	for _, st := range res.Epochs {
-		res.TrainSeconds += st.Seconds
-	}
-	if res.TrainSeconds > 0 {
-		res.SamplesPerSec = float64(seen) / res.TrainSeconds
-		res.CommShare = comm.Seconds() / res.TrainSeconds
-	}
 	res.Stats.ComputeSec, res.Stats.WaitSec, res.Stats.Steps = compute.Seconds(), comm.Seconds(), step
 	res.Stats.InFlightSec = comm.Seconds() // one blocking allreduce per step: nothing overlaps it
 	res.Stats.MBPerStep = float64(8*(np+1)) / 1e6
 	res.Buckets = 1
-	if n := len(res.Epochs); n > 0 {
-		res.TestAcc, res.TestLoss = res.Epochs[n-1].TestAcc, res.Epochs[n-1].TestLoss
-	}
 	unflatten(model.ParamData(), deviceVec(v, v.Local()[0], "params"))
-	for _, p := range model.ParamData() {
-		res.params = append(res.params, slices.Clone(p))
-	}
+	res.summarize(seen, comm, model.ParamData())
 	res.final = c
 	if el != nil {
 		res.Recoveries = el.Stats

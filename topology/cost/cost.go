@@ -83,191 +83,281 @@ func (m *Model) device(r int) int {
 	return r
 }
 
-// active is a segmented operation still contributing segments.
-type active struct {
-	op   sched.Op
-	next int // next segment
-}
-
 // Predict walks every rank's program of s round by round.
 func (m *Model) Predict(s *sched.Schedule) (Prediction, error) {
-	n := s.N
-	if m.Ranks != nil && len(m.Ranks) != n {
-		return Prediction{}, fmt.Errorf("cost: %d ranks placed, the schedule has %d", len(m.Ranks), n)
+	if m.Ranks != nil && len(m.Ranks) != s.N {
+		return Prediction{}, fmt.Errorf("cost: %d ranks placed, the schedule has %d", len(m.Ranks), s.N)
 	}
-	g := m.Graph
-	bundle, bw, names := bundles(g)
-	flip := make([]bool, len(g.Links)) // link drawn from its higher node
-	for i, l := range g.Links {
-		flip[i] = l.A > l.B
-	}
-	nl := len(bw)
-	load := make([]float64, 2*nl) // bytes per bundle direction this round
-	busy := make([]float64, nl)   // seconds per link over the call
-	var touched []int             // link directions loaded this round
-	next := make([]func() (sched.Op, bool), n)
-	stop := make([]func(), n)
-	peek := make([]sched.Op, n)
-	peeked := make([]bool, n)
-	ended := make([]bool, n)
-	for r := 0; r < n; r++ {
-		next[r], stop[r] = iter.Pull(s.Program(r))
-	}
-	defer func() {
-		for _, f := range stop {
-			f()
-		}
-	}()
-	// pull peeks at rank r's next operation (nil at the end).
-	pull := func(r int) *sched.Op {
-		if !peeked[r] && !ended[r] {
-			peek[r], peeked[r] = next[r]()
-			ended[r] = !peeked[r]
-		}
-		if !peeked[r] {
-			return nil
-		}
-		return &peek[r]
-	}
-	paths := newPathCache(g, m)
-	running := make([][]active, n)
-	type msg struct {
-		p     *path
-		bytes int
-		from  int
-		segs  int // messages from the same rank on the same path this round
-	}
-	var msgs []msg
-	// The last path each rank sent on: ring-like schedules send to the same
-	// peer round after round.
-	lastPeer := make([]int, n)
-	lastPath := make([]*path, n)
-	for r := range lastPeer {
-		lastPeer[r] = -1
-	}
+	w := m.newWalk(s)
+	defer w.progs.close()
 	pred := Prediction{Rounds: s.Rounds}
 	total := m.Call
 	for round := 0; ; round++ {
-		msgs = msgs[:0]
-		more := false
-		most := 0.0 // local work of the busiest rank
-		for r := 0; r < n; r++ {
-			work := 0.0
-			account := func(o *sched.Op, b int) error {
-				switch o.Kind {
-				case sched.Send:
-					if lastPeer[r] != o.Peer {
-						p, err := paths.get(r, o.Peer)
-						if err != nil {
-							return err
-						}
-						lastPeer[r], lastPath[r] = o.Peer, p
-					}
-					msgs = append(msgs, msg{p: lastPath[r], bytes: b, from: r})
-				case sched.RecvReduce, sched.Scale, sched.Accumulate:
-					work += float64(b) / m.ReduceRate
-				case sched.Copy:
-					work += float64(b) / m.CopyRate
-				}
-				return nil
-			}
-			keep := running[r][:0]
-			for _, a := range running[r] {
-				lo, hi := sched.Segment(a.next, a.op.Bytes(), s.ElemSize, a.op.NSegs())
-				if err := account(&a.op, hi-lo); err != nil {
-					return Prediction{}, err
-				}
-				if a.next++; a.next < a.op.NSegs() {
-					keep = append(keep, a)
-				}
-			}
-			running[r] = keep
-			for o := pull(r); o != nil && o.Round <= round; o = pull(r) {
-				peeked[r] = false
-				b := o.Bytes()
-				if ns := o.NSegs(); ns > 1 {
-					lo, hi := sched.Segment(0, b, s.ElemSize, ns)
-					b = hi - lo
-					running[r] = append(running[r], active{op: *o, next: 1})
-				}
-				if err := account(o, b); err != nil {
-					return Prediction{}, err
-				}
-			}
-			most = max(most, work)
-			more = more || len(running[r]) > 0 || pull(r) != nil
+		more, most, err := w.collect(round)
+		if err != nil {
+			return Prediction{}, err
 		}
-		// A rank's sends to one peer in a round are consecutive in msgs.
-		for i := 0; i < len(msgs); {
-			j := i + 1
-			for j < len(msgs) && msgs[j].from == msgs[i].from && msgs[j].p == msgs[i].p {
-				j++
-			}
-			for k := i; k < j; k++ {
-				msgs[k].segs = j - i
-			}
-			i = j
-		}
-		// Link loads of the round, then each message's time.
-		for _, x := range msgs {
-			for _, h := range x.p.hops {
-				k := 2 * bundle[h.Link]
-				if h.Forward == flip[h.Link] { // crossing the bundle from its higher node
-					k++
-				}
-				if load[k] == 0 {
-					touched = append(touched, k)
-				}
-				load[k] += float64(x.bytes)
-			}
-			pred.Messages++
-			pred.Bytes += int64(x.bytes)
-		}
-		slowest := 0.0
-		for _, x := range msgs {
-			worst := 0.0
-			for _, h := range x.p.hops {
-				k := 2 * bundle[h.Link]
-				if h.Forward == flip[h.Link] { // crossing the bundle from its higher node
-					k++
-				}
-				worst = max(worst, load[k]/bw[k/2])
-			}
-			// A step cut into k segments to one peer is a pipeline (the
-			// ring's): the next step forwards segment j once segment j has
-			// arrived, so only 1/k of the latency and software cost is not
-			// hidden behind the step's busy time, which is the link's or,
-			// on a fast link, the software's for the other k-1 segments.
-			// Not in shared memory, where the cores that would overlap the
-			// segments are the ones copying them (measured on one host, 4
-			// ranks on 2 cores: the credit made ring predictions 10-20
-			// points too fast).
-			k := float64(x.segs)
-			if x.p.shm {
-				k = 1
-			}
-			slowest = max(slowest, (x.p.latency+m.Message)/k+max(worst, (k-1)*m.Message))
-		}
-		for _, k := range touched {
-			busy[k/2] += load[k] / bw[k/2]
-			load[k] = 0
-		}
-		touched = touched[:0]
+		w.countSegments()
+		slowest := w.price(&pred)
 		total += slowest + most
 		if !more {
 			break
 		}
 	}
 	pred.Seconds = total
-	for i, b := range busy {
+	for i, b := range w.links.busy {
 		if b > pred.BusiestTime {
-			pred.BusiestTime, pred.Busiest = b, names[i]
+			pred.BusiestTime, pred.Busiest = b, w.links.names[i]
 		}
 	}
 	if math.IsNaN(total) || math.IsInf(total, 0) {
 		return pred, fmt.Errorf("cost: prediction is %v (a link without bandwidth?)", total)
 	}
 	return pred, nil
+}
+
+// walk is one prediction under way: the ranks' programs side by side, the
+// segmented operations still running, and the round's messages.
+type walk struct {
+	m       *Model
+	s       *sched.Schedule
+	progs   programs
+	links   *linkLoad
+	paths   *pathCache
+	running [][]active // per rank
+	msgs    []msg      // this round's, in rank order
+	// The last path each rank sent on: ring-like schedules send to the same
+	// peer round after round.
+	lastPeer []int
+	lastPath []*path
+}
+
+// active is a segmented operation still contributing segments.
+type active struct {
+	op   sched.Op
+	next int // next segment
+}
+
+// msg is one message of a round.
+type msg struct {
+	p     *path
+	bytes int
+	from  int
+	segs  int // messages from the same rank on the same path this round
+}
+
+func (m *Model) newWalk(s *sched.Schedule) *walk {
+	n := s.N
+	w := &walk{m: m, s: s, progs: pullPrograms(s), links: newLinkLoad(m.Graph), paths: newPathCache(m.Graph, m),
+		running: make([][]active, n), lastPeer: make([]int, n), lastPath: make([]*path, n)}
+	for r := range w.lastPeer {
+		w.lastPeer[r] = -1
+	}
+	return w
+}
+
+// collect gathers the round's messages from every rank: a segment of each
+// segmented operation still running, then the operations of the round.
+// It returns whether any rank has work left after this round, and the
+// local work (seconds) of the busiest rank.
+func (w *walk) collect(round int) (more bool, most float64, err error) {
+	w.msgs = w.msgs[:0]
+	s := w.s
+	for r := 0; r < s.N; r++ {
+		work := 0.0
+		keep := w.running[r][:0]
+		for _, a := range w.running[r] {
+			lo, hi := sched.Segment(a.next, a.op.Bytes(), s.ElemSize, a.op.NSegs())
+			if err := w.account(r, &a.op, hi-lo, &work); err != nil {
+				return false, 0, err
+			}
+			if a.next++; a.next < a.op.NSegs() {
+				keep = append(keep, a)
+			}
+		}
+		w.running[r] = keep
+		for o := w.progs.pull(r); o != nil && o.Round <= round; o = w.progs.pull(r) {
+			w.progs.peeked[r] = false
+			b := o.Bytes()
+			if ns := o.NSegs(); ns > 1 {
+				lo, hi := sched.Segment(0, b, s.ElemSize, ns)
+				b = hi - lo
+				w.running[r] = append(w.running[r], active{op: *o, next: 1})
+			}
+			if err := w.account(r, o, b, &work); err != nil {
+				return false, 0, err
+			}
+		}
+		most = max(most, work)
+		more = more || len(w.running[r]) > 0 || w.progs.pull(r) != nil
+	}
+	return more, most, nil
+}
+
+// account adds b bytes of rank r's operation o to the round: a message,
+// or local work.
+func (w *walk) account(r int, o *sched.Op, b int, work *float64) error {
+	switch o.Kind {
+	case sched.Send:
+		if w.lastPeer[r] != o.Peer {
+			p, err := w.paths.get(r, o.Peer)
+			if err != nil {
+				return err
+			}
+			w.lastPeer[r], w.lastPath[r] = o.Peer, p
+		}
+		w.msgs = append(w.msgs, msg{p: w.lastPath[r], bytes: b, from: r})
+	case sched.RecvReduce, sched.Scale, sched.Accumulate:
+		*work += float64(b) / w.m.ReduceRate
+	case sched.Copy:
+		*work += float64(b) / w.m.CopyRate
+	}
+	return nil
+}
+
+// countSegments sets each message's segs. A rank's sends to one peer in a
+// round are consecutive in msgs.
+func (w *walk) countSegments() {
+	msgs := w.msgs
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for j < len(msgs) && msgs[j].from == msgs[i].from && msgs[j].p == msgs[i].p {
+			j++
+		}
+		for k := i; k < j; k++ {
+			msgs[k].segs = j - i
+		}
+		i = j
+	}
+}
+
+// price loads the links with the round's messages, counts them into pred,
+// and returns the time of the slowest.
+func (w *walk) price(pred *Prediction) float64 {
+	l, m := w.links, w.m
+	for _, x := range w.msgs {
+		for _, h := range x.p.hops {
+			l.add(h, x.bytes)
+		}
+		pred.Messages++
+		pred.Bytes += int64(x.bytes)
+	}
+	slowest := 0.0
+	for _, x := range w.msgs {
+		worst := 0.0
+		for _, h := range x.p.hops {
+			worst = max(worst, l.time(h))
+		}
+		// A step cut into k segments to one peer is a pipeline (the
+		// ring's): the next step forwards segment j once segment j has
+		// arrived, so only 1/k of the latency and software cost is not
+		// hidden behind the step's busy time, which is the link's or,
+		// on a fast link, the software's for the other k-1 segments.
+		// Not in shared memory, where the cores that would overlap the
+		// segments are the ones copying them (measured on one host, 4
+		// ranks on 2 cores: the credit made ring predictions 10-20
+		// points too fast).
+		k := float64(x.segs)
+		if x.p.shm {
+			k = 1
+		}
+		slowest = max(slowest, (x.p.latency+m.Message)/k+max(worst, (k-1)*m.Message))
+	}
+	l.endRound()
+	return slowest
+}
+
+// programs pulls every rank's program one operation at a time.
+type programs struct {
+	next   []func() (sched.Op, bool)
+	stop   []func()
+	peek   []sched.Op
+	peeked []bool // peek holds the rank's next operation
+	ended  []bool
+}
+
+func pullPrograms(s *sched.Schedule) programs {
+	n := s.N
+	p := programs{next: make([]func() (sched.Op, bool), n), stop: make([]func(), n),
+		peek: make([]sched.Op, n), peeked: make([]bool, n), ended: make([]bool, n)}
+	for r := 0; r < n; r++ {
+		p.next[r], p.stop[r] = iter.Pull(s.Program(r))
+	}
+	return p
+}
+
+// pull peeks at rank r's next operation (nil at the end); clearing
+// peeked[r] takes it.
+func (p *programs) pull(r int) *sched.Op {
+	if !p.peeked[r] && !p.ended[r] {
+		p.peek[r], p.peeked[r] = p.next[r]()
+		p.ended[r] = !p.peeked[r]
+	}
+	if !p.peeked[r] {
+		return nil
+	}
+	return &p.peek[r]
+}
+
+func (p *programs) close() {
+	for _, f := range p.stop {
+		f()
+	}
+}
+
+// linkLoad is the traffic on the graph's link bundles: per direction in
+// the current round, and each bundle's busy time over the call.
+type linkLoad struct {
+	bundle  []int     // per link
+	flip    []bool    // per link: drawn from its higher node
+	bw      []float64 // per bundle
+	names   []string  // per bundle
+	load    []float64 // bytes per bundle direction this round
+	busy    []float64 // seconds per bundle over the call
+	touched []int     // bundle directions loaded this round
+}
+
+func newLinkLoad(g *topology.Graph) *linkLoad {
+	l := &linkLoad{flip: make([]bool, len(g.Links))}
+	l.bundle, l.bw, l.names = bundles(g)
+	for i, link := range g.Links {
+		l.flip[i] = link.A > link.B
+	}
+	l.load = make([]float64, 2*len(l.bw))
+	l.busy = make([]float64, len(l.bw))
+	return l
+}
+
+// dir is the bundle direction a hop crosses.
+func (l *linkLoad) dir(h topology.Hop) int {
+	k := 2 * l.bundle[h.Link]
+	if h.Forward == l.flip[h.Link] { // crossing the bundle from its higher node
+		k++
+	}
+	return k
+}
+
+func (l *linkLoad) add(h topology.Hop, bytes int) {
+	k := l.dir(h)
+	if l.load[k] == 0 {
+		l.touched = append(l.touched, k)
+	}
+	l.load[k] += float64(bytes)
+}
+
+// time is how long the round's traffic keeps the hop's direction busy.
+func (l *linkLoad) time(h topology.Hop) float64 {
+	k := l.dir(h)
+	return l.load[k] / l.bw[k/2]
+}
+
+// endRound adds the round's traffic to the busy times and clears it.
+func (l *linkLoad) endRound() {
+	for _, k := range l.touched {
+		l.busy[k/2] += l.load[k] / l.bw[k/2]
+		l.load[k] = 0
+	}
+	l.touched = l.touched[:0]
 }
 
 // bundles groups parallel links (same two nodes, same kind) into one with

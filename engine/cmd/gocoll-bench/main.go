@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/engine/bootstrap"
 	"github.com/gocoll/gocoll/engine/kernel"
 )
 
@@ -72,6 +74,65 @@ Exit status: 0 ok, 1 wrong elements found, 2 error.
 }
 
 func benchMain(args []string, stdout, stderr io.Writer) int {
+	cl, err := parseArgs(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errFlags):
+		return 2 // the flag package said why
+	case err != nil:
+		return fail(stderr, "%v", err)
+	}
+	if cl.procs > 0 {
+		return launch(cl.fs, cl.procs, cl.launchTimeout, stdout, stderr)
+	}
+	opts, err := engine.OptionsFromEnv(nil)
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	if cl.algo != "" {
+		opts.Algo = cl.algo
+	}
+	cl.cfg.algo = opts.Algo
+	launcher := bootstrap.Launcher(os.Getenv)
+	if cl.np > 0 || launcher == "" {
+		n := cl.np
+		if n == 0 {
+			n = 2
+		}
+		tr := cl.transport
+		if tr == "" {
+			tr = "mem"
+		}
+		cl.cfg.mode = "goroutines, transport " + tr
+		return goroutines(cl.cfg, opts, n, tr, stdout, stderr)
+	}
+	return launchedRank(cl, opts, launcher, stdout, stderr)
+}
+
+// fail reports a usage or set-up error and returns exit status 2.
+func fail(stderr io.Writer, format string, a ...any) int {
+	fmt.Fprintf(stderr, "gocoll-bench: "+format+"\n", a...)
+	return 2
+}
+
+// errFlags: the flag package could not parse the command line and has
+// already said why.
+var errFlags = errors.New("bad flags")
+
+// cmdLine is what the command line says: the per-rank config and how to
+// run the ranks.
+type cmdLine struct {
+	fs            *flag.FlagSet // the flags as set, for the ranks -procs starts
+	cfg           *config
+	np, procs     int
+	transport     string
+	algo          string
+	launchTimeout time.Duration
+}
+
+// parseArgs reads and checks the flags.
+func parseArgs(args []string, stderr io.Writer) (*cmdLine, error) {
 	fs := flag.NewFlagSet("gocoll-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = usage(fs)
@@ -97,46 +158,52 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	launchTimeout := fs.Duration("launch-timeout", 0, "with -procs: kill the ranks after this long (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, err
 		}
-		return 2
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "gocoll-bench: "+format+"\n", a...)
-		return 2
+		return nil, errFlags
 	}
 	if fs.NArg() > 0 {
-		return fail("unexpected argument %q (bool flags are written -c or -c=1)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (bool flags are written -c or -c=1)", fs.Arg(0))
 	}
-	cfg := &config{iters: *iters, warmup: *warmup, check: *check, root: *root, json: *jsonOut,
-		memalloc: *memalloc, breakCheck: *breakCheck, csvPath: *csvPath, label: *label, factor: *factor}
+	cl := &cmdLine{fs: fs, np: *np, procs: *procs, transport: *transport, algo: *algo, launchTimeout: *launchTimeout,
+		cfg: &config{iters: *iters, warmup: *warmup, check: *check, root: *root, json: *jsonOut,
+			memalloc: *memalloc, breakCheck: *breakCheck, csvPath: *csvPath, label: *label, factor: *factor}}
+	if err := cl.check(*minB, *maxB, *dtype, *redop, *opList); err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+// check parses the flags given as text into cl.cfg and checks them together.
+func (cl *cmdLine) check(minB, maxB, dtype, redop, opList string) error {
+	cfg := cl.cfg
 	var err error
-	if cfg.minBytes, err = parseSize(*minB); err != nil {
-		return fail("-b: %v", err)
+	if cfg.minBytes, err = parseSize(minB); err != nil {
+		return fmt.Errorf("-b: %v", err)
 	}
-	if cfg.maxBytes, err = parseSize(*maxB); err != nil {
-		return fail("-e: %v", err)
+	if cfg.maxBytes, err = parseSize(maxB); err != nil {
+		return fmt.Errorf("-e: %v", err)
 	}
 	switch {
 	case cfg.minBytes < 1 || cfg.maxBytes < cfg.minBytes:
-		return fail("need 1 <= -b <= -e")
+		return errors.New("need 1 <= -b <= -e")
 	case cfg.factor < 2 && cfg.minBytes != cfg.maxBytes:
-		return fail("-f must be at least 2")
+		return errors.New("-f must be at least 2")
 	case cfg.iters < 1 || cfg.warmup < 0:
-		return fail("need -n >= 1 and -w >= 0")
-	case *np < 0 || *procs < 0 || (*np > 0 && *procs > 0):
-		return fail("give at most one of -np and -procs, positive")
+		return errors.New("need -n >= 1 and -w >= 0")
+	case cl.np < 0 || cl.procs < 0 || (cl.np > 0 && cl.procs > 0):
+		return errors.New("give at most one of -np and -procs, positive")
 	}
-	if cfg.dt, err = kernel.ParseDataType(*dtype); err != nil {
-		return fail("-d: %v", err)
+	if cfg.dt, err = kernel.ParseDataType(dtype); err != nil {
+		return fmt.Errorf("-d: %v", err)
 	}
-	if cfg.redop, err = kernel.ParseRedOp(*redop); err != nil {
-		return fail("-o: %v", err)
+	if cfg.redop, err = kernel.ParseRedOp(redop); err != nil {
+		return fmt.Errorf("-o: %v", err)
 	}
 	if err := kernel.CheckOp(cfg.dt, cfg.redop); err != nil {
-		return fail("-d %v -o %v: %v", cfg.dt, cfg.redop, err)
+		return fmt.Errorf("-d %v -o %v: %v", cfg.dt, cfg.redop, err)
 	}
-	for _, op := range strings.Split(*opList, ",") {
+	for _, op := range strings.Split(opList, ",") {
 		op = strings.ToLower(strings.TrimSpace(op))
 		switch {
 		case op == "all":
@@ -144,47 +211,29 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		case contains(allOps, op):
 			cfg.ops = append(cfg.ops, op)
 		default:
-			return fail("-op: unknown collective %q (want %s or all)", op, strings.Join(allOps, ","))
+			return fmt.Errorf("-op: unknown collective %q (want %s or all)", op, strings.Join(allOps, ","))
 		}
 	}
+	return nil
+}
 
-	if *procs > 0 {
-		return launch(fs, *procs, *launchTimeout, stdout, stderr)
-	}
-
-	opts, err := engine.OptionsFromEnv(nil)
-	if err != nil {
-		return fail("%v", err)
-	}
-	if *algo != "" {
-		opts.Algo = *algo
-	}
-	cfg.algo = opts.Algo
-	if *np > 0 || !launchedEnv() {
-		n := *np
-		if n == 0 {
-			n = 2
+// launchedRank runs this process as one rank of a job a launcher (or
+// -procs) started.
+func launchedRank(cl *cmdLine, opts engine.Options, launcher string, stdout, stderr io.Writer) int {
+	cfg := cl.cfg
+	if cl.transport != "" {
+		if cl.transport == "mem" {
+			return fail(stderr, "-transport mem works only with goroutine ranks (-np)")
 		}
-		tr := *transport
-		if tr == "" {
-			tr = "mem"
-		}
-		cfg.mode = "goroutines, transport " + tr
-		return goroutines(cfg, opts, n, tr, stdout, stderr)
-	}
-	if *transport != "" {
-		if *transport == "mem" {
-			return fail("-transport mem works only with goroutine ranks (-np)")
-		}
-		opts.Transport = *transport
+		opts.Transport = cl.transport
 	}
 	cfg.mode = os.Getenv(childEnv)
 	if cfg.mode == "" {
-		cfg.mode = "processes, " + launcherName()
+		cfg.mode = "processes, launcher environment " + launcherVars(launcher)
 	}
 	c, err := engine.NewCommFromEnv(opts)
 	if err != nil {
-		return fail("joining the job: %v", err)
+		return fail(stderr, "joining the job: %v", err)
 	}
 	out := io.Discard
 	if c.Rank() == 0 {
@@ -194,10 +243,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		c.Abort()
 		c.Destroy()
-		return fail("rank %d: %v", c.Rank(), err)
+		return fail(stderr, "rank %d: %v", c.Rank(), err)
 	}
 	if err := c.Destroy(); err != nil {
-		return fail("rank %d: destroy: %v", c.Rank(), err)
+		return fail(stderr, "rank %d: destroy: %v", c.Rank(), err)
 	}
 	if wrong > 0 {
 		return 1
@@ -222,23 +271,18 @@ func typeNames() string {
 	return strings.Join(names, ", ")
 }
 
-// launchedEnv reports whether a launcher set this process up as a rank.
-func launchedEnv() bool {
-	has := func(k string) bool { return os.Getenv(k) != "" }
-	return has("GOCOLL_RANK") || (has("RANK") && has("WORLD_SIZE")) || has("OMPI_COMM_WORLD_RANK") ||
-		(has("SLURM_PROCID") && has("SLURM_STEP_ID"))
-}
-
-func launcherName() string {
-	switch {
-	case os.Getenv("GOCOLL_RANK") != "":
-		return "launcher environment GOCOLL_RANK/GOCOLL_SIZE"
-	case os.Getenv("RANK") != "":
-		return "launcher environment RANK/WORLD_SIZE (torchrun)"
-	case os.Getenv("OMPI_COMM_WORLD_RANK") != "":
-		return "launcher environment OMPI_COMM_WORLD_* (mpirun)"
+// launcherVars names, for the header, the variables that made this process
+// a rank of launcher (one of bootstrap.Launcher's names).
+func launcherVars(launcher string) string {
+	switch launcher {
+	case "gocoll":
+		return "GOCOLL_RANK/GOCOLL_SIZE"
+	case "torchrun":
+		return "RANK/WORLD_SIZE (torchrun)"
+	case "openmpi":
+		return "OMPI_COMM_WORLD_* (mpirun)"
 	}
-	return "launcher environment SLURM_* (srun)"
+	return "SLURM_* (srun)"
 }
 
 // lockedWriter serialises the ranks' writes to stderr.
@@ -341,8 +385,7 @@ func joinLocal(n int, opts engine.Options) ([]*engine.Comm, error) {
 func launch(fs *flag.FlagSet, n int, timeout time.Duration, stdout, stderr io.Writer) int {
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "gocoll-bench: cannot find my own executable: %v\n", err)
-		return 2
+		return fail(stderr, "cannot find my own executable: %v", err)
 	}
 	var args []string
 	fs.Visit(func(f *flag.Flag) {
@@ -352,33 +395,13 @@ func launch(fs *flag.FlagSet, n int, timeout time.Duration, stdout, stderr io.Wr
 	})
 	port, err := freePort()
 	if err != nil {
-		fmt.Fprintf(stderr, "gocoll-bench: no free port: %v\n", err)
-		return 2
+		return fail(stderr, "no free port: %v", err)
 	}
-	secret := make([]byte, 16)
-	rand.Read(secret)
-	env := []string{}
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "GOCOLL_RANK", "GOCOLL_SIZE", "GOCOLL_LOCAL_RANK", "GOCOLL_LOCAL_SIZE", "GOCOLL_ROOT_ADDR",
-			"GOCOLL_PORT", "GOCOLL_SECRET", childEnv:
-			continue
-		}
-		env = append(env, kv)
-	}
-	env = append(env, "GOCOLL_SIZE="+strconv.Itoa(n), "GOCOLL_LOCAL_SIZE="+strconv.Itoa(n),
-		"GOCOLL_ROOT_ADDR=127.0.0.1:"+strconv.Itoa(port), "GOCOLL_SECRET="+hex.EncodeToString(secret),
-		childEnv+"=processes started by -procs")
-
-	type exit struct {
-		rank int
-		err  error
-	}
+	env := jobEnv(os.Environ(), n, port)
 	if _, ok := stderr.(*os.File); !ok {
 		stderr = &lockedWriter{w: stderr} // the ranks' copies run concurrently
 	}
-	done := make(chan exit, n)
+	done := make(chan rankExit, n)
 	cmds := make([]*exec.Cmd, n)
 	for r := 0; r < n; r++ {
 		cmd := exec.Command(self, args...)
@@ -397,8 +420,40 @@ func launch(fs *flag.FlagSet, n int, timeout time.Duration, stdout, stderr io.Wr
 			return 2
 		}
 		cmds[r] = cmd
-		go func() { done <- exit{r, cmd.Wait()} }()
+		go func() { done <- rankExit{r, cmd.Wait()} }()
 	}
+	return waitRanks(cmds, done, timeout, stderr)
+}
+
+// jobEnv is the environment of the ranks -procs starts, less their rank:
+// ours without the variables of any job we run in, plus a fresh local
+// job of n ranks whose root listens on port.
+func jobEnv(environ []string, n, port int) []string {
+	secret := make([]byte, 16)
+	rand.Read(secret)
+	drop := append(bootstrap.LauncherVars(), "GOCOLL_PORT", "GOCOLL_SECRET", childEnv)
+	env := []string{}
+	for _, kv := range environ {
+		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(drop, k) {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "GOCOLL_SIZE="+strconv.Itoa(n), "GOCOLL_LOCAL_SIZE="+strconv.Itoa(n),
+		"GOCOLL_ROOT_ADDR=127.0.0.1:"+strconv.Itoa(port), "GOCOLL_SECRET="+hex.EncodeToString(secret),
+		childEnv+"=processes started by -procs")
+}
+
+// rankExit is how a rank -procs started ended.
+type rankExit struct {
+	rank int
+	err  error
+}
+
+// waitRanks waits for the ranks to exit and returns the worst exit status.
+// A rank that fails for another reason than wrong elements gives the
+// others a grace period, then they are killed; so do the -launch-timeout
+// and an interrupt.
+func waitRanks(cmds []*exec.Cmd, done <-chan rankExit, timeout time.Duration, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -413,7 +468,7 @@ func launch(fs *flag.FlagSet, n int, timeout time.Duration, stdout, stderr io.Wr
 		}
 	}
 	rc := 0
-	for left := n; left > 0; {
+	for left := len(cmds); left > 0; {
 		select {
 		case e := <-done:
 			left--

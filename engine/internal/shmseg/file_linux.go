@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
@@ -41,6 +42,30 @@ func (f Format) Create(name string, id ID, n int) (m []byte, fd int, err error) 
 func (f Format) Publish(m []byte) {
 	Header(m).State().Store(StateReady)
 	Word(m, OffMagic).Store(f.Magic) // publish
+}
+
+// OwnFile is the memory file of a rank's own segment (Create's fd), through
+// which its peers open the segment while they connect.
+type OwnFile struct {
+	mu sync.Mutex
+	fd int // -1 once released
+}
+
+// NewOwnFile holds fd, open until Release.
+func NewOwnFile(fd int) *OwnFile { return &OwnFile{fd: fd} }
+
+// Release closes the file; the mappings stay valid. Call it once every
+// peer connected. Idempotent, and nothing on a nil OwnFile.
+func (f *OwnFile) Release() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fd >= 0 {
+		syscall.Close(f.fd)
+		f.fd = -1
+	}
 }
 
 // File is a peer's segment file, open while its header is checked and

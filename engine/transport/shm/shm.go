@@ -28,8 +28,8 @@ const maxAbortPayload = 64 << 10
 type Transport struct {
 	rank, size int
 	tag        [8]byte
-	fd         int      // the segment's memory file, open until Release (shutMu); -1 after
-	ref        PeerInfo // how peers open it
+	file       *shmseg.OwnFile // the segment's memory file, open until Release
+	ref        PeerInfo        // how peers open it
 	open       shmsync.Opener
 	ringBytes  int
 	log        *slog.Logger
@@ -133,7 +133,7 @@ func Create(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: rank %d: %w", cfg.Rank, err)
 	}
-	t.own, t.fd = m, fd
+	t.own, t.file = m, shmseg.NewOwnFile(fd)
 	if t.ref, err = shmsync.RefOf(fd); err != nil {
 		syscall.Munmap(m)
 		syscall.Close(fd)
@@ -244,19 +244,7 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 // Release closes the descriptor through which peers open this rank's
 // segment; the mappings stay valid. Call it once every peer connected.
 // Idempotent; Close releases too.
-func (t *Transport) Release() {
-	t.shutMu.Lock()
-	defer t.shutMu.Unlock()
-	t.release()
-}
-
-// release is Release with shutMu held.
-func (t *Transport) release() {
-	if t.fd >= 0 {
-		syscall.Close(t.fd)
-		t.fd = -1
-	}
-}
+func (t *Transport) Release() { t.file.Release() }
 
 func (t *Transport) localErr() error {
 	if t.aborted.Load() {
@@ -611,7 +599,7 @@ func (t *Transport) shutdown(reason error) error {
 	syscall.Munmap(t.own)
 	t.own = nil
 	t.opMu.Unlock()
-	t.release()
+	t.file.Release()
 	t.log.Debug("shm: closed", "rank", t.rank)
 	return nil
 }
