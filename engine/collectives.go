@@ -5,10 +5,8 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/gocoll/gocoll/engine/internal/exec"
-	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 )
@@ -17,111 +15,6 @@ import (
 // whose send and receive buffers start at the same address runs in place.
 // The non-blocking forms (I…) return a Request; the caller must not touch the
 // buffers until it completed.
-
-// signature fingerprints a collective call so that ranks calling different
-// collectives (or the same with another type, count, op, root or algorithm)
-// find out from the first message header instead of exchanging garbage.
-func signature(coll sched.Coll, dt DataType, count int, op RedOp, root int, algo string) uint64 {
-	// This runs on every call: no fmt, no allocation, and whole words mixed
-	// at once (byte-wise FNV-1a over the fields showed in a small call's
-	// profile). Only equality across ranks matters, not the function.
-	const prime = 1099511628211
-	h := uint64(14695981039346656037)
-	mix := func(v uint64) {
-		h = (h ^ v) * prime
-		h ^= h >> 29
-	}
-	for i := 0; i < len(algo); i++ {
-		h = (h ^ uint64(algo[i])) * prime
-	}
-	mix(uint64(coll) | uint64(uint16(len(algo)))<<8 | uint64(uint8(dt))<<24 | uint64(uint8(op))<<32)
-	mix(uint64(count))
-	mix(uint64(int64(root)))
-	return h
-}
-
-// pointToPoint stands for sends and receives in signatures: they are no
-// collective, but their messages are fingerprinted the same way.
-const pointToPoint = sched.Coll(0xff)
-
-// The checks run on every call: each is a test the compiler inlines, and
-// only a failure calls out to build its error (a call per check and
-// argument was a tenth of a small call's instructions).
-
-func checkType(dt DataType) error {
-	if dt.Valid() {
-		return nil
-	}
-	return typeErr(dt)
-}
-
-func typeErr(dt DataType) error { return invalidArg("unknown datatype %d", int32(dt)) }
-
-// checkOp refuses unknown ops and ops not defined on dt (bitwise ops on
-// floating-point types, avg on bool) before anything is sent.
-func checkOp(dt DataType, op RedOp) error {
-	// Sum, by far the most used op, is defined on every type: no more to check.
-	if op == Sum && dt.Valid() {
-		return nil
-	}
-	return opErr(dt, op)
-}
-
-func opErr(dt DataType, op RedOp) error {
-	if err := kernel.CheckOp(dt, op); err != nil {
-		return invalidArg("%v", err)
-	}
-	return nil
-}
-
-func checkBuf(name string, b []byte, count int, dt DataType) error {
-	if count >= 0 && len(b) >= count*dt.Size() {
-		return nil
-	}
-	return bufErr(name, b, count, dt)
-}
-
-func bufErr(name string, b []byte, count int, dt DataType) error {
-	if count < 0 {
-		return invalidArg("negative count %d", count)
-	}
-	return invalidArg("%s holds %d bytes, %d elements of %s need %d", name, len(b), count, dt, count*dt.Size())
-}
-
-func (c *Comm) checkRank(what string, r int) error {
-	if r < 0 || r >= c.size {
-		return invalidArg("%s %d out of range [0,%d)", what, r, c.size)
-	}
-	return nil
-}
-
-func addr(b []byte) uintptr {
-	if cap(b) == 0 {
-		return 0
-	}
-	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-}
-
-// overlap reports whether a[:na] and b[:nb] share memory.
-func overlap(a []byte, na int, b []byte, nb int) bool {
-	if na == 0 || nb == 0 {
-		return false
-	}
-	pa, pb := addr(a), addr(b)
-	return pa < pb+uintptr(nb) && pb < pa+uintptr(na)
-}
-
-// checkInPlace accepts disjoint buffers or a send buffer at exactly inPlaceOff
-// bytes into recv; anything else that overlaps would read what it writes.
-func checkInPlace(send []byte, ns int, recv []byte, nr int, inPlaceOff int) (inPlace bool, err error) {
-	if ns > 0 && addr(send) == addr(recv)+uintptr(inPlaceOff) {
-		return true, nil
-	}
-	if overlap(send, ns, recv, nr) {
-		return false, invalidArg("send and receive buffers overlap without being in place")
-	}
-	return false, nil
-}
 
 // AllReduce combines count elements from every rank with op and leaves the
 // result in recv on every rank.
@@ -661,13 +554,4 @@ func init() {
 		sched.AllToAllw:     {scheduled: schedAllToAllw},
 		sched.Barrier:       {scheduled: schedBarrier},
 	}
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
