@@ -68,3 +68,40 @@ func TestOverrides(t *testing.T) {
 		}
 	}
 }
+
+// A call over virtual devices takes its collective's virtual entries (the
+// arena's chain only where every rank holds one run of devices), whatever
+// GOCOLL_ALGO says; a broadcast, which has none, runs as a plain one; a
+// plain call never takes a virtual entry, and GOCOLL_ALGO cannot name one.
+func TestVirtualChoice(t *testing.T) {
+	if _, err := ParseOverrides("allreduce=virtual-chain"); err == nil {
+		t.Error("GOCOLL_ALGO named a virtual entry")
+	}
+	ring, _ := ParseOverrides("ring")
+	for _, tc := range []struct {
+		s    Shape
+		want string
+	}{
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Virtual: true}, "virtual-chain"},
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Virtual: true, Shm: true}, "virtual-chain"},
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Virtual: true, Chain: true}, "virtual-chain"},
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Virtual: true, Shm: true, Chain: true}, "virtual-shm"},
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Shm: true, Chain: true}, "ring"},
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4}, "ring"},
+		{Shape{Coll: sched.Reduce, Bytes: 4, N: 4, Virtual: true, Shm: true}, "virtual-reduce"},
+		{Shape{Coll: sched.ReduceScatter, Bytes: 4, N: 4, Virtual: true}, "virtual-reducescatter"},
+		{Shape{Coll: sched.AllGather, Bytes: 4, N: 4, Virtual: true}, "virtual-allgather"},
+		{Shape{Coll: sched.AllToAll, Bytes: 4, N: 4, Virtual: true}, "virtual-alltoall"},
+		{Shape{Coll: sched.Broadcast, Bytes: 4, N: 4, Virtual: true, Shm: true}, "shm"},
+		{Shape{Coll: sched.Broadcast, Bytes: 1 << 20, N: 4, Virtual: true}, "pipeline"},
+	} {
+		if got := ch(ring).Choose(tc.s); got.Name != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.s, got.Name, tc.want)
+		}
+	}
+	for _, e := range Schedules() {
+		if strings.HasPrefix(e.Name, "virtual") {
+			t.Errorf("Schedules lists %s/%s", e.Coll, e.Name)
+		}
+	}
+}
