@@ -15,6 +15,7 @@ type algorithm struct {
 	coll sched.Coll
 	name string
 	e    *choose.Entry
+	d    *collective // its collective's descriptor
 	// run runs a call: scheduled for the plain entries with a builder,
 	// else the run the collective's descriptor gives the entry.
 	run runFunc
@@ -42,7 +43,7 @@ func runs(reg []*choose.Entry) []algorithm {
 		if run == nil {
 			panic("gocoll: no run for " + e.Coll.String() + "/" + e.Name)
 		}
-		out[i] = algorithm{coll: e.Coll, name: e.Name, e: e, run: run}
+		out[i] = algorithm{coll: e.Coll, name: e.Name, e: e, d: d, run: run}
 	}
 	return out
 }

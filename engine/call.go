@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/gocoll/gocoll/engine/internal/choose"
 	"github.com/gocoll/gocoll/engine/internal/exec"
 	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
@@ -55,8 +56,6 @@ type collective struct {
 	devicesShm, devices runFunc
 	// own is what a rank does with its own data where no peer takes part.
 	own own
-	// rooted: only the root has a result.
-	rooted bool
 	// empty: a call of no bytes exchanges nothing.
 	empty bool
 	// spread is how the result of a call over virtual devices reaches the
@@ -70,6 +69,7 @@ type own uint8
 const (
 	ownNothing   own = iota // the barrier
 	ownWhole                // recv is a copy of send
+	ownRoot                 // only the root has a result: recv a copy of send (Avg: divided by the ranks)
 	ownInto                 // send is recv's block of this rank (allgather)
 	ownFrom                 // recv is send's block of this rank (reduce-scatter)
 	ownBlocks               // this rank's block of the layout (alltoallv)
@@ -93,16 +93,21 @@ const (
 // small call's instructions.
 func (c *Comm) call(r *Request, coll sched.Coll) error {
 	k := &r.args
-	s := c.shape(coll, k.n)
 	root := k.root
-	if k.dev != nil {
-		// Over virtual devices: the collective's virtual entries, and the
+	var e *choose.Entry
+	if k.dev == nil {
+		e = c.choice.Choose(c.shape(coll, k.n))
+	} else {
+		// Over virtual devices: the collective's virtual entries (the
+		// arena's only where it can fold the devices' chain), and the
 		// placement in the signature, so that ranks that disagree on it
 		// fail at the first message instead of running different
 		// schedules.
-		s.Virtual, s.Chain, root = true, k.dev.order != nil, k.dev.place
+		s := c.shape(coll, k.n)
+		s.Shm = k.dev.order != nil
+		e, root = c.choice.OverDevices(s), k.dev.place
 	}
-	k.a = &algorithms[c.choice.Choose(s).ID]
+	k.a = &algorithms[e.ID]
 	dt := k.dt
 	if dt == noType && coll != sched.AllToAllw {
 		dt = 0 // (the barrier's signature has always hashed type 0)
@@ -164,14 +169,14 @@ func (x *execCtx) devices(k args) error {
 	if err := k.a.run(x, k); err != nil {
 		return err
 	}
-	d.spread(collectives[k.a.coll].spread, k.recv, c.rank)
+	d.spread(k.a.d.spread, k.recv, c.rank)
 	return nil
 }
 
 // scheduled is the run of the registry's schedule entries: a call of no
 // bytes has nothing to exchange.
 func scheduled(x *execCtx, k args) error {
-	d := &collectives[k.a.coll]
+	d := k.a.d
 	if k.n == 0 && d.empty {
 		return x.alone(&k)
 	}
@@ -183,16 +188,20 @@ func scheduled(x *execCtx, k args) error {
 // descriptor says. One function rather than one per collective: called
 // directly, k stays on the caller's stack.
 func (x *execCtx) alone(k *args) error {
-	c, d := x.c, &collectives[k.a.coll]
-	if d.rooted && c.rank != k.root {
-		return nil // only the root has a result
-	}
-	switch d.own {
+	c := x.c
+	switch d := k.a.d; d.own {
 	case ownWhole:
 		if !k.inPlace {
 			copy(k.recv, k.send)
 		}
-		if d.rooted && k.op == Avg {
+	case ownRoot:
+		if c.rank != k.root {
+			break
+		}
+		if !k.inPlace {
+			copy(k.recv, k.send)
+		}
+		if k.op == Avg {
 			// An average over the ranks even of nothing, as the
 			// schedules' is.
 			kernel.DivideBy(k.recv, k.dt, c.size)

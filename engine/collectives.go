@@ -25,8 +25,8 @@ var collectives [sched.NumColls]collective
 func init() {
 	collectives = [sched.NumColls]collective{
 		sched.AllReduce:     {shm: shmAllReduce, scheduled: schedAllReduce, devicesShm: shmChainAllReduce, devices: chainAllReduce, own: ownWhole, empty: true},
-		sched.Reduce:        {shm: shmReduce, scheduled: schedReduce, devices: devicesScheduled, own: ownWhole, rooted: true, empty: true},
-		sched.Broadcast:     {shm: shmBroadcast, scheduled: schedBroadcast, own: ownWhole, rooted: true, empty: true},
+		sched.Reduce:        {shm: shmReduce, scheduled: schedReduce, devices: devicesScheduled, own: ownRoot, empty: true},
+		sched.Broadcast:     {shm: shmBroadcast, scheduled: schedBroadcast, own: ownRoot, empty: true},
 		sched.AllGather:     {shm: shmAllGather, scheduled: schedAllGather, devices: devicesScheduled, own: ownInto, empty: true},
 		sched.ReduceScatter: {shm: shmReduceScatter, scheduled: schedReduceScatter, devices: devicesScheduled, own: ownFrom, empty: true, spread: spreadByDevice},
 		sched.AllToAll:      {shm: shmAllToAll, scheduled: schedAllToAll, devices: devicesScheduled, own: ownWhole, empty: true, spread: spreadByLocal},

@@ -70,9 +70,9 @@ func TestOverrides(t *testing.T) {
 }
 
 // A call over virtual devices takes its collective's virtual entries (the
-// arena's chain only where every rank holds one run of devices), whatever
-// GOCOLL_ALGO says; a broadcast, which has none, runs as a plain one; a
-// plain call never takes a virtual entry, and GOCOLL_ALGO cannot name one.
+// arena's chain only where the arena can fold it), whatever GOCOLL_ALGO
+// says; a plain call never takes a virtual entry, and GOCOLL_ALGO cannot
+// name one.
 func TestVirtualChoice(t *testing.T) {
 	if _, err := ParseOverrides("allreduce=virtual-chain"); err == nil {
 		t.Error("GOCOLL_ALGO named a virtual entry")
@@ -82,21 +82,22 @@ func TestVirtualChoice(t *testing.T) {
 		s    Shape
 		want string
 	}{
-		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Virtual: true}, "virtual-chain"},
-		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Virtual: true, Shm: true}, "virtual-chain"},
-		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Virtual: true, Chain: true}, "virtual-chain"},
-		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Virtual: true, Shm: true, Chain: true}, "virtual-shm"},
-		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Shm: true, Chain: true}, "ring"},
-		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4}, "ring"},
-		{Shape{Coll: sched.Reduce, Bytes: 4, N: 4, Virtual: true, Shm: true}, "virtual-reduce"},
-		{Shape{Coll: sched.ReduceScatter, Bytes: 4, N: 4, Virtual: true}, "virtual-reducescatter"},
-		{Shape{Coll: sched.AllGather, Bytes: 4, N: 4, Virtual: true}, "virtual-allgather"},
-		{Shape{Coll: sched.AllToAll, Bytes: 4, N: 4, Virtual: true}, "virtual-alltoall"},
-		{Shape{Coll: sched.Broadcast, Bytes: 4, N: 4, Virtual: true, Shm: true}, "shm"},
-		{Shape{Coll: sched.Broadcast, Bytes: 1 << 20, N: 4, Virtual: true}, "pipeline"},
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4}, "virtual-chain"},
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Shm: true}, "virtual-shm"},
+		{Shape{Coll: sched.Reduce, Bytes: 4, N: 4, Shm: true}, "virtual-reduce"},
+		{Shape{Coll: sched.ReduceScatter, Bytes: 4, N: 4}, "virtual-reducescatter"},
+		{Shape{Coll: sched.AllGather, Bytes: 4, N: 4}, "virtual-allgather"},
+		{Shape{Coll: sched.AllToAll, Bytes: 4, N: 4}, "virtual-alltoall"},
 	} {
-		if got := ch(ring).Choose(tc.s); got.Name != tc.want {
+		if got := ch(ring).OverDevices(tc.s); got.Name != tc.want {
 			t.Errorf("%+v: %s, want %s", tc.s, got.Name, tc.want)
+		}
+	}
+	for _, coll := range sched.Colls() {
+		for _, s := range []Shape{{Coll: coll, N: 4, Shm: true}, {Coll: coll, N: 4, Bytes: 1 << 20}, {Coll: coll, N: 4, Hosts: 2, Even: true}} {
+			if got := (&Chooser{}).Choose(s); got.Virtual {
+				t.Errorf("a plain call %+v took %s", s, got.Name)
+			}
 		}
 	}
 	for _, e := range Schedules() {

@@ -29,8 +29,9 @@ type Entry struct {
 	// forms, which run only across hosts of as many ranks each).
 	Hosts bool
 	// Virtual says the entry runs calls over virtual devices (its builder
-	// needs sched.Params.Devices) and only those: a plain call never takes
-	// it, GOCOLL_ALGO cannot name it, and it is no schedule of Schedules.
+	// needs sched.Params.Devices) and only those (Chooser.OverDevices): a
+	// plain call never takes it, GOCOLL_ALGO cannot name it, and it is no
+	// schedule of Schedules.
 	Virtual bool
 	// ID is the entry's index in the registry (Registry()[ID]): what the
 	// engine keeps its run of the entry under.
@@ -54,17 +55,13 @@ type Shape struct {
 	Coll  sched.Coll
 	Bytes int // the call's vector in bytes (nccl-tests sizes)
 	N     int // ranks
+	// Shm: the shared-memory arena can run the call (every rank is on
+	// one host; over virtual devices, also each rank holds one run of
+	// them, so the devices' chain visits each rank once).
 	Shm   bool
 	ShmV  bool // the arena has room for AllToAllv's columns (shmcoll.Arena.FitsAllToAllv)
 	Hosts int  // hosts the ranks are on
 	Even  bool // every host holds as many ranks
-	// Virtual: a call over virtual devices (sched.Params.Devices), which
-	// takes its collective's Virtual entries (a collective without any
-	// runs as a plain call: the broadcast from the root device's rank).
-	Virtual bool
-	// Chain: every rank holds one run of consecutive devices, so the
-	// chain of devices visits each rank once (the arena can run it).
-	Chain bool
 }
 
 func (s Shape) pow2() bool { return s.N&(s.N-1) == 0 }
@@ -130,10 +127,6 @@ func inArena(coll sched.Coll, can func(Shape) bool) Entry {
 func overDevices(coll sched.Coll, name string, build sched.Builder, can func(Shape) bool) Entry {
 	return Entry{Coll: coll, Name: name, Build: build, Virtual: true, can: can, auto: always}
 }
-
-// chainShm: the arena holds every rank and the devices' chain visits each
-// rank once.
-func chainShm(s Shape) bool { return s.Shm && s.Chain }
 
 // registry is every algorithm, collective by collective in order of
 // preference. Adding one is a builder in engine/sched and a line here:
@@ -206,7 +199,7 @@ var registry = numbered([]Entry{
 	// allreduce passes the running sum along the chain of devices: through
 	// the arena's slots where each rank holds one run of them
 	// (shmcoll.ChainAllReduce), else as messages.
-	overDevices(sched.AllReduce, "virtual-shm", nil, chainShm),
+	overDevices(sched.AllReduce, "virtual-shm", nil, onlyShm),
 	overDevices(sched.AllReduce, "virtual-chain", sched.VirtualAllReduce, always),
 	overDevices(sched.Reduce, "virtual-reduce", sched.VirtualReduce, always),
 	overDevices(sched.ReduceScatter, "virtual-reducescatter", sched.VirtualReduceScatter, always),
@@ -392,21 +385,25 @@ type Chooser struct {
 	Measured *Measured
 }
 
-// Choose picks the algorithm for a call of shape s. Over virtual devices,
-// the first of its collective's virtual entries that can run it, if it
-// has any. Otherwise GOCOLL_ALGO's when it names one that can run the
-// call; across hosts, the one the calibration measured fastest for the
-// call's size class (measured.go), else the one the cost model predicts
-// fastest on the communicator's placement; otherwise the size rules of
-// the registry.
-func (ch *Chooser) Choose(s Shape) *Entry {
-	if s.Virtual {
-		for _, a := range byDevices[s.Coll] {
-			if a.can(s) {
-				return a
-			}
+// OverDevices picks the algorithm for a call over virtual devices of
+// shape s: the first of its collective's virtual entries that can run
+// it. GOCOLL_ALGO, the calibration and the cost model have no say: the
+// entries are few and each fits its calls.
+func (ch *Chooser) OverDevices(s Shape) *Entry {
+	for _, a := range byDevices[s.Coll] {
+		if a.can(s) {
+			return a
 		}
 	}
+	panic("gocoll: no algorithm over virtual devices for " + s.Coll.String()) // every virtual collective ends with an unconditional entry
+}
+
+// Choose picks the algorithm for a call of shape s: GOCOLL_ALGO's when it
+// names one that can run the call; across hosts, the one the calibration
+// measured fastest for the call's size class (measured.go), else the one
+// the cost model predicts fastest on the communicator's placement;
+// otherwise the size rules of the registry.
+func (ch *Chooser) Choose(s Shape) *Entry {
 	if a := ch.Overrides.override(s.Coll); a != nil && a.Can(s) {
 		return a
 	}

@@ -113,7 +113,7 @@ func deviceCases(coll sched.Coll) []registryCase {
 			for _, devices := range [][]int{block, cyclic, random} {
 				for _, count := range []int{0, 1, 6} {
 					p := sched.Params{Coll: coll, N: n, ElemSize: 4, Count: count, Root: -1, Avg: count%2 == 0, SegBytes: 8, Devices: devices}
-					shape := Shape{Coll: coll, Bytes: 4 * count, N: n, Hosts: 1, Even: true, Virtual: true}
+					shape := Shape{Coll: coll, Bytes: 4 * count, N: n, Hosts: 1, Even: true}
 					ps := []sched.Params{p}
 					switch coll {
 					case sched.Reduce:
