@@ -17,7 +17,7 @@ import (
 // Virtual is a communicator's collectives over virtual devices placed on
 // its ranks: devices[v] is the rank of device v. Every rank passes the
 // same placement (a rank that passes another fails the call on every
-// rank). Buffers go one per device of this rank (send[k], recv[k] for the
+// rank). It is a small value, made per call at no cost. Buffers go one per device of this rank (send[k], recv[k] for the
 // k-th, in increasing device order). Every reduction folds the devices'
 // vectors in device order, ((x0 op x1) op x2) … op x(M-1) (divided by M
 // once for Avg), so its result is bitwise the same for every placement of
@@ -42,15 +42,15 @@ type devCall struct {
 	order   []int    // the ranks along the chain when the arena can fold it (arenaChain), else nil
 	send    [][]byte // the local devices' vectors of sendN bytes each
 	sendN   int
-	workN   int      // Work's bytes
-	out     [][]byte // the local devices' receive buffers, which the result is spread to
-	block   int      // a device's block of the result, in bytes (spreadByDevice, spreadByLocal)
-	one     [1][]byte
+	workN   int       // Work's bytes
+	out     [][]byte  // the local devices' receive buffers, which the result is spread to
+	block   int       // a device's block of the result, in bytes (spreadByDevice, spreadByLocal)
+	one     [1][]byte // out's backing for a single receive buffer
 }
 
-// devCall starts the devCall of a call over v's devices whose root (a
-// rank, or -1) is part of its schedule, with send its local vectors of
-// sendN bytes.
+// devCall makes the devCall of a call over v's devices: send holds the
+// local vectors of sendN bytes each; root is the rank its schedule
+// depends on (-1: none), which the placement's hash includes.
 func (v Virtual) devCall(send [][]byte, sendN, root int) *devCall {
 	d := &devCall{devices: append([]int(nil), v.devices...), send: send, sendN: sendN}
 	d.place = placementHash(d.devices, root)
