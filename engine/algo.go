@@ -15,50 +15,48 @@ type algorithm struct {
 	coll sched.Coll
 	name string
 	e    *choose.Entry
-	// run runs a call: scheduled for the entries with a builder, a
-	// function of the arena for the others.
+	d    *collective // its collective's descriptor
+	// run runs a call: scheduled for the plain entries with a builder,
+	// else the run the collective's descriptor gives the entry.
 	run runFunc
 }
 
-// arenaRuns is each collective's run in the shared-memory arena, for the
-// registry's arena entries ("shm").
-var arenaRuns = [sched.NumColls]runFunc{
-	sched.AllReduce:     shmAllReduce,
-	sched.Reduce:        shmReduce,
-	sched.Broadcast:     shmBroadcast,
-	sched.AllGather:     shmAllGather,
-	sched.ReduceScatter: shmReduceScatter,
-	sched.AllToAll:      shmAllToAll,
-	sched.AllToAllv:     shmAllToAllv,
-	sched.Barrier:       shmBarrier,
-}
+// algorithms is the registry with the runs, entry ID at index ID (filled
+// by init, after the descriptors).
+var algorithms []algorithm
 
-// algorithms is the registry with the runs, entry ID at index ID.
-var algorithms = func() []algorithm {
-	reg := choose.Registry()
+// runs gives each registry entry its run, from its collective's
+// descriptor.
+func runs(reg []*choose.Entry) []algorithm {
 	out := make([]algorithm, len(reg))
 	for i, e := range reg {
+		d := &collectives[e.Coll]
 		run := scheduled
-		if e.Arena() {
-			run = arenaRuns[e.Coll]
-			if run == nil {
-				panic("gocoll: no shared-memory run for " + e.Coll.String())
-			}
+		switch {
+		case e.Virtual && e.Arena():
+			run = d.devicesShm
+		case e.Virtual:
+			run = d.devices
+		case e.Arena():
+			run = d.shm
 		}
-		out[i] = algorithm{coll: e.Coll, name: e.Name, e: e, run: run}
+		if run == nil {
+			panic("gocoll: no run for " + e.Coll.String() + "/" + e.Name)
+		}
+		out[i] = algorithm{coll: e.Coll, name: e.Name, e: e, d: d, run: run}
 	}
 	return out
-}()
+}
 
-// choose picks the algorithm for a call of coll over a vector of bytes
-// (choose.Chooser: GOCOLL_ALGO, the cost model across hosts, the size
-// rules).
-func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
+// shape describes a plain call of coll over a vector of bytes to the
+// choice (choose.Chooser: GOCOLL_ALGO, the cost model across hosts, the
+// size rules).
+func (c *Comm) shape(coll sched.Coll, bytes int) choose.Shape {
 	s := choose.Shape{Coll: coll, Bytes: bytes, N: c.size, Shm: c.arena != nil, Hosts: len(c.layout.hosts), Even: c.layout.evenHosts}
 	if coll == sched.AllToAllv {
 		s.ShmV = s.Shm && c.arena.FitsAllToAllv()
 	}
-	return &algorithms[c.choice.Choose(s).ID]
+	return s
 }
 
 // parseAlgoSpec parses GOCOLL_ALGO.

@@ -34,25 +34,8 @@ func (b BlockType) Bytes() int { return b.Count * b.BlockLen * b.Type.Size() }
 // where it leaves its buffer and unpacked where it lands, nowhere in
 // between. A block whose sizes differ is reported as a mismatch naming
 // both ranks. Receive blocks may not overlap each other or any send block.
-func (c *Comm) AllToAllw(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) error {
-	var r Request
-	return c.run(&r, c.allToAllwReq(&r, send, sdispls, sendtypes, recv, rdispls, recvtypes))
-}
-
-// IAllToAllw is the non-blocking AllToAllw: it returns once the operation
-// is queued.
-func (c *Comm) IAllToAllw(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (*Request, error) {
-	var r Request
-	return c.start(&r, c.allToAllwReq(&r, send, sdispls, sendtypes, recv, rdispls, recvtypes))
-}
-
-// AllToAllwOp prepares an AllToAllw without issuing it (see Op).
-func (c *Comm) AllToAllwOp(send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) (o Op) {
-	o.c = c
-	o.err = c.allToAllwReq(&o.r, send, sdispls, sendtypes, recv, rdispls, recvtypes)
-	return
-}
-
+//
+//gocoll:forms
 func (c *Comm) allToAllwReq(r *Request, send []byte, sdispls []int, sendtypes []BlockType, recv []byte, rdispls []int, recvtypes []BlockType) error {
 	n := c.size
 	if len(sdispls) != n || len(sendtypes) != n || len(rdispls) != n || len(recvtypes) != n {

@@ -164,7 +164,7 @@ func BenchmarkVirtualAllReduce(b *testing.B) {
 					for k := range m / n {
 						send = append(send, in[c.Rank()][k*size:(k+1)*size])
 					}
-					return c.VirtualAllReduce(send, r, count, Float32, Sum, devices)
+					return c.Virtual(devices).AllReduce(send, r, count, Float32, Sum)
 				})
 			})
 		}

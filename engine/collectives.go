@@ -5,10 +5,9 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
-	"unsafe"
 
+	"github.com/gocoll/gocoll/engine/internal/choose"
 	"github.com/gocoll/gocoll/engine/internal/exec"
-	"github.com/gocoll/gocoll/engine/kernel"
 	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 )
@@ -18,131 +17,30 @@ import (
 // The non-blocking forms (I…) return a Request; the caller must not touch the
 // buffers until it completed.
 
-// signature fingerprints a collective call so that ranks calling different
-// collectives (or the same with another type, count, op, root or algorithm)
-// find out from the first message header instead of exchanging garbage.
-func signature(coll sched.Coll, dt DataType, count int, op RedOp, root int, algo string) uint64 {
-	// This runs on every call: no fmt, no allocation, and whole words mixed
-	// at once (byte-wise FNV-1a over the fields showed in a small call's
-	// profile). Only equality across ranks matters, not the function.
-	const prime = 1099511628211
-	h := uint64(14695981039346656037)
-	mix := func(v uint64) {
-		h = (h ^ v) * prime
-		h ^= h >> 29
-	}
-	for i := 0; i < len(algo); i++ {
-		h = (h ^ uint64(algo[i])) * prime
-	}
-	mix(uint64(coll) | uint64(uint16(len(algo)))<<8 | uint64(uint8(dt))<<24 | uint64(uint8(op))<<32)
-	mix(uint64(count))
-	mix(uint64(int64(root)))
-	return h
-}
+// collectives is every collective's descriptor (call.go): a row per
+// collective, its runs below. init fills it, as the runs reach back to
+// it, and then gives the registry's entries their runs (algorithms).
+var collectives [sched.NumColls]collective
 
-// pointToPoint stands for sends and receives in signatures: they are no
-// collective, but their messages are fingerprinted the same way.
-const pointToPoint = sched.Coll(0xff)
-
-// The checks run on every call: each is a test the compiler inlines, and
-// only a failure calls out to build its error (a call per check and
-// argument was a tenth of a small call's instructions).
-
-func checkType(dt DataType) error {
-	if dt.Valid() {
-		return nil
+func init() {
+	collectives = [sched.NumColls]collective{
+		sched.AllReduce:     {shm: shmAllReduce, scheduled: schedAllReduce, devicesShm: shmChainAllReduce, devices: chainAllReduce, own: ownWhole, empty: true},
+		sched.Reduce:        {shm: shmReduce, scheduled: schedReduce, devices: devicesScheduled, own: ownRoot, empty: true},
+		sched.Broadcast:     {shm: shmBroadcast, scheduled: schedBroadcast, own: ownRoot, empty: true},
+		sched.AllGather:     {shm: shmAllGather, scheduled: schedAllGather, devices: devicesScheduled, own: ownInto, empty: true},
+		sched.ReduceScatter: {shm: shmReduceScatter, scheduled: schedReduceScatter, devices: devicesScheduled, own: ownFrom, empty: true, spread: spreadByDevice},
+		sched.AllToAll:      {shm: shmAllToAll, scheduled: schedAllToAll, devices: devicesScheduled, own: ownWhole, empty: true, spread: spreadByLocal},
+		sched.AllToAllv:     {shm: shmAllToAllv, scheduled: schedAllToAllv, own: ownBlocks},
+		sched.AllToAllw:     {scheduled: schedAllToAllw, own: ownScheduled},
+		sched.Barrier:       {shm: shmBarrier, scheduled: schedBarrier},
 	}
-	return typeErr(dt)
-}
-
-func typeErr(dt DataType) error { return invalidArg("unknown datatype %d", int32(dt)) }
-
-// checkOp refuses unknown ops and ops not defined on dt (bitwise ops on
-// floating-point types, avg on bool) before anything is sent.
-func checkOp(dt DataType, op RedOp) error {
-	// Sum, by far the most used op, is defined on every type: no more to check.
-	if op == Sum && dt.Valid() {
-		return nil
-	}
-	return opErr(dt, op)
-}
-
-func opErr(dt DataType, op RedOp) error {
-	if err := kernel.CheckOp(dt, op); err != nil {
-		return invalidArg("%v", err)
-	}
-	return nil
-}
-
-func checkBuf(name string, b []byte, count int, dt DataType) error {
-	if count >= 0 && len(b) >= count*dt.Size() {
-		return nil
-	}
-	return bufErr(name, b, count, dt)
-}
-
-func bufErr(name string, b []byte, count int, dt DataType) error {
-	if count < 0 {
-		return invalidArg("negative count %d", count)
-	}
-	return invalidArg("%s holds %d bytes, %d elements of %s need %d", name, len(b), count, dt, count*dt.Size())
-}
-
-func (c *Comm) checkRank(what string, r int) error {
-	if r < 0 || r >= c.size {
-		return invalidArg("%s %d out of range [0,%d)", what, r, c.size)
-	}
-	return nil
-}
-
-func addr(b []byte) uintptr {
-	if cap(b) == 0 {
-		return 0
-	}
-	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-}
-
-// overlap reports whether a[:na] and b[:nb] share memory.
-func overlap(a []byte, na int, b []byte, nb int) bool {
-	if na == 0 || nb == 0 {
-		return false
-	}
-	pa, pb := addr(a), addr(b)
-	return pa < pb+uintptr(nb) && pb < pa+uintptr(na)
-}
-
-// checkInPlace accepts disjoint buffers or a send buffer at exactly inPlaceOff
-// bytes into recv; anything else that overlaps would read what it writes.
-func checkInPlace(send []byte, ns int, recv []byte, nr int, inPlaceOff int) (inPlace bool, err error) {
-	if ns > 0 && addr(send) == addr(recv)+uintptr(inPlaceOff) {
-		return true, nil
-	}
-	if overlap(send, ns, recv, nr) {
-		return false, invalidArg("send and receive buffers overlap without being in place")
-	}
-	return false, nil
+	algorithms = runs(choose.Registry())
 }
 
 // AllReduce combines count elements from every rank with op and leaves the
 // result in recv on every rank.
-func (c *Comm) AllReduce(send, recv []byte, count int, dt DataType, op RedOp) error {
-	var r Request
-	return c.run(&r, c.allReduceReq(&r, send, recv, count, dt, op))
-}
-
-// IAllReduce is the non-blocking AllReduce: it returns once the operation is queued.
-func (c *Comm) IAllReduce(send, recv []byte, count int, dt DataType, op RedOp) (*Request, error) {
-	var r Request
-	return c.start(&r, c.allReduceReq(&r, send, recv, count, dt, op))
-}
-
-// AllReduceOp prepares a AllReduce without issuing it (see Op).
-func (c *Comm) AllReduceOp(send, recv []byte, count int, dt DataType, op RedOp) (o Op) {
-	o.c = c
-	o.err = c.allReduceReq(&o.r, send, recv, count, dt, op)
-	return
-}
-
+//
+//gocoll:forms
 func (c *Comm) allReduceReq(r *Request, send, recv []byte, count int, dt DataType, op RedOp) error {
 	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("send", send, count, dt), checkBuf("recv", recv, count, dt)); err != nil {
 		return err
@@ -171,24 +69,8 @@ func schedAllReduce(x *execCtx, k args) error {
 
 // Reduce combines count elements from every rank into recv on root; recv is
 // not touched on other ranks.
-func (c *Comm) Reduce(send, recv []byte, count int, dt DataType, op RedOp, root int) error {
-	var r Request
-	return c.run(&r, c.reduceReq(&r, send, recv, count, dt, op, root))
-}
-
-// IReduce is the non-blocking Reduce: it returns once the operation is queued.
-func (c *Comm) IReduce(send, recv []byte, count int, dt DataType, op RedOp, root int) (*Request, error) {
-	var r Request
-	return c.start(&r, c.reduceReq(&r, send, recv, count, dt, op, root))
-}
-
-// ReduceOp prepares a Reduce without issuing it (see Op).
-func (c *Comm) ReduceOp(send, recv []byte, count int, dt DataType, op RedOp, root int) (o Op) {
-	o.c = c
-	o.err = c.reduceReq(&o.r, send, recv, count, dt, op, root)
-	return
-}
-
+//
+//gocoll:forms
 func (c *Comm) reduceReq(r *Request, send, recv []byte, count int, dt DataType, op RedOp, root int) error {
 	if err := firstErr(checkType(dt), checkOp(dt, op), c.checkRank("root", root), checkBuf("send", send, count, dt)); err != nil {
 		return err
@@ -234,24 +116,8 @@ func schedReduce(x *execCtx, k args) error {
 // host, the root returns once its data is staged in shared memory, possibly
 // before the others have read it (they still get it if the root has
 // closed or exited meanwhile).
-func (c *Comm) Broadcast(send, recv []byte, count int, dt DataType, root int) error {
-	var r Request
-	return c.run(&r, c.broadcastReq(&r, send, recv, count, dt, root))
-}
-
-// IBroadcast is the non-blocking Broadcast: it returns once the operation is queued.
-func (c *Comm) IBroadcast(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
-	var r Request
-	return c.start(&r, c.broadcastReq(&r, send, recv, count, dt, root))
-}
-
-// BroadcastOp prepares a Broadcast without issuing it (see Op).
-func (c *Comm) BroadcastOp(send, recv []byte, count int, dt DataType, root int) (o Op) {
-	o.c = c
-	o.err = c.broadcastReq(&o.r, send, recv, count, dt, root)
-	return
-}
-
+//
+//gocoll:forms
 func (c *Comm) broadcastReq(r *Request, send, recv []byte, count int, dt DataType, root int) error {
 	if err := firstErr(checkType(dt), c.checkRank("root", root), checkBuf("recv", recv, count, dt)); err != nil {
 		return err
@@ -286,24 +152,8 @@ func schedBroadcast(x *execCtx, k args) error {
 // AllGather concatenates every rank's sendcount elements, in rank order,
 // into recv (size*sendcount elements) on every rank. In place when send is
 // recv's block of this rank.
-func (c *Comm) AllGather(send, recv []byte, sendcount int, dt DataType) error {
-	var r Request
-	return c.run(&r, c.allGatherReq(&r, send, recv, sendcount, dt))
-}
-
-// IAllGather is the non-blocking AllGather: it returns once the operation is queued.
-func (c *Comm) IAllGather(send, recv []byte, sendcount int, dt DataType) (*Request, error) {
-	var r Request
-	return c.start(&r, c.allGatherReq(&r, send, recv, sendcount, dt))
-}
-
-// AllGatherOp prepares a AllGather without issuing it (see Op).
-func (c *Comm) AllGatherOp(send, recv []byte, sendcount int, dt DataType) (o Op) {
-	o.c = c
-	o.err = c.allGatherReq(&o.r, send, recv, sendcount, dt)
-	return
-}
-
+//
+//gocoll:forms
 func (c *Comm) allGatherReq(r *Request, send, recv []byte, sendcount int, dt DataType) error {
 	if err := firstErr(checkType(dt), checkBuf("send", send, sendcount, dt), checkBuf("recv", recv, sendcount*c.size, dt)); err != nil {
 		return err
@@ -330,24 +180,8 @@ func schedAllGather(x *execCtx, k args) error {
 // ReduceScatter combines size*recvcount elements from every rank with op and
 // leaves block r of the result (recvcount elements) in recv on rank r. In
 // place when recv is send's block of this rank.
-func (c *Comm) ReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) error {
-	var r Request
-	return c.run(&r, c.reduceScatterReq(&r, send, recv, recvcount, dt, op))
-}
-
-// IReduceScatter is the non-blocking ReduceScatter: it returns once the operation is queued.
-func (c *Comm) IReduceScatter(send, recv []byte, recvcount int, dt DataType, op RedOp) (*Request, error) {
-	var r Request
-	return c.start(&r, c.reduceScatterReq(&r, send, recv, recvcount, dt, op))
-}
-
-// ReduceScatterOp prepares a ReduceScatter without issuing it (see Op).
-func (c *Comm) ReduceScatterOp(send, recv []byte, recvcount int, dt DataType, op RedOp) (o Op) {
-	o.c = c
-	o.err = c.reduceScatterReq(&o.r, send, recv, recvcount, dt, op)
-	return
-}
-
+//
+//gocoll:forms
 func (c *Comm) reduceScatterReq(r *Request, send, recv []byte, recvcount int, dt DataType, op RedOp) error {
 	if err := firstErr(checkType(dt), checkOp(dt, op), checkBuf("send", send, recvcount*c.size, dt), checkBuf("recv", recv, recvcount, dt)); err != nil {
 		return err
@@ -387,24 +221,8 @@ func schedReduceScatter(x *execCtx, k args) error {
 
 // AllToAll sends block j (count elements) of send to rank j, which stores it
 // as block i of its recv, for every pair (i, j).
-func (c *Comm) AllToAll(send, recv []byte, count int, dt DataType) error {
-	var r Request
-	return c.run(&r, c.allToAllReq(&r, send, recv, count, dt))
-}
-
-// IAllToAll is the non-blocking AllToAll: it returns once the operation is queued.
-func (c *Comm) IAllToAll(send, recv []byte, count int, dt DataType) (*Request, error) {
-	var r Request
-	return c.start(&r, c.allToAllReq(&r, send, recv, count, dt))
-}
-
-// AllToAllOp prepares a AllToAll without issuing it (see Op).
-func (c *Comm) AllToAllOp(send, recv []byte, count int, dt DataType) (o Op) {
-	o.c = c
-	o.err = c.allToAllReq(&o.r, send, recv, count, dt)
-	return
-}
-
+//
+//gocoll:forms
 func (c *Comm) allToAllReq(r *Request, send, recv []byte, count int, dt DataType) error {
 	if err := firstErr(checkType(dt), checkBuf("send", send, count*c.size, dt), checkBuf("recv", recv, count*c.size, dt)); err != nil {
 		return err
@@ -431,30 +249,6 @@ func schedAllToAll(x *execCtx, k args) error {
 		copy(src, k.send)
 	}
 	return x.schedule(k.a, x.c.params(sched.AllToAll, k.dt, k.count, 0, -1), k.recv, src, k.dt, 0)
-}
-
-// AllToAllv is AllToAll with a count and a displacement (both in elements)
-// per peer on each side. sendcounts[j] on rank i must equal recvcounts[i] on
-// rank j; a difference is reported as a mismatch on both ranks.
-func (c *Comm) AllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
-	var r Request
-	v := c.vbuf.claim()
-	err := c.run(&r, c.allToAllvReq(&r, v, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
-	v.release()
-	return err
-}
-
-// IAllToAllv is the non-blocking AllToAllv: it returns once the operation is queued.
-func (c *Comm) IAllToAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (*Request, error) {
-	var r Request
-	return c.start(&r, c.allToAllvReq(&r, nil, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
-}
-
-// AllToAllvOp prepares a AllToAllv without issuing it (see Op).
-func (c *Comm) AllToAllvOp(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) (o Op) {
-	o.c = c
-	o.err = c.allToAllvReq(&o.r, nil, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt)
-	return
 }
 
 // vScratch holds a blocking AllToAllv's block lists from one call to the
@@ -484,9 +278,14 @@ func (v *vScratch) release() {
 	}
 }
 
-// allToAllvReq builds an AllToAllv's request, its block lists in v when
-// the caller claimed it (else allocated: the request may outlive the call).
+// AllToAllv is AllToAll with a count and a displacement (both in elements)
+// per peer on each side. sendcounts[j] on rank i must equal recvcounts[i] on
+// rank j; a difference is reported as a mismatch on both ranks.
+//
+//gocoll:forms
 func (c *Comm) allToAllvReq(r *Request, v *vScratch, send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt DataType) error {
+	// The block lists go in v, the blocking form's scratch, or (nil) in
+	// memory of their own: the request may outlive the call.
 	if err := checkType(dt); err != nil {
 		return err
 	}
@@ -620,24 +419,8 @@ func layout(l []sched.Block, name string, buf []byte, counts, displs []int, es i
 }
 
 // Barrier returns once every rank called it.
-func (c *Comm) Barrier() error {
-	var r Request
-	return c.run(&r, c.barrierReq(&r))
-}
-
-// IBarrier is the non-blocking Barrier.
-func (c *Comm) IBarrier() (*Request, error) {
-	var r Request
-	return c.start(&r, c.barrierReq(&r))
-}
-
-// BarrierOp prepares a Barrier without issuing it.
-func (c *Comm) BarrierOp() (o Op) {
-	o.c = c
-	o.err = c.barrierReq(&o.r)
-	return
-}
-
+//
+//gocoll:forms
 func (c *Comm) barrierReq(r *Request) error {
 	r.args = args{dt: noType, root: -1}
 	return c.call(r, sched.Barrier)
@@ -647,27 +430,4 @@ func shmBarrier(x *execCtx, _ args) error { return x.shm(x.c.arena.Barrier(x.lig
 
 func schedBarrier(x *execCtx, k args) error {
 	return x.schedule(k.a, x.c.params(sched.Barrier, 0, 0, 0, -1), nil, nil, 0, 0)
-}
-
-func init() {
-	collectives = [sched.NumColls]collective{
-		sched.AllReduce:     {scheduled: schedAllReduce, empty: true},
-		sched.Reduce:        {scheduled: schedReduce, empty: true},
-		sched.Broadcast:     {scheduled: schedBroadcast, empty: true},
-		sched.AllGather:     {scheduled: schedAllGather, empty: true},
-		sched.ReduceScatter: {scheduled: schedReduceScatter, empty: true},
-		sched.AllToAll:      {scheduled: schedAllToAll, empty: true},
-		sched.AllToAllv:     {scheduled: schedAllToAllv},
-		sched.AllToAllw:     {scheduled: schedAllToAllw},
-		sched.Barrier:       {scheduled: schedBarrier},
-	}
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gocoll/gocoll/engine/internal/choose"
 	"github.com/gocoll/gocoll/engine/internal/exec"
-	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 )
@@ -96,8 +95,7 @@ type Request struct {
 	src    *int
 	// What runs it: args (the collectives, through issue: plain values, so
 	// that a blocking call run inline allocates nothing), or run, a closure
-	// (point-to-point and the virtual allreduce, whose arguments do not fit
-	// args).
+	// (point-to-point, which runs outside the collective sequence).
 	args args
 	run  func(x *execCtx) error
 	done chan struct{}
@@ -269,7 +267,7 @@ func (c *Comm) startP2P(r *Request) {
 		x = &execCtx{c: c, op: r.op, seq: c.p2p.recvSeq[r.peer] | p2pSeqBit}
 		c.p2p.recvSeq[r.peer]++
 	}
-	c.pruneChains()
+	c.p2p.pruneChains(c.size)
 	prev := c.p2p.chain[key]
 	c.p2p.chain[key] = r.done
 	c.p2p.wg.Add(1)
@@ -373,13 +371,6 @@ func (o Op) Start() (*Request, error) {
 		return nil, o.err
 	}
 	return o.c.start(&o.r, nil)
-}
-
-// newReq makes r the request of a collective that runs a with bytes of dt
-// (noType: none) by calling run.
-func (c *Comm) newReq(r *Request, coll sched.Coll, a *algorithm, dt DataType, bytes int, run func(x *execCtx) error) error {
-	*r = Request{op: coll.String(), algo: a.name, dt: dt, hasType: dt != noType, bytes: bytes, peer: -1, run: run}
-	return nil
 }
 
 // noType stands for the datatype of a call that has none (barrier).

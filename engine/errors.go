@@ -109,7 +109,3 @@ func failedRank(err error) int {
 	}
 	return -1
 }
-
-func invalidArg(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
-}

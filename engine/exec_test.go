@@ -26,11 +26,11 @@ func runProgram(comms []*Comm, s *sched.Schedule, work [][]byte) []error {
 		ops := s.Ops(c.Rank())
 		var bufs [sched.NumBufs][]byte
 		bufs[sched.Work] = work[c.Rank()]
-		var r Request
-		return c.run(&r, c.newReq(&r, sched.Barrier, &algorithm{name: "program"}, Uint8, len(bufs[sched.Work]), func(x *execCtx) error {
+		r := Request{op: "barrier", algo: "program", dt: Uint8, hasType: true, bytes: len(bufs[sched.Work]), peer: -1, run: func(x *execCtx) error {
 			x.sig = 42
 			return exec.Run(x, s, ops, bufs, Uint8, Sum, nil)
-		}))
+		}}
+		return c.run(&r, nil)
 	})
 }
 

@@ -116,3 +116,8 @@ func TestTopologyJSON(t *testing.T) {
 		t.Fatalf("topology: %s", b)
 	}
 }
+
+// choose is the algorithm a plain call of coll over bytes gets.
+func (c *Comm) choose(coll sched.Coll, bytes int) *algorithm {
+	return &algorithms[c.choice.Choose(c.shape(coll, bytes)).ID]
+}

@@ -183,7 +183,8 @@ func (p *posting) accepts(peer int, got envelope) error {
 
 // recvTagged completes the receive p from peer: from an early message, or
 // by waiting while this or another receive reads the stream.
-func (c *Comm) recvTagged(x *execCtx, peer int, p *posting) error {
+func (x *execCtx) recvTagged(peer int, p *posting) error {
+	c := x.c
 	x.waitingFor(peer)
 	in := c.p2p.inboxes[peer]
 	in.mu.Lock()
@@ -213,7 +214,7 @@ func (c *Comm) recvTagged(x *execCtx, peer int, p *posting) error {
 			in.reading = true
 			seq := in.seq
 			in.mu.Unlock()
-			err := c.readOne(x, peer, in, seq)
+			err := x.readOne(peer, in, seq)
 			in.mu.Lock()
 			in.reading = false
 			if err != nil {
@@ -246,7 +247,7 @@ func (c *Comm) recvTagged(x *execCtx, peer int, p *posting) error {
 
 // readOne reads message seq of peer's stream: into the buffer of the oldest
 // receive posted for its tag, else into an early message.
-func (c *Comm) readOne(x *execCtx, peer int, in *inbox, seq uint64) error {
+func (x *execCtx) readOne(peer int, in *inbox, seq uint64) error {
 	var eb [envelopeLen]byte
 	h := transport.Header{Kind: transport.KindData, Seq: seq | p2pSeqBit, Sig: envelopeSig, Len: envelopeLen}
 	if err := x.recvHeader(peer, h, eb[:]); err != nil {
@@ -323,72 +324,27 @@ func checkTag(tag int) error {
 }
 
 // Send sends count elements to peer with tag 0 (see SendTag).
-func (c *Comm) Send(buf []byte, count int, dt DataType, peer int) error {
-	return c.SendTag(buf, count, dt, peer, 0)
-}
-
-// ISend is the non-blocking Send: it returns once the operation is queued.
-func (c *Comm) ISend(buf []byte, count int, dt DataType, peer int) (*Request, error) {
-	return c.ISendTag(buf, count, dt, peer, 0)
-}
-
-// SendOp prepares a Send without issuing it (see Op).
-func (c *Comm) SendOp(buf []byte, count int, dt DataType, peer int) Op {
-	return c.SendTagOp(buf, count, dt, peer, 0)
+//
+//gocoll:forms
+func (c *Comm) sendReq(r *Request, buf []byte, count int, dt DataType, peer int) error {
+	return c.p2pReq(r, true, buf, count, dt, peer, 0)
 }
 
 // SendTag sends count elements to peer, which receives them with a RecvTag
 // of the same tag, count and type. Messages to one peer leave in issue
 // order; the receiver may take messages of different tags in any order. A
 // send may wait until the peer posts a receive from this rank (any tag).
-func (c *Comm) SendTag(buf []byte, count int, dt DataType, peer, tag int) error {
-	var r Request
-	return c.run(&r, c.sendReq(&r, buf, count, dt, peer, tag))
-}
-
-// ISendTag is the non-blocking SendTag: it returns once the operation is queued.
-func (c *Comm) ISendTag(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
-	var r Request
-	return c.start(&r, c.sendReq(&r, buf, count, dt, peer, tag))
-}
-
-// SendTagOp prepares a SendTag without issuing it (see Op).
-func (c *Comm) SendTagOp(buf []byte, count int, dt DataType, peer, tag int) (o Op) {
-	o.c = c
-	o.err = c.sendReq(&o.r, buf, count, dt, peer, tag)
-	return
-}
-
-func (c *Comm) sendReq(r *Request, buf []byte, count int, dt DataType, peer, tag int) error {
-	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf("send", buf, count, dt)); err != nil {
-		return err
-	}
-	if peer == c.rank {
-		return fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
-	}
-	buf = buf[:count*dt.Size()]
-	env := envelope{tag: tag, dt: dt, count: count}
-	sig := payloadSig(dt, count)
-	*r = Request{op: "send", peer: peer, tag: tag, isSend: true, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
-		x.sig, x.bytes = sig, len(buf)
-		return x.sendTagged(peer, env, buf)
-	}}
-	return nil
+//
+//gocoll:forms
+func (c *Comm) sendTagReq(r *Request, buf []byte, count int, dt DataType, peer, tag int) error {
+	return c.p2pReq(r, true, buf, count, dt, peer, tag)
 }
 
 // Recv receives count elements from peer's Send (tag 0; see RecvTag).
-func (c *Comm) Recv(buf []byte, count int, dt DataType, peer int) error {
-	return c.RecvTag(buf, count, dt, peer, 0)
-}
-
-// IRecv is the non-blocking Recv: it returns once the operation is queued.
-func (c *Comm) IRecv(buf []byte, count int, dt DataType, peer int) (*Request, error) {
-	return c.IRecvTag(buf, count, dt, peer, 0)
-}
-
-// RecvOp prepares a Recv without issuing it (see Op).
-func (c *Comm) RecvOp(buf []byte, count int, dt DataType, peer int) Op {
-	return c.RecvTagOp(buf, count, dt, peer, 0)
+//
+//gocoll:forms
+func (c *Comm) recvReq(r *Request, buf []byte, count int, dt DataType, peer int) error {
+	return c.p2pReq(r, false, buf, count, dt, peer, 0)
 }
 
 // RecvTag receives into buf the oldest message from peer with tag that no
@@ -396,27 +352,23 @@ func (c *Comm) RecvOp(buf []byte, count int, dt DataType, peer int) Op {
 // difference fails with ErrMismatch (and, as every failure, ends the
 // communicator). Receives with different tags from one peer complete in
 // whatever order their messages arrive; receives with one tag, in issue order.
-func (c *Comm) RecvTag(buf []byte, count int, dt DataType, peer, tag int) error {
-	var r Request
-	return c.run(&r, c.recvReq(&r, buf, count, dt, peer, tag))
+//
+//gocoll:forms
+func (c *Comm) recvTagReq(r *Request, buf []byte, count int, dt DataType, peer, tag int) error {
+	return c.p2pReq(r, false, buf, count, dt, peer, tag)
 }
 
-// IRecvTag is the non-blocking RecvTag: it returns once the operation is queued.
-func (c *Comm) IRecvTag(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
-	var r Request
-	return c.start(&r, c.recvReq(&r, buf, count, dt, peer, tag))
-}
-
-// RecvTagOp prepares a RecvTag without issuing it (see Op).
-func (c *Comm) RecvTagOp(buf []byte, count int, dt DataType, peer, tag int) (o Op) {
-	o.c = c
-	o.err = c.recvReq(&o.r, buf, count, dt, peer, tag)
-	return
-}
-
-func (c *Comm) recvReq(r *Request, buf []byte, count int, dt DataType, peer, tag int) error {
-	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf("recv", buf, count, dt)); err != nil {
+// p2pReq makes r a send of buf to peer, or a receive of it from peer.
+func (c *Comm) p2pReq(r *Request, send bool, buf []byte, count int, dt DataType, peer, tag int) error {
+	op := "recv"
+	if send {
+		op = "send"
+	}
+	if err := firstErr(checkType(dt), c.checkRank("peer", peer), checkTag(tag), checkBuf(op, buf, count, dt)); err != nil {
 		return err
+	}
+	if peer == c.rank && send {
+		return fmt.Errorf("%w: send to self (rank %d) would never be received", ErrInvalidUsage, peer)
 	}
 	if peer == c.rank {
 		return fmt.Errorf("%w: receive from self (rank %d) would never complete", ErrInvalidUsage, peer)
@@ -424,10 +376,18 @@ func (c *Comm) recvReq(r *Request, buf []byte, count int, dt DataType, peer, tag
 	buf = buf[:count*dt.Size()]
 	env := envelope{tag: tag, dt: dt, count: count}
 	sig := payloadSig(dt, count)
-	*r = Request{op: "recv", peer: peer, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
-		x.sig, x.bytes = sig, len(buf)
-		return c.recvTagged(x, peer, &posting{env: env, buf: buf})
-	}}
+	*r = Request{op: op, peer: peer, tag: tag, isSend: send, dt: dt, hasType: true, bytes: len(buf)}
+	if send {
+		r.run = func(x *execCtx) error {
+			x.sig, x.bytes = sig, len(buf)
+			return x.sendTagged(peer, env, buf)
+		}
+	} else {
+		r.run = func(x *execCtx) error {
+			x.sig, x.bytes = sig, len(buf)
+			return x.recvTagged(peer, &posting{env: env, buf: buf})
+		}
+	}
 	return nil
 }
 
@@ -484,7 +444,7 @@ func (c *Comm) recvAnyReq(r *Request, buf []byte, count int, dt DataType, tag in
 	src := new(int)
 	*r = Request{op: "recv", peer: -1, anySrc: true, src: src, tag: tag, dt: dt, hasType: true, bytes: len(buf), run: func(x *execCtx) error {
 		x.sig, x.bytes = sig, len(buf)
-		peer, err := c.recvAny(x, pk, &posting{env: env, buf: buf})
+		peer, err := x.recvAny(pk, &posting{env: env, buf: buf})
 		if err != nil {
 			return err
 		}
@@ -517,7 +477,8 @@ const (
 // at its front (Peek), and sleeps when none does. A message read for
 // another tag is kept as any receive keeps it. Peers are visited from the
 // one after the last sender, so no sender is starved.
-func (c *Comm) recvAny(x *execCtx, pk transport.Peeker, p *posting) (int, error) {
+func (x *execCtx) recvAny(pk transport.Peeker, p *posting) (int, error) {
+	c := x.c
 	ctx := x.context()
 	var timer *time.Timer
 	defer func() {
@@ -566,7 +527,7 @@ func (c *Comm) recvAny(x *execCtx, pk transport.Peeker, p *posting) (int, error)
 			if envelopeNext || ok && h.Kind == transport.KindAbort {
 				// (An abort is read for its reason, which fails the receive.)
 				read = true
-				err = c.readOne(x, peer, in, seq)
+				err = x.readOne(peer, in, seq)
 			}
 			in.mu.Lock()
 			in.reading = false
@@ -623,15 +584,16 @@ type p2pKey struct {
 }
 
 // pruneChains forgets finished chains once there are many (a program
-// may use a new tag every step). Called by the worker only.
-func (c *Comm) pruneChains() {
-	if len(c.p2p.chain) < 2*c.size+64 {
+// may use a new tag every step) on a communicator of n ranks. Called by
+// the worker only.
+func (s *p2pState) pruneChains(n int) {
+	if len(s.chain) < 2*n+64 {
 		return
 	}
-	for k, done := range c.p2p.chain {
+	for k, done := range s.chain {
 		select {
 		case <-done:
-			delete(c.p2p.chain, k)
+			delete(s.chain, k)
 		default:
 		}
 	}

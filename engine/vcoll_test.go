@@ -52,7 +52,7 @@ func TestVirtualCollectives(t *testing.T) {
 				}
 				for _, root := range []int{0, 5, m - 1} {
 					recv := make([]byte, 8*count)
-					if err := c.VirtualReduce(send, recv, count, Float64, Sum, root, tc.devices); err != nil {
+					if err := c.Virtual(tc.devices).Reduce(send, recv, count, Float64, Sum, root); err != nil {
 						return err
 					}
 					if tc.devices[root] == c.Rank() && !bytes.Equal(recv, small) {
@@ -60,7 +60,7 @@ func TestVirtualCollectives(t *testing.T) {
 					}
 				}
 				rs := bufs(8 * count)
-				r, err := c.IVirtualReduceScatter(big, rs, count, Float64, Avg, tc.devices)
+				r, err := c.Virtual(tc.devices).IReduceScatter(big, rs, count, Float64, Avg)
 				if err != nil {
 					return err
 				}
@@ -73,7 +73,7 @@ func TestVirtualCollectives(t *testing.T) {
 					}
 				}
 				ag := bufs(8 * m * count)
-				if err := c.VirtualAllGather(send, ag, count, Float64, tc.devices); err != nil {
+				if err := c.Virtual(tc.devices).AllGather(send, ag, count, Float64); err != nil {
 					return err
 				}
 				for k := range mine {
@@ -82,7 +82,7 @@ func TestVirtualCollectives(t *testing.T) {
 					}
 				}
 				a2a := bufs(8 * m * count)
-				if err := c.VirtualAllToAll(big, a2a, count, Float64, tc.devices); err != nil {
+				if err := c.Virtual(tc.devices).AllToAll(big, a2a, count, Float64); err != nil {
 					return err
 				}
 				for k, w := range mine {
@@ -97,7 +97,7 @@ func TestVirtualCollectives(t *testing.T) {
 				if tc.devices[3] == c.Rank() {
 					root = vblock(gathered, 3, count)
 				}
-				if err := c.VirtualBroadcast(root, bc, count, Float64, 3, tc.devices); err != nil {
+				if err := c.Virtual(tc.devices).Broadcast(root, bc, count, Float64, 3); err != nil {
 					return err
 				}
 				for k := range mine {
@@ -107,14 +107,14 @@ func TestVirtualCollectives(t *testing.T) {
 				}
 				// One result buffer per device, and one shared by all.
 				each, one := bufs(8*count), make([]byte, 8*count)
-				if err := c.VirtualAllReduceEach(send, each, count, Float64, Sum, tc.devices); err != nil {
+				if err := c.Virtual(tc.devices).AllReduceEach(send, each, count, Float64, Sum); err != nil {
 					return err
 				}
 				shared := make([][]byte, len(mine))
 				for k := range shared {
 					shared[k] = one
 				}
-				if err := c.VirtualAllReduceEach(send, shared, count, Float64, Sum, tc.devices); err != nil {
+				if err := c.Virtual(tc.devices).AllReduceEach(send, shared, count, Float64, Sum); err != nil {
 					return err
 				}
 				for k := range mine {
@@ -134,19 +134,19 @@ func TestVirtualCollectivesBadInput(t *testing.T) {
 	one, two := [][]byte{make([]byte, 32)}, [][]byte{make([]byte, 64)}
 	place := []int{0, 1}
 	for name, err := range map[string]error{
-		"reduce, no devices":       c.VirtualReduce(one, one[0], 4, Float64, Sum, 0, nil),
-		"reduce, root":             c.VirtualReduce(one, one[0], 4, Float64, Sum, 2, place),
-		"reduce, short recv":       c.VirtualReduce(one, make([]byte, 8), 4, Float64, Sum, 0, place),
-		"reduce, bad op":           c.VirtualReduce(one, one[0], 4, Float64, Band, 0, place),
-		"reducescatter, short":     c.VirtualReduceScatter(one, one, 4, Float64, Sum, place),
-		"reducescatter, recvs":     c.VirtualReduceScatter(two, nil, 4, Float64, Sum, place),
-		"allgather, short recv":    c.VirtualAllGather(one, one, 4, Float64, place),
-		"allgather, bad type":      c.VirtualAllGather(one, two, 4, DataType(99), place),
-		"alltoall, rank":           c.VirtualAllToAll(two, two, 4, Float64, []int{0, 2}),
-		"alltoall, too many sends": c.VirtualAllToAll([][]byte{two[0], two[0]}, two, 4, Float64, place),
-		"broadcast, root":          c.VirtualBroadcast(one[0], one, 4, Float64, -1, place),
-		"broadcast, short send":    c.VirtualBroadcast(make([]byte, 8), one, 4, Float64, 0, place),
-		"allreduce, recvs":         c.VirtualAllReduceEach(one, [][]byte{one[0], one[0]}, 4, Float64, Sum, place),
+		"reduce, no devices":       c.Virtual(nil).Reduce(one, one[0], 4, Float64, Sum, 0),
+		"reduce, root":             c.Virtual(place).Reduce(one, one[0], 4, Float64, Sum, 2),
+		"reduce, short recv":       c.Virtual(place).Reduce(one, make([]byte, 8), 4, Float64, Sum, 0),
+		"reduce, bad op":           c.Virtual(place).Reduce(one, one[0], 4, Float64, Band, 0),
+		"reducescatter, short":     c.Virtual(place).ReduceScatter(one, one, 4, Float64, Sum),
+		"reducescatter, recvs":     c.Virtual(place).ReduceScatter(two, nil, 4, Float64, Sum),
+		"allgather, short recv":    c.Virtual(place).AllGather(one, one, 4, Float64),
+		"allgather, bad type":      c.Virtual(place).AllGather(one, two, 4, DataType(99)),
+		"alltoall, rank":           c.Virtual([]int{0, 2}).AllToAll(two, two, 4, Float64),
+		"alltoall, too many sends": c.Virtual(place).AllToAll([][]byte{two[0], two[0]}, two, 4, Float64),
+		"broadcast, root":          c.Virtual(place).Broadcast(one[0], one, 4, Float64, -1),
+		"broadcast, short send":    c.Virtual(place).Broadcast(make([]byte, 8), one, 4, Float64, 0),
+		"allreduce, recvs":         c.Virtual(place).AllReduceEach(one, [][]byte{one[0], one[0]}, 4, Float64, Sum),
 	} {
 		if !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
@@ -176,23 +176,23 @@ func TestVirtualCollectivesIdleRank(t *testing.T) {
 			root = send[0]
 		}
 		if err := firstErr(
-			c.VirtualAllReduceEach(send, recv, count, Float64, Sum, devices),
-			c.VirtualReduceScatter(big, recv, count, Float64, Sum, devices),
-			c.VirtualAllGather(send, wide, count, Float64, devices),
-			c.VirtualAllToAll(big, wide, count, Float64, devices),
-			c.VirtualBroadcast(root, recv, count, Float64, 1, devices),
+			c.Virtual(devices).AllReduceEach(send, recv, count, Float64, Sum),
+			c.Virtual(devices).ReduceScatter(big, recv, count, Float64, Sum),
+			c.Virtual(devices).AllGather(send, wide, count, Float64),
+			c.Virtual(devices).AllToAll(big, wide, count, Float64),
+			c.Virtual(devices).Broadcast(root, recv, count, Float64, 1),
 		); err != nil {
 			return err
 		}
 		if c.Rank() == 0 {
 			red := make([]byte, 8*count)
-			if err := c.VirtualReduce(send, red, count, Float64, Sum, 3, devices); err != nil {
+			if err := c.Virtual(devices).Reduce(send, red, count, Float64, Sum, 3); err != nil {
 				return err
 			}
 			if !bytes.Equal(red, want) {
 				t.Error("reduce with an idle rank: not the fold in device order")
 			}
-		} else if err := c.VirtualReduce(send, nil, count, Float64, Sum, 3, devices); err != nil {
+		} else if err := c.Virtual(devices).Reduce(send, nil, count, Float64, Sum, 3); err != nil {
 			return err
 		}
 		return nil

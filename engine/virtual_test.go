@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/sched"
 )
 
 // devVector is virtual device v's float64 vector: random values of
@@ -100,7 +102,7 @@ func TestVirtualAllReduce(t *testing.T) {
 						}
 					}
 					recv := make([]byte, 8*count)
-					if err := c.VirtualAllReduce(send, recv, count, Float64, op, tc.devices); err != nil {
+					if err := c.Virtual(tc.devices).AllReduce(send, recv, count, Float64, op); err != nil {
 						return err
 					}
 					if !bytes.Equal(recv, want) {
@@ -113,17 +115,68 @@ func TestVirtualAllReduce(t *testing.T) {
 	}
 }
 
+// The registry gives a virtual allreduce the arena's chain where every
+// rank on one host holds one run of devices, else the chain of messages;
+// the other virtual collectives their own entries, and the broadcast the
+// plain one's.
+func TestVirtualAlgorithms(t *testing.T) {
+	for _, tc := range []struct {
+		n       int
+		shm     bool
+		devices []int
+		want    string
+	}{
+		{2, true, []int{1, 1, 0, 0}, "virtual-shm"},
+		{2, false, []int{1, 1, 0, 0}, "virtual-chain"},
+		{2, true, []int{0, 1, 0, 1}, "virtual-chain"},
+		{3, true, []int{0, 0, 1, 1, 1, 0}, "virtual-chain"},
+	} {
+		comms := virtualComms(t, tc.n, tc.shm)
+		mustRanks(t, comms, func(c *Comm) error {
+			v := c.Virtual(tc.devices)
+			var send, recv [][]byte
+			for _, r := range tc.devices {
+				if r == c.Rank() {
+					send, recv = append(send, make([]byte, 8*len(tc.devices))), append(recv, make([]byte, 8*len(tc.devices)))
+				}
+			}
+			for _, k := range []struct {
+				start func() (*Request, error)
+				want  string
+			}{
+				{func() (*Request, error) { return v.IAllReduceEach(send, recv, 1, Float64, Sum) }, tc.want},
+				{func() (*Request, error) { return v.IReduceScatter(send, recv, 1, Float64, Sum) }, "virtual-reducescatter"},
+				{func() (*Request, error) { return v.IAllGather(send, recv, 1, Float64) }, "virtual-allgather"},
+				{func() (*Request, error) { return v.IAllToAll(send, recv, 1, Float64) }, "virtual-alltoall"},
+				{func() (*Request, error) { return v.IBroadcast(make([]byte, 8), recv, 1, Float64, 0) }, c.choose(sched.Broadcast, 8).name},
+			} {
+				r, err := k.start()
+				if err != nil {
+					return err
+				}
+				if r.algo != k.want {
+					t.Errorf("n=%d shm=%v %v: %s ran %s, want %s", tc.n, tc.shm, tc.devices, r.op, r.algo, k.want)
+				}
+				if err := r.Wait(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}
+
 func TestVirtualAllReduceBadInput(t *testing.T) {
 	comms := newLocal(t, 2, Options{Timeout: 5 * time.Second})
 	c := comms[0]
 	one := [][]byte{make([]byte, 32)}
 	for name, err := range map[string]error{
-		"no devices":        c.VirtualAllReduce(one, make([]byte, 32), 4, Float64, Sum, nil),
-		"rank out of range": c.VirtualAllReduce(one, make([]byte, 32), 4, Float64, Sum, []int{0, 2}),
-		"too many sends":    c.VirtualAllReduce([][]byte{one[0], one[0]}, make([]byte, 32), 4, Float64, Sum, []int{0, 1}),
-		"short send":        c.VirtualAllReduce(one, make([]byte, 32), 5, Float64, Sum, []int{0, 1}),
-		"short recv":        c.VirtualAllReduce(one, make([]byte, 8), 4, Float64, Sum, []int{0, 1}),
-		"bad op":            c.VirtualAllReduce(one, make([]byte, 32), 4, Float64, Band, []int{0, 1}),
+		"no devices":        c.Virtual(nil).AllReduce(one, make([]byte, 32), 4, Float64, Sum),
+		"rank out of range": c.Virtual([]int{0, 2}).AllReduce(one, make([]byte, 32), 4, Float64, Sum),
+		"too many sends":    c.Virtual([]int{0, 1}).AllReduce([][]byte{one[0], one[0]}, make([]byte, 32), 4, Float64, Sum),
+		"short send":        c.Virtual([]int{0, 1}).AllReduce(one, make([]byte, 32), 5, Float64, Sum),
+		"short recv":        c.Virtual([]int{0, 1}).AllReduce(one, make([]byte, 8), 4, Float64, Sum),
+		"bad op":            c.Virtual([]int{0, 1}).AllReduce(one, make([]byte, 32), 4, Float64, Band),
 	} {
 		if !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
@@ -144,7 +197,7 @@ func TestVirtualAllReduceDisagreeingPlacements(t *testing.T) {
 				send = append(send, make([]byte, 8*1000))
 			}
 		}
-		return c.VirtualAllReduce(send, make([]byte, 8*1000), 1000, Float64, Sum, p)
+		return c.Virtual(p).AllReduce(send, make([]byte, 8*1000), 1000, Float64, Sum)
 	})
 	for r, err := range errs {
 		if err == nil {

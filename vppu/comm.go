@@ -627,7 +627,7 @@ func (c *Comm) Destroy() error {
 // written once.
 func (c *Comm) AllReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp) error {
 	return c.blocking("allreduce", func(k call) error {
-		return k.sub.VirtualAllReduceEach(send, recv, count, dt, op, k.devices)
+		return k.sub.Virtual(k.devices).AllReduceEach(send, recv, count, dt, op)
 	})
 }
 
@@ -635,7 +635,7 @@ func (c *Comm) AllReduce(send, recv [][]byte, count int, dt engine.DataType, op 
 // untouched until the request finishes.
 func (c *Comm) IAllReduce(send, recv [][]byte, count int, dt engine.DataType, op engine.RedOp) (*Request, error) {
 	return c.nonBlocking("allreduce", func(k call) (*Request, error) {
-		return k.sub.IVirtualAllReduceEach(send, recv, count, dt, op, k.devices)
+		return k.sub.Virtual(k.devices).IAllReduceEach(send, recv, count, dt, op)
 	})
 }
 
@@ -648,7 +648,7 @@ func (c *Comm) Reduce(send, recv [][]byte, count int, dt engine.DataType, op eng
 		if err != nil {
 			return err
 		}
-		return k.sub.VirtualReduce(send, out, count, dt, op, root, k.devices)
+		return k.sub.Virtual(k.devices).Reduce(send, out, count, dt, op, root)
 	})
 }
 
@@ -659,7 +659,7 @@ func (c *Comm) IReduce(send, recv [][]byte, count int, dt engine.DataType, op en
 		if err != nil {
 			return nil, err
 		}
-		return k.sub.IVirtualReduce(send, out, count, dt, op, root, k.devices)
+		return k.sub.Virtual(k.devices).IReduce(send, out, count, dt, op, root)
 	})
 }
 
@@ -671,7 +671,7 @@ func (c *Comm) Broadcast(send, recv [][]byte, count int, dt engine.DataType, roo
 		if err != nil {
 			return err
 		}
-		return k.sub.VirtualBroadcast(in, recv, count, dt, root, k.devices)
+		return k.sub.Virtual(k.devices).Broadcast(in, recv, count, dt, root)
 	})
 }
 
@@ -682,7 +682,7 @@ func (c *Comm) IBroadcast(send, recv [][]byte, count int, dt engine.DataType, ro
 		if err != nil {
 			return nil, err
 		}
-		return k.sub.IVirtualBroadcast(in, recv, count, dt, root, k.devices)
+		return k.sub.Virtual(k.devices).IBroadcast(in, recv, count, dt, root)
 	})
 }
 
@@ -690,14 +690,14 @@ func (c *Comm) IBroadcast(send, recv [][]byte, count int, dt engine.DataType, ro
 // first, into every device's recv (M·sendcount elements).
 func (c *Comm) AllGather(send, recv [][]byte, sendcount int, dt engine.DataType) error {
 	return c.blocking("allgather", func(k call) error {
-		return k.sub.VirtualAllGather(send, recv, sendcount, dt, k.devices)
+		return k.sub.Virtual(k.devices).AllGather(send, recv, sendcount, dt)
 	})
 }
 
 // IAllGather is the non-blocking AllGather.
 func (c *Comm) IAllGather(send, recv [][]byte, sendcount int, dt engine.DataType) (*Request, error) {
 	return c.nonBlocking("allgather", func(k call) (*Request, error) {
-		return k.sub.IVirtualAllGather(send, recv, sendcount, dt, k.devices)
+		return k.sub.Virtual(k.devices).IAllGather(send, recv, sendcount, dt)
 	})
 }
 
@@ -705,14 +705,14 @@ func (c *Comm) IAllGather(send, recv [][]byte, sendcount int, dt engine.DataType
 // device order and leaves block v of the result in device v's recv.
 func (c *Comm) ReduceScatter(send, recv [][]byte, recvcount int, dt engine.DataType, op engine.RedOp) error {
 	return c.blocking("reducescatter", func(k call) error {
-		return k.sub.VirtualReduceScatter(send, recv, recvcount, dt, op, k.devices)
+		return k.sub.Virtual(k.devices).ReduceScatter(send, recv, recvcount, dt, op)
 	})
 }
 
 // IReduceScatter is the non-blocking ReduceScatter.
 func (c *Comm) IReduceScatter(send, recv [][]byte, recvcount int, dt engine.DataType, op engine.RedOp) (*Request, error) {
 	return c.nonBlocking("reducescatter", func(k call) (*Request, error) {
-		return k.sub.IVirtualReduceScatter(send, recv, recvcount, dt, op, k.devices)
+		return k.sub.Virtual(k.devices).IReduceScatter(send, recv, recvcount, dt, op)
 	})
 }
 
@@ -720,14 +720,14 @@ func (c *Comm) IReduceScatter(send, recv [][]byte, recvcount int, dt engine.Data
 // which keeps it as block v of its recv.
 func (c *Comm) AllToAll(send, recv [][]byte, count int, dt engine.DataType) error {
 	return c.blocking("alltoall", func(k call) error {
-		return k.sub.VirtualAllToAll(send, recv, count, dt, k.devices)
+		return k.sub.Virtual(k.devices).AllToAll(send, recv, count, dt)
 	})
 }
 
 // IAllToAll is the non-blocking AllToAll.
 func (c *Comm) IAllToAll(send, recv [][]byte, count int, dt engine.DataType) (*Request, error) {
 	return c.nonBlocking("alltoall", func(k call) (*Request, error) {
-		return k.sub.IVirtualAllToAll(send, recv, count, dt, k.devices)
+		return k.sub.Virtual(k.devices).IAllToAll(send, recv, count, dt)
 	})
 }
 

@@ -68,3 +68,41 @@ func TestOverrides(t *testing.T) {
 		}
 	}
 }
+
+// A call over virtual devices takes its collective's virtual entries (the
+// arena's chain only where the arena can fold it), whatever GOCOLL_ALGO
+// says; a plain call never takes a virtual entry, and GOCOLL_ALGO cannot
+// name one.
+func TestVirtualChoice(t *testing.T) {
+	if _, err := ParseOverrides("allreduce=virtual-chain"); err == nil {
+		t.Error("GOCOLL_ALGO named a virtual entry")
+	}
+	ring, _ := ParseOverrides("ring")
+	for _, tc := range []struct {
+		s    Shape
+		want string
+	}{
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4}, "virtual-chain"},
+		{Shape{Coll: sched.AllReduce, Bytes: 4, N: 4, Shm: true}, "virtual-shm"},
+		{Shape{Coll: sched.Reduce, Bytes: 4, N: 4, Shm: true}, "virtual-reduce"},
+		{Shape{Coll: sched.ReduceScatter, Bytes: 4, N: 4}, "virtual-reducescatter"},
+		{Shape{Coll: sched.AllGather, Bytes: 4, N: 4}, "virtual-allgather"},
+		{Shape{Coll: sched.AllToAll, Bytes: 4, N: 4}, "virtual-alltoall"},
+	} {
+		if got := ch(ring).OverDevices(tc.s); got.Name != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.s, got.Name, tc.want)
+		}
+	}
+	for _, coll := range sched.Colls() {
+		for _, s := range []Shape{{Coll: coll, N: 4, Shm: true}, {Coll: coll, N: 4, Bytes: 1 << 20}, {Coll: coll, N: 4, Hosts: 2, Even: true}} {
+			if got := (&Chooser{}).Choose(s); got.Virtual {
+				t.Errorf("a plain call %+v took %s", s, got.Name)
+			}
+		}
+	}
+	for _, e := range Schedules() {
+		if strings.HasPrefix(e.Name, "virtual") {
+			t.Errorf("Schedules lists %s/%s", e.Coll, e.Name)
+		}
+	}
+}

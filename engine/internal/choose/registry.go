@@ -28,6 +28,11 @@ type Entry struct {
 	// Hosts says the builder needs sched.Params.Hosts (the hierarchical
 	// forms, which run only across hosts of as many ranks each).
 	Hosts bool
+	// Virtual says the entry runs calls over virtual devices (its builder
+	// needs sched.Params.Devices) and only those (Chooser.OverDevices): a
+	// plain call never takes it, GOCOLL_ALGO cannot name it, and it is no
+	// schedule of Schedules.
+	Virtual bool
 	// ID is the entry's index in the registry (Registry()[ID]): what the
 	// engine keeps its run of the entry under.
 	ID int
@@ -50,6 +55,9 @@ type Shape struct {
 	Coll  sched.Coll
 	Bytes int // the call's vector in bytes (nccl-tests sizes)
 	N     int // ranks
+	// Shm: the shared-memory arena can run the call (every rank is on
+	// one host; over virtual devices, also each rank holds one run of
+	// them, so the devices' chain visits each rank once).
 	Shm   bool
 	ShmV  bool // the arena has room for AllToAllv's columns (shmcoll.Arena.FitsAllToAllv)
 	Hosts int  // hosts the ranks are on
@@ -118,6 +126,13 @@ func inArena(coll sched.Coll, can func(Shape) bool) Entry {
 	return Entry{Coll: coll, Name: "shm", can: can, auto: always}
 }
 
+// overDevices is the entry of a collective over virtual devices: its
+// schedule's builder (package sched, virtual.go and vcoll.go), or nil for
+// the arena's (shmcoll, chain.go). It runs every such call its can allows.
+func overDevices(coll sched.Coll, name string, build sched.Builder, can func(Shape) bool) Entry {
+	return Entry{Coll: coll, Name: name, Build: build, Virtual: true, can: can, auto: always}
+}
+
 // registry is every algorithm, collective by collective in order of
 // preference. Adding one is a builder in engine/sched and a line here:
 // TestRegistrySchedules (registry_test.go) validates and simulates every
@@ -183,6 +198,18 @@ var registry = numbered([]Entry{
 
 	inArena(sched.Barrier, onlyShm),
 	schedule(sched.Barrier, "dissemination", sched.DisseminationBarrier, always, always),
+
+	// Over virtual devices: every reduction folds the devices' vectors in
+	// device order, whatever the placement (docs/virtual.md). The
+	// allreduce passes the running sum along the chain of devices: through
+	// the arena's slots where each rank holds one run of them
+	// (shmcoll.ChainAllReduce), else as messages.
+	overDevices(sched.AllReduce, "virtual-shm", nil, onlyShm),
+	overDevices(sched.AllReduce, "virtual-chain", sched.VirtualAllReduce, always),
+	overDevices(sched.Reduce, "virtual-reduce", sched.VirtualReduce, always),
+	overDevices(sched.ReduceScatter, "virtual-reducescatter", sched.VirtualReduceScatter, always),
+	overDevices(sched.AllGather, "virtual-allgather", sched.VirtualAllGather, always),
+	overDevices(sched.AllToAll, "virtual-alltoall", sched.VirtualAllToAll, always),
 })
 
 // numbered sets each entry's ID to its index.
@@ -204,11 +231,12 @@ func Registry() []*Entry {
 }
 
 // Schedules lists the registry's schedule entries under their names, for
-// the tools that build schedules by name (gocoll-topo, topology/cost).
+// the tools that build schedules by name (gocoll-topo, topology/cost): the
+// plain ones, whose shape a call's Params describe whole.
 func Schedules() []sched.Entry {
 	var out []sched.Entry
 	for _, e := range registry {
-		if e.Build != nil {
+		if e.Build != nil && !e.Virtual {
 			out = append(out, sched.Entry{Coll: e.Coll, Name: e.Name, Build: e.Build, Hosts: e.Hosts})
 		}
 	}
@@ -249,20 +277,24 @@ func bruckAuto(s Shape) bool {
 	return s.block() <= smallAlltoall
 }
 
-// byColl is the registry's entries per collective, in the registry's
-// order: the choice walks only its collective's.
-var byColl = func() (t [sched.NumColls][]*Entry) {
+// byColl and byDevices are the registry's plain and virtual entries per
+// collective, in the registry's order: the choice walks only its call's.
+var byColl, byDevices = func() (plain, virtual [sched.NumColls][]*Entry) {
 	for i := range registry {
 		e := &registry[i]
-		t[e.Coll] = append(t[e.Coll], e)
+		if e.Virtual {
+			virtual[e.Coll] = append(virtual[e.Coll], e)
+		} else {
+			plain[e.Coll] = append(plain[e.Coll], e)
+		}
 	}
-	return t
+	return plain, virtual
 }()
 
-// Lookup returns the registry's entry for coll and name, or nil.
+// Lookup returns the registry's plain entry for coll and name, or nil.
 func Lookup(coll sched.Coll, name string) *Entry {
 	for i := range registry {
-		if registry[i].Coll == coll && registry[i].Name == name {
+		if registry[i].Coll == coll && registry[i].Name == name && !registry[i].Virtual {
 			return &registry[i]
 		}
 	}
@@ -315,7 +347,7 @@ func ParseOverrides(s string) (Overrides, error) {
 
 func knownAnywhere(name string) bool {
 	for _, a := range registry {
-		if a.Name == name {
+		if a.Name == name && !a.Virtual {
 			return true
 		}
 	}
@@ -356,6 +388,19 @@ type Chooser struct {
 	Model *Model
 	// Measured is the calibration's table across hosts (nil: none; tune.go).
 	Measured *Measured
+}
+
+// OverDevices picks the algorithm for a call over virtual devices of
+// shape s: the first of its collective's virtual entries that can run
+// it. GOCOLL_ALGO, the calibration and the cost model have no say: the
+// entries are few and each fits its calls.
+func (ch *Chooser) OverDevices(s Shape) *Entry {
+	for _, a := range byDevices[s.Coll] {
+		if a.can(s) {
+			return a
+		}
+	}
+	panic("gocoll: no algorithm over virtual devices for " + s.Coll.String()) // every virtual collective ends with an unconditional entry
 }
 
 // Choose picks the algorithm for a call of shape s: GOCOLL_ALGO's when it

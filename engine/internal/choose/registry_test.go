@@ -24,7 +24,11 @@ func TestRegistrySchedules(t *testing.T) {
 		t.Run(e.Coll.String()+"/"+e.Name, func(t *testing.T) {
 			t.Parallel()
 			covered := 0
-			for _, c := range registryCases(e.Coll, e.Hosts) {
+			cases := registryCases(e.Coll, e.Hosts)
+			if e.Virtual {
+				cases = deviceCases(e.Coll)
+			}
+			for _, c := range cases {
 				ran, err := simulateCase(e, c)
 				if err != nil {
 					t.Fatalf("n=%d count=%d root=%d avg=%v hosts=%v: %v", c.p.N, c.p.Count, c.p.Root, c.p.Avg, c.p.Hosts, err)
@@ -85,6 +89,46 @@ func registryCases(coll sched.Coll, hosts bool) []registryCase {
 				for _, root := range roots {
 					p := sched.Params{Coll: coll, N: n, ElemSize: 4, Count: max(count, 0), Root: root, Avg: avg, SegBytes: 12, Segments: 3}
 					out = append(out, registryCase{p: p, shape: Shape{Coll: coll, Bytes: 4 * max(count, 0), N: n, Hosts: 1, Even: true}})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// deviceCases are calls over virtual devices: block, cyclic and random
+// placements of 1 to 9 devices on 1 to 6 ranks (every device's rank a
+// root of the reduce), and for the allreduce also its form that stops at
+// the chain's last rank (Coll Reduce, VirtualRoot), which the engine
+// follows with the arena's broadcast.
+func deviceCases(coll sched.Coll) []registryCase {
+	rng := rand.New(rand.NewSource(7))
+	var out []registryCase
+	for n := 1; n <= 6; n++ {
+		for m := 1; m <= 9; m += 2 {
+			block, cyclic, random := make([]int, m), make([]int, m), make([]int, m)
+			for v := range m {
+				block[v], cyclic[v], random[v] = v*n/m, v%n, rng.Intn(n)
+			}
+			for _, devices := range [][]int{block, cyclic, random} {
+				for _, count := range []int{0, 1, 6} {
+					p := sched.Params{Coll: coll, N: n, ElemSize: 4, Count: count, Root: -1, Avg: count%2 == 0, SegBytes: 8, Devices: devices}
+					shape := Shape{Coll: coll, Bytes: 4 * count, N: n, Hosts: 1, Even: true}
+					ps := []sched.Params{p}
+					switch coll {
+					case sched.Reduce:
+						ps = ps[:0]
+						for _, r := range devices {
+							p.Root = r
+							ps = append(ps, p)
+						}
+					case sched.AllReduce:
+						p.Coll, p.Root = sched.Reduce, sched.VirtualRoot(devices)
+						ps = append(ps, p)
+					}
+					for _, p := range ps {
+						out = append(out, registryCase{p: p, shape: shape})
+					}
 				}
 			}
 		}
