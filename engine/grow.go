@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/gocoll/gocoll/engine/bootstrap"
 	"io"
 	"net"
 	"os"
@@ -301,8 +302,7 @@ func JoinSecret(id *UniqueID, getenv func(string) string) ([]byte, error) {
 	if s == "" {
 		return nil, invalidArg("join: no unique id and GOCOLL_SECRET is unset: the job's secret is needed to join it")
 	}
-	sum := sha256.Sum256([]byte(s))
-	return sum[:], nil
+	return bootstrap.HashSecret(s), nil
 }
 
 // Join makes this process a rank of a communicator that admits it (its
