@@ -123,6 +123,10 @@ type Node struct {
 	best    []int        // highest accepted view gathered
 	bestB   uint64
 
+	// queried: members that asked (Query) before this one decided; they
+	// hear the decision as soon as it is made.
+	queried map[int]bool
+
 	out []Out
 }
 
@@ -289,6 +293,14 @@ func (n *Node) Recv(from int, m Msg) []Out {
 		n.decide(m.Set)
 	case Excluded:
 		n.exclude()
+	case Query:
+		// Answered once decided: a member that decides by a Commit may
+		// not learn that its coordinator failed, and the asker would
+		// otherwise wait for its timeout on this live member.
+		if n.queried == nil {
+			n.queried = map[int]bool{}
+		}
+		n.queried[from] = true
 	case Nack:
 		if n.leading && m.Ballot > n.ballot {
 			// A member follows a coordinator with a higher ballot (it
@@ -467,7 +479,8 @@ func (n *Node) decide(view []int) {
 	n.done, n.view = true, slices.Clone(view)
 	slices.Sort(n.view)
 	n.fenceOutside(view)
-	if n.leading {
+	told := n.leading // a coordinator tells every member of the view
+	if told {
 		for _, p := range view {
 			if p != n.me {
 				n.send(p, Msg{Kind: Commit, Set: slices.Clone(view)})
@@ -475,6 +488,12 @@ func (n *Node) decide(view []int) {
 		}
 	}
 	n.leading = false
+	for _, p := range n.members {
+		if n.queried[p] && !(told && slices.Contains(view, p)) {
+			n.answerDone(p, Msg{Kind: Query})
+		}
+	}
+	n.queried = nil
 }
 
 func (n *Node) exclude() {
