@@ -3,6 +3,7 @@ package ctest
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -130,4 +131,83 @@ func TestVCommRecoverAfterKill(t *testing.T) {
 			t.Errorf("rank %d: %q, want %q\n%s", r, got, want, p.Output())
 		}
 	}
+}
+
+// TestShrinkAtScale: as many C ranks as a job that outgrows one machine
+// (GOCOLL_TEST_SCALE, default 64 and 128; processes over TCP, every rank
+// its own on this host's few cores) allreduce, one SIGKILLs itself — a
+// middle rank, then rank 0, the coordinator — and every survivor must
+// land in one communicator of n-1 with right sums: no healthy rank
+// excluded by load, and no split into several communicators.
+func TestShrinkAtScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("many processes")
+	}
+	cases := []struct{ n, victim int }{{128, 64}, {64, 0}}
+	if v := os.Getenv("GOCOLL_TEST_SCALE"); v != "" {
+		cases = nil
+		for _, f := range strings.Split(v, ",") {
+			var n, victim int
+			if _, err := fmt.Sscanf(f, "%d:%d", &n, &victim); err != nil {
+				t.Fatalf("GOCOLL_TEST_SCALE=%q: want n:victim,...", v)
+			}
+			cases = append(cases, struct{ n, victim int }{n, victim})
+		}
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("n=%d/victim=%d", c.n, c.victim), func(t *testing.T) {
+			shrinkAtScale(t, c.n, c.victim)
+		})
+	}
+}
+
+func shrinkAtScale(t *testing.T, n, victim int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	port, err := harness.FreePortPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"GOCOLL_TIMEOUT=60s", "GOCOLL_SECRET=ctest-scale", "GOCOLL_TRANSPORT=tcp",
+		fmt.Sprintf("GOCOLL_TEST_VICTIM=%d", victim)}
+	procs := make([]*harness.Proc, n)
+	for r := range procs {
+		env := harness.Env(append(harness.TorchrunEnv(r, n, port), common...)...)
+		if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["elastic"], "scale"); err != nil {
+			cancel()
+			harness.WaitAll(t, procs[:r])
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	var bad []string
+	slowest := 0.0
+	for r, p := range procs {
+		err := p.Wait()
+		if r == victim {
+			continue
+		}
+		out := p.Stdout()
+		var size, rank int
+		var ms float64
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "SHRUNK ") {
+				fmt.Sscanf(l, "SHRUNK size=%d rank=%d ms=%g", &size, &rank, &ms)
+			}
+		}
+		slowest = max(slowest, ms)
+		if err != nil || size != n-1 || !strings.Contains(out, "SUMS OK") {
+			bad = append(bad, fmt.Sprintf("rank %d: %v, shrunk to size %d:\n%s", r, err, size, lastLines(p.Output(), 8)))
+		}
+	}
+	t.Logf("%d ranks, rank %d killed: the job took %v, the slowest shrink %.0f ms", n, victim, time.Since(start).Round(time.Millisecond), slowest)
+	if len(bad) > 0 {
+		t.Errorf("%d of %d survivors not in one communicator of %d with right sums; first ones:\n%s", len(bad), n-1, n-1, strings.Join(bad[:min(len(bad), 5)], "\n"))
+	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -22,10 +22,17 @@
  *                   gocollVCommRecover and go on; all print "W <checksum>"
  *                   of the final bytes, which must match an uninterrupted
  *                   run's.
+ *   elastic scale   any number of ranks allreduce with every result checked;
+ *                   at call 5 rank GOCOLL_TEST_VICTIM SIGKILLs itself. The
+ *                   others shrink as above and must all land in one
+ *                   communicator of n-1 (size, rank and the failed list
+ *                   checked), print "SHRUNK size=... ms=...", run 5 checked
+ *                   allreduces on it and print "SUMS OK".
  *   elastic join    the replacement: waits for the join file, then
  *                   gocollCommJoin (secret from GOCOLL_SECRET) and the same
  *                   20 checked allreduces.
  */
+#include <signal.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -121,6 +128,41 @@ static int run_shrink(void) {
   return 0;
 }
 
+static int run_scale(void) {
+  gocollComm_t comm = NULL, small = NULL;
+  gocollResult_t rc = gocollSuccess;
+  int victim = atoi(getenv("GOCOLL_TEST_VICTIM")), size = 0, n = 0, rank = 0, failed[8], nfailed = 0;
+  long call;
+  double t0;
+  CHECK(gocollCommInitFromEnv(&comm));
+  CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
+  CHECK_COMM(gocollCommCount(comm, &size), comm);
+  printf("READY\n");
+  fflush(stdout);
+  for (call = 0; rc == gocollSuccess; call++) {
+    if (call == 5 && g_rank == victim) kill(getpid(), SIGKILL);
+    rc = checked(comm, call, 0, NULL);
+  }
+  printf("FAILED code=%d err=%s\n", (int)rc, gocollGetLastError(comm));
+  if (rc != gocollRemoteError && rc != gocollTimeout) FAIL("allreduce failed with %d", (int)rc);
+  t0 = now_seconds();
+  CHECK_COMM(gocollCommShrink(comm, NULL, 0, &small, NULL, GOCOLL_SHRINK_ABORT), comm);
+  CHECK_COMM(gocollCommCount(small, &n), small);
+  CHECK_COMM(gocollCommUserRank(small, &rank), small);
+  CHECK_COMM(gocollCommGetFailed(comm, failed, 8, &nfailed), comm);
+  printf("SHRUNK size=%d rank=%d ms=%.1f failed=%d:%d\n", n, rank, (now_seconds() - t0) * 1e3, nfailed,
+         nfailed > 0 ? failed[0] : -1);
+  fflush(stdout);
+  if (n != size - 1 || rank != g_rank - (g_rank > victim)) FAIL("shrunk to rank %d of %d", rank, n);
+  if (nfailed != 1 || failed[0] != victim) FAIL("gocollCommGetFailed: %d ranks, first %d", nfailed, failed[0]);
+  for (call = 0; call < 5; call++) CHECK_COMM(checked(small, call, 0, NULL), small);
+  printf("SUMS OK\n");
+  fflush(stdout);
+  CHECK(gocollCommDestroy(small));
+  CHECK(gocollCommDestroy(comm));
+  return 0;
+}
+
 static int run_join(void) {
   const char* joinfile = getenv("GOCOLL_TEST_JOINFILE");
   char info[512] = {0};
@@ -204,6 +246,7 @@ int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "shrink") == 0) return run_shrink();
   if (argc > 1 && strcmp(argv[1], "join") == 0) return run_join();
+  if (argc > 1 && strcmp(argv[1], "scale") == 0) return run_scale();
   if (argc > 1 && strcmp(argv[1], "vrecover") == 0) return run_vrecover();
   fprintf(stderr, "usage: elastic shrink|join|vrecover\n");
   return 2;
