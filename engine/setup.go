@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
+	"github.com/gocoll/gocoll/engine/sched"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/shm"
@@ -330,7 +331,8 @@ func openTCP(s *setup, peers []int) error {
 
 // eagerPeers are the TCP peers connected when a communicator is made, the
 // rest being connected on first use: the ring neighbours and the
-// recursive-doubling partners (rank XOR 2^k). The relation is symmetric, so
+// recursive-doubling partners (sched.DoublingPeers: the barrier's, and
+// the small allreduces'). The relation is symmetric, so
 // both ends of a pair decide alike; the graph it makes is connected with a
 // diameter of about log2 of the ranks, so a failure announced along it
 // reaches every rank in a few hops (tcp.go relays it), and it holds the
@@ -348,10 +350,8 @@ func eagerPeers(rank, size int, peers []int) []int {
 	}
 	add((rank + 1) % size)
 	add((rank - 1 + size) % size)
-	for m := 1; m < size; m <<= 1 {
-		if q := rank ^ m; q < size {
-			add(q)
-		}
+	for _, q := range sched.DoublingPeers(rank, size) {
+		add(q)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -338,6 +339,40 @@ func TestRingSegments(t *testing.T) {
 		}
 		if tc.bytes <= 256<<10 { // the simulator checks every element
 			simulate(t, RingAllReduce, Params{Coll: AllReduce, N: n, ElemSize: 4, Count: tc.bytes / 4})
+		}
+	}
+}
+
+// TestDoublingPeers: the peers the connection setup connects eagerly for
+// recursive doubling are exactly those RDAllReduce, HDAllReduce and
+// RDBarrier talk to, and the relation is symmetric.
+func TestDoublingPeers(t *testing.T) {
+	for n := 1; n <= 40; n++ {
+		for _, b := range []Builder{RDAllReduce, HDAllReduce, RDBarrier} {
+			s, err := b(Params{Coll: AllReduce, N: n, ElemSize: 4, Count: 3 * n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range n {
+				talks := map[int]bool{}
+				for o := range s.Program(r) {
+					if o.Kind == Send || o.Kind == Recv || o.Kind == RecvReduce {
+						talks[o.Peer] = true
+					}
+				}
+				want := map[int]bool{}
+				for _, q := range DoublingPeers(r, n) {
+					want[q] = true
+					if !slices.Contains(DoublingPeers(q, n), r) {
+						t.Fatalf("n=%d: %d is a peer of %d, not the other way", n, q, r)
+					}
+				}
+				for q := range talks {
+					if !want[q] {
+						t.Errorf("n=%d %s: rank %d talks to %d, not among DoublingPeers %v", n, s.Algo, r, q, DoublingPeers(r, n))
+					}
+				}
+			}
 		}
 	}
 }

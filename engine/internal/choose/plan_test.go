@@ -84,7 +84,7 @@ func TestModel(t *testing.T) {
 		{sched.AllReduce, 16 << 20, "hier"},
 		{sched.AllReduce, 256, "rd"},
 		{sched.AllGather, 16 << 20, "hier"},
-		{sched.Barrier, 0, "dissemination"},
+		{sched.Barrier, 0, "rd"},
 		{sched.AllToAll, 4 * 64, "bruck"},
 		{sched.AllToAll, 4 * (64 << 10), "pairwise"},
 	} {

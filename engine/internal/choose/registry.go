@@ -197,7 +197,8 @@ var registry = numbered([]Entry{
 	schedule(sched.AllToAllw, "aggregate-tree", sched.InBlocks(sched.AllToAllw, sched.AggregateTreeAllToAll), always, never),
 
 	inArena(sched.Barrier, onlyShm),
-	schedule(sched.Barrier, "dissemination", sched.DisseminationBarrier, always, always),
+	schedule(sched.Barrier, "rd", sched.RDBarrier, always, always),
+	schedule(sched.Barrier, "dissemination", sched.DisseminationBarrier, always, never),
 
 	// Over virtual devices: every reduction folds the devices' vectors in
 	// device order, whatever the placement (docs/virtual.md). The

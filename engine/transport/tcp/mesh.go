@@ -69,15 +69,16 @@ type conns struct {
 	halt    context.CancelFunc
 	wg      sync.WaitGroup // the acceptor, handshakes and dials
 
-	mu        sync.Mutex
-	state     []slotState
-	crossedAt []time.Time
-	lost      []error // fatal for the pair: a wrong endpoint, or gone
-	lastErr   map[int]error
-	changed   chan struct{} // closed and replaced at every change of state
-	pending   []net.Conn    // incoming connections in their handshake, oldest first
-	closed    bool
-	started   bool // New returned: a refused dial now means the peer is gone
+	mu         sync.Mutex
+	state      []slotState
+	crossedAt  []time.Time
+	crossedFor []time.Duration // how long to await the peer's dial: doubles each time
+	lost       []error         // fatal for the pair: a wrong endpoint, or gone
+	lastErr    map[int]error
+	changed    chan struct{} // closed and replaced at every change of state
+	pending    []net.Conn    // incoming connections in their handshake, oldest first
+	closed     bool
+	started    bool // New returned: a refused dial now means the peer is gone
 }
 
 // New connects this rank to the eager peers (cfg.Eager, else every peer of
@@ -177,7 +178,7 @@ func newTransport(cfg Config) (*Transport, []int, error) {
 	t := &Transport{rank: cfg.Rank, size: cfg.Size, peers: make([]peerSlot, cfg.Size), logger: logger, quit: make(chan struct{})}
 	t.cs = conns{cfg: cfg, allowed: allowed, lazy: cfg.Lazy, ln: cfg.Listener,
 		refused: logthrottle.New(logger, "refused connections", 0, 0, nil), life: life, halt: halt,
-		state: make([]slotState, cfg.Size), crossedAt: make([]time.Time, cfg.Size), lost: make([]error, cfg.Size),
+		state: make([]slotState, cfg.Size), crossedAt: make([]time.Time, cfg.Size), crossedFor: make([]time.Duration, cfg.Size), lost: make([]error, cfg.Size),
 		lastErr: map[int]error{}, changed: make(chan struct{})}
 	return t, mine, nil
 }
@@ -260,7 +261,7 @@ func (t *Transport) connect(ctx context.Context, q int) (*peer, error) {
 		case slotEmpty:
 			t.startDialLocked(ctx, q)
 		case slotCrossed:
-			if wait := crossedWait - time.Since(t.cs.crossedAt[q]); wait <= 0 {
+			if wait := t.cs.crossedFor[q] - time.Since(t.cs.crossedAt[q]); wait <= 0 {
 				t.cs.state[q] = slotEmpty
 				t.startDialLocked(ctx, q)
 			} else {
@@ -288,6 +289,15 @@ func (t *Transport) connect(ctx context.Context, q int) (*peer, error) {
 			return nil, err
 		}
 	}
+}
+
+// crossed: this rank's dial of q lost to q's own, which it awaits for
+// crossedWait, then twice as long each time it has to dial again (a peer
+// slow to dial under load is the common case, one whose dial ended the
+// rare one). Called with mu held.
+func (cs *conns) crossed(q int) {
+	cs.state[q], cs.crossedAt[q] = slotCrossed, time.Now()
+	cs.crossedFor[q] = min(max(2*cs.crossedFor[q], crossedWait), 16*crossedWait)
 }
 
 // broadcastLocked wakes everyone waiting for a change of state.
@@ -337,7 +347,7 @@ func (t *Transport) dial(ctx context.Context, q int) {
 		}
 		switch {
 		case errors.Is(err, ErrCrossing):
-			t.cs.state[q], t.cs.crossedAt[q] = slotCrossed, time.Now()
+			t.cs.crossed(q)
 			t.cs.broadcastLocked()
 			t.cs.mu.Unlock()
 			return
@@ -345,7 +355,7 @@ func (t *Transport) dial(ctx context.Context, q int) {
 			// The peer holds the connection of this rank's admission (in
 			// progress here), or of an earlier dial of this rank's that
 			// will settle: await it as a crossing.
-			t.cs.state[q], t.cs.crossedAt[q] = slotCrossed, time.Now()
+			t.cs.crossed(q)
 			t.cs.broadcastLocked()
 			t.cs.mu.Unlock()
 			return
@@ -562,7 +572,7 @@ func (t *Transport) serveHandshake(c net.Conn) {
 		// (A failed handshake is logged before the connection is closed,
 		// so before the client can tell.) Handshakes cut because the
 		// transport closed are no refusal; a client that hung up is one.
-		if !errors.Is(err, net.ErrClosed) && !errors.Is(err, ErrRefused) && !errors.Is(err, ErrCrossing) && t.cs.life.Err() == nil {
+		if !errors.Is(err, net.ErrClosed) && !errors.Is(err, ErrRefused) && !errors.Is(err, ErrCrossing) && !errors.Is(err, errConnected) && t.cs.life.Err() == nil {
 			t.cs.refused.Warn("tcp: refused connection", "rank", t.rank, "remote", c.RemoteAddr().String(), "err", err)
 		}
 		c.Close()
