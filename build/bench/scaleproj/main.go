@@ -41,6 +41,7 @@ type options struct {
 	directMax, smallHosts int
 	out, models           string
 	jobs                  int
+	args                  []string // as given, for the report
 }
 
 // point is one projected allreduce.
@@ -74,7 +75,7 @@ func parseFlags(args []string) (*options, error) {
 	algos := fs.String("algos", "ring,hd,rd,dbtree,hier", "registry allreduce algorithms")
 	nic := fs.String("nic", "10gbit", "inter-host link bandwidth (per host)")
 	lat := fs.Duration("nic-latency", 10*time.Microsecond, "inter-host link latency, on top of the calibrated per-message software cost")
-	o := &options{}
+	o := &options{args: args}
 	fs.IntVar(&o.directMax, "direct-max", 1024, "ring and hier beyond this many ranks are projected from -small-hosts hosts")
 	fs.IntVar(&o.smallHosts, "small-hosts", 16, "hosts of the cluster the periodic projection walks")
 	fs.StringVar(&o.out, "out", "scale-sim", "output path without extension (.md and .png are written)")
@@ -225,6 +226,7 @@ func run(o *options, log io.Writer) error {
 		return err
 	}
 	var md strings.Builder
+	fmt.Fprintf(&md, "`go run ./build/bench/scaleproj %s`\n\n", strings.Join(o.args, " "))
 	o.writeTables(&md, pts)
 	if err := writeModels(&md, o.ranks, models); err != nil {
 		return err

@@ -35,7 +35,7 @@ func TestRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"**8 ranks per host, 4 KiB**", "| 32 | 4 |", " †", "**Setup**", "**Shrink by one rank**", "| 32 |"} {
+	for _, want := range []string{"`go run ./build/bench/scaleproj -ranks 16,32 ", "**8 ranks per host, 4 KiB**", "| 32 | 4 |", " †", "**Setup**", "**Shrink by one rank**", "| 32 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the report lacks %q:\n%s", want, md)
 		}
