@@ -897,8 +897,8 @@ func TestScaleCrashStop(t *testing.T) {
 	seeds, n := scaleSeeds(t, 3, 60)
 	for _, s := range seeds {
 		st := runScale(t, scaleCfg{n: n, seed: s, maxF: 20})
-		t.Logf("seed %d: %d crashes (%d had led), %d ballots, %d messages (%.1f per member), %d hops, busiest member %d messages",
-			s, st.crashes, st.leadersF, st.ballots, st.msgs, float64(st.msgs)/float64(n), st.hops, st.busiest)
+		t.Logf("seed %d: %d crashes (%d had led, %d had decided), %d ballots, %d messages (%.1f per member, %.1f ids each), %d hops, busiest member %d messages",
+			s, st.crashes, st.leadersF, st.crashedOK, st.ballots, st.msgs, float64(st.msgs)/float64(n), float64(st.ints)/float64(max(st.msgs, 1)), st.hops, st.busiest)
 	}
 }
 
