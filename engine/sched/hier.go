@@ -41,6 +41,11 @@ type hosts struct {
 	es     int
 	host   []int
 	local  []int
+	// across[l] is the ring across hosts of the ranks of local index l,
+	// in host order: built once, not per rank (every rank's program
+	// would otherwise allocate H entries, N·H in all: 4 GiB at 65,536
+	// ranks of 8 per host).
+	across [][]int
 }
 
 func newHosts(p Params) (*hosts, error) {
@@ -64,6 +69,13 @@ func newHosts(p Params) (*hosts, error) {
 	if hs.h*hs.r != p.N {
 		return nil, fmt.Errorf("sched: hosts %v hold %d ranks, not %d", p.Hosts, hs.h*hs.r, p.N)
 	}
+	hs.across = make([][]int, hs.r)
+	for l := range hs.across {
+		hs.across[l] = make([]int, hs.h)
+		for h := range hs.across[l] {
+			hs.across[l][h] = hs.groups[h][l]
+		}
+	}
 	return hs, nil
 }
 
@@ -74,12 +86,7 @@ func (hs *hosts) intra(rank int) ring {
 }
 
 func (hs *hosts) cross(rank int) ring {
-	l := hs.local[rank]
-	order := make([]int, hs.h)
-	for h := range order {
-		order[h] = hs.groups[h][l]
-	}
-	return newRing(order, hs.host[rank], hs.es)
+	return newRing(hs.across[hs.local[rank]], hs.host[rank], hs.es)
 }
 
 // HierAllReduce: see the file comment.

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 )
@@ -21,6 +22,12 @@ import (
 // node (left op right) in operand order, hash-consed so that equal
 // expressions are equal ids; a division wraps a node. Two ranks holding the
 // same id hold bitwise the same result.
+//
+// Cost: programs are pulled one operation at a time (a 4,096-rank ring is
+// 67 million operations) and a rank keeps only its unfinished tasks, so
+// time grows with the operations and memory with the operations in
+// flight, plus the symbolic data (ranks × elements). What a barrier's
+// ranks have heard of (a rank set per send) is tracked for barriers only.
 
 // Report is what a simulation measured.
 type Report struct {
@@ -44,7 +51,8 @@ type sim struct {
 	nodes  []node
 	index  map[node]int32
 	bufs   [][NumBufs][]int32 // per rank, per buffer, per element
-	know   [][]bool           // barrier: whom each rank has heard from
+	know   [][]bool           // barrier: whom each rank has heard from (nil otherwise)
+	host   []int              // per rank, with Params.Hosts
 	report Report
 	err    error // a send and a receive that do not pair one to one
 }
@@ -70,6 +78,7 @@ type simTask struct {
 	matched bool
 	payload []int32 // RecvReduce: what arrived
 	know    []bool  // Send: the sender's knowledge when issued
+	mark    uint64  // rankState.mark when last found by deps
 }
 
 func (t *simTask) ready() bool {
@@ -81,35 +90,108 @@ func (t *simTask) ready() bool {
 	return true
 }
 
-func conflicts(t *simTask, rd, wr Range) bool {
-	var trd, twr Range
-	switch t.op.Kind {
-	case Send:
-		trd = t.op.Src
-	default:
-		twr = t.op.Dst
-	}
-	return twr.Overlaps(rd) || twr.Overlaps(wr) || trd.Overlaps(wr)
-}
-
 type rankState struct {
-	ops      []Op
-	pc       int
-	tasks    []*simTask
+	next     func() (Op, bool) // the program, pulled
+	stop     func()
+	op       Op         // the next operation to issue
+	has      bool       // op is valid (false: the program ended)
+	tasks    []*simTask // unfinished (and some finished: see compact)
+	done     int        // finished since tasks was last compacted
+	reducing []*simTask // RecvReduce tasks whose message arrived, not yet folded
+	haz      [NumBufs]hazards
+	mark     uint64 // stamp of the current conflict search
 	lastSend map[int]*simTask
 	lastRecv map[int]*simTask
 	sends    map[int][]*simTask // per peer, unmatched, in order
 	recvs    map[int][]*simTask
 }
 
-func (st *rankState) deps(rd, wr Range) []*simTask {
+// hazards is, for one buffer of one rank, per element, the last task that
+// writes it and the tasks that read it since: what an operation touching
+// the element must wait for. An earlier writer, or a reader before that
+// writer, needs no entry: the last writer waited for it, so it is
+// finished once the last writer is. Looking up a range costs its length,
+// as moving its data does, where comparing with every unfinished task
+// cost a ring rank, which issues its 4(N-1) operations at once, N² per
+// rank (N³ in all: a 1,024-rank ring took minutes).
+type hazards struct {
+	writer  []*simTask
+	readers [][]*simTask
+}
+
+// elems is the element range of g, widened to whole elements.
+func (m *sim) elems(g Range) (lo, hi int) {
+	if g.Len <= 0 {
+		return 0, 0
+	}
+	return g.Off / m.es, (g.End() + m.es - 1) / m.es
+}
+
+func (st *rankState) hazard(m *sim, b Buf) *hazards {
+	h := &st.haz[b]
+	if h.writer == nil {
+		n := (m.s.Len(b) + m.es - 1) / m.es
+		h.writer, h.readers = make([]*simTask, n), make([][]*simTask, n)
+	}
+	return h
+}
+
+// deps lists the unfinished tasks an operation reading rd and writing wr
+// must wait for: the writers of either range, the readers of wr.
+func (m *sim) deps(st *rankState, rd, wr Range) []*simTask {
+	st.mark++
 	var out []*simTask
-	for _, t := range st.tasks {
-		if !t.done && conflicts(t, rd, wr) {
+	add := func(t *simTask) {
+		if t != nil && !t.done && t.mark != st.mark {
+			t.mark = st.mark
 			out = append(out, t)
 		}
 	}
+	for _, g := range [2]Range{rd, wr} {
+		lo, hi := m.elems(g)
+		if lo == hi {
+			continue
+		}
+		h := st.hazard(m, g.Buf)
+		for e := lo; e < hi; e++ {
+			add(h.writer[e])
+			if g == wr {
+				for _, t := range h.readers[e] {
+					add(t)
+				}
+			}
+		}
+	}
 	return out
+}
+
+// record notes task t as the reader of its source (Send) or the writer of
+// its destination.
+func (m *sim) record(st *rankState, t *simTask) {
+	if t.op.Kind == Send {
+		lo, hi := m.elems(t.op.Src)
+		if lo == hi {
+			return
+		}
+		h := st.hazard(m, t.op.Src.Buf)
+		for e := lo; e < hi; e++ {
+			rs := h.readers[e]
+			if len(rs) >= 8 {
+				rs = slices.DeleteFunc(rs, func(x *simTask) bool { return x.done })
+			}
+			h.readers[e] = append(rs, t)
+		}
+		return
+	}
+	lo, hi := m.elems(t.op.Dst)
+	if lo == hi {
+		return
+	}
+	h := st.hazard(m, t.op.Dst.Buf)
+	for e := lo; e < hi; e++ {
+		h.writer[e] = t
+		h.readers[e] = h.readers[e][:0]
+	}
 }
 
 func allDone(ts []*simTask) bool {
@@ -137,7 +219,9 @@ func Simulate(s *Schedule, p Params, layouts ...Params) (*Report, error) {
 	n := s.N
 	m.report = Report{BytesSent: make([]int, n), Messages: make([]int, n), Rounds: s.Rounds}
 	m.bufs = make([][NumBufs][]int32, n)
-	m.know = make([][]bool, n)
+	if p.Coll == Barrier {
+		m.know = make([][]bool, n)
+	}
 	for r := 0; r < n; r++ {
 		for b := Buf(0); b < NumBufs; b++ {
 			m.bufs[r][b] = make([]int32, s.Len(b)/m.es)
@@ -145,17 +229,36 @@ func Simulate(s *Schedule, p Params, layouts ...Params) (*Report, error) {
 				m.bufs[r][b][i] = m.garbage(r, int(b)<<28|i)
 			}
 		}
-		m.know[r] = make([]bool, n)
-		m.know[r][r] = true
+		if m.know != nil {
+			m.know[r] = make([]bool, n)
+			m.know[r][r] = true
+		}
 	}
 	if err := m.input(layouts); err != nil {
 		return nil, err
 	}
+	if p.Hosts != nil {
+		m.host = make([]int, n)
+		for h, g := range p.Hosts {
+			for _, r := range g {
+				m.host[r] = h
+			}
+		}
+		m.report.CrossHostBytes = make([]int, len(p.Hosts))
+	}
 	states := make([]*rankState, n)
 	for r := range states {
-		states[r] = &rankState{ops: s.Ops(r), lastSend: map[int]*simTask{}, lastRecv: map[int]*simTask{},
+		st := &rankState{lastSend: map[int]*simTask{}, lastRecv: map[int]*simTask{},
 			sends: map[int][]*simTask{}, recvs: map[int][]*simTask{}}
+		st.next, st.stop = iter.Pull(s.Program(r))
+		st.op, st.has = st.next()
+		states[r] = st
 	}
+	defer func() {
+		for _, st := range states {
+			st.stop()
+		}
+	}()
 	for {
 		progress := false
 		for r, st := range states {
@@ -177,14 +280,14 @@ func Simulate(s *Schedule, p Params, layouts ...Params) (*Report, error) {
 	}
 	var stuck []string
 	for r, st := range states {
-		if st.pc < len(st.ops) || !allDone(st.tasks) {
+		if st.has || !allDone(st.tasks) {
 			for _, t := range st.tasks {
 				if !t.done {
 					stuck = append(stuck, fmt.Sprintf("rank %d: %v", r, t.op))
 				}
 			}
-			if st.pc < len(st.ops) {
-				stuck = append(stuck, fmt.Sprintf("rank %d blocked before op %d (%v)", r, st.pc, st.ops[st.pc]))
+			if st.has {
+				stuck = append(stuck, fmt.Sprintf("rank %d blocked before %v", r, st.op))
 			}
 		}
 	}
@@ -194,45 +297,37 @@ func Simulate(s *Schedule, p Params, layouts ...Params) (*Report, error) {
 		}
 		return nil, fmt.Errorf("sched: %s %s deadlocks: %s", s.Coll, s.Algo, strings.Join(stuck, "; "))
 	}
-	if p.Hosts != nil {
-		host := make([]int, n)
-		for h, g := range p.Hosts {
-			for _, r := range g {
-				host[r] = h
-			}
-		}
-		m.report.CrossHostBytes = make([]int, len(p.Hosts))
-		for r, st := range states {
-			for _, o := range st.ops {
-				if o.Kind == Send && host[o.Peer] != host[r] {
-					m.report.CrossHostBytes[host[r]] += o.Src.Len
-				}
-			}
-		}
-	}
 	return &m.report, m.verify(layouts)
 }
 
 // issue moves rank r's program counter over what can be issued now.
 func (m *sim) issue(r int, st *rankState) bool {
 	progress := false
-	for st.pc < len(st.ops) {
-		o := st.ops[st.pc]
+	st.compact()
+	for st.has {
+		o := st.op
 		switch o.Kind {
 		case Send:
-			t := &simTask{op: o, rank: r, deps: st.deps(o.Src, Range{})}
-			if prev := st.lastSend[o.Peer]; prev != nil {
+			t := &simTask{op: o, rank: r, deps: m.deps(st, o.Src, Range{})}
+			m.record(st, t)
+			if prev := st.lastSend[o.Peer]; prev != nil && !prev.done {
 				t.deps = append(t.deps, prev)
 			}
-			t.know = slices.Clone(m.know[r])
+			if m.know != nil {
+				t.know = slices.Clone(m.know[r])
+			}
 			st.lastSend[o.Peer] = t
 			st.sends[o.Peer] = append(st.sends[o.Peer], t)
 			st.tasks = append(st.tasks, t)
 			m.report.BytesSent[r] += o.Src.Len
 			m.report.Messages[r] += o.NSegs()
+			if m.host != nil && m.host[o.Peer] != m.host[r] {
+				m.report.CrossHostBytes[m.host[r]] += o.Src.Len
+			}
 		case Recv, RecvReduce:
 			t := &simTask{op: o, rank: r}
-			conf := st.deps(Range{}, o.Dst)
+			conf := m.deps(st, Range{}, o.Dst)
+			m.record(st, t)
 			if o.Kind == Recv {
 				t.deps = conf
 			} else {
@@ -240,19 +335,19 @@ func (m *sim) issue(r int, st *rankState) bool {
 			}
 			// Matched receives take their message by tag: they need not
 			// wait for each other.
-			if prev := st.lastRecv[o.Peer]; prev != nil && !m.s.Matched {
+			if prev := st.lastRecv[o.Peer]; prev != nil && !prev.done && !m.s.Matched {
 				t.deps = append(t.deps, prev)
 			}
 			st.lastRecv[o.Peer] = t
 			st.recvs[o.Peer] = append(st.recvs[o.Peer], t)
 			st.tasks = append(st.tasks, t)
 		case Copy:
-			if !allDone(st.deps(o.Src, o.Dst)) {
+			if len(m.deps(st, o.Src, o.Dst)) > 0 {
 				return progress
 			}
 			copy(m.slice(r, o.Dst), m.slice(r, o.Src))
 		case Scale:
-			if !allDone(st.deps(Range{}, o.Dst)) {
+			if len(m.deps(st, Range{}, o.Dst)) > 0 {
 				return progress
 			}
 			d := m.slice(r, o.Dst)
@@ -260,7 +355,7 @@ func (m *sim) issue(r int, st *rankState) bool {
 				d[i] = m.id(node{2, d[i], int32(o.Div)})
 			}
 		case Accumulate:
-			if !allDone(st.deps(o.Src, o.Dst)) {
+			if len(m.deps(st, o.Src, o.Dst)) > 0 {
 				return progress
 			}
 			d, src := m.slice(r, o.Dst), m.slice(r, o.Src)
@@ -272,10 +367,19 @@ func (m *sim) issue(r int, st *rankState) bool {
 				return progress
 			}
 		}
-		st.pc++
+		st.op, st.has = st.next()
 		progress = true
 	}
 	return progress
+}
+
+// compact drops finished tasks once they are a good part of the list: a
+// rank's conflicts are searched among its unfinished tasks only.
+func (st *rankState) compact() {
+	if st.done > 0 && 2*st.done >= len(st.tasks) {
+		st.tasks = slices.DeleteFunc(st.tasks, func(t *simTask) bool { return t.done })
+		st.done = 0
+	}
 }
 
 func (m *sim) slice(r int, g Range) []int32 {
@@ -299,37 +403,54 @@ func (m *sim) advance(r int, st *rankState, states []*rankState) bool {
 				return false
 			}
 			data := slices.Clone(m.slice(peer, snd.op.Src))
-			states[peer].sends[r] = slices.Delete(states[peer].sends[r], si, si+1)
+			states[peer].sends[r] = cut(states[peer].sends[r], si)
 			snd.done = true
+			states[peer].done++
 			for i, k := range snd.know {
 				m.know[r][i] = m.know[r][i] || k
 			}
 			if t.op.Kind == Recv {
 				copy(m.slice(r, t.op.Dst), data)
 				t.done = true
+				st.done++
 			} else {
 				t.payload, t.matched = data, true
+				st.reducing = append(st.reducing, t)
 			}
-			q = slices.Delete(q, ti, ti+1)
+			q = cut(q, ti)
 			progress = true
 		}
 		st.recvs[peer] = q
 	}
-	for _, t := range st.tasks {
-		if t.op.Kind == RecvReduce && t.matched && !t.done && allDone(t.conf) {
-			d := m.slice(r, t.op.Dst)
-			for i := range d {
-				if t.op.TheirsFirst {
-					d[i] = m.id(node{1, t.payload[i], d[i]})
-				} else {
-					d[i] = m.id(node{1, d[i], t.payload[i]})
-				}
-			}
-			t.done = true
-			progress = true
+	keep := st.reducing[:0]
+	for _, t := range st.reducing {
+		if !allDone(t.conf) {
+			keep = append(keep, t)
+			continue
 		}
+		d := m.slice(r, t.op.Dst)
+		for i := range d {
+			if t.op.TheirsFirst {
+				d[i] = m.id(node{1, t.payload[i], d[i]})
+			} else {
+				d[i] = m.id(node{1, d[i], t.payload[i]})
+			}
+		}
+		t.done, t.payload = true, nil
+		st.done++
+		progress = true
 	}
+	st.reducing = keep
 	return progress
+}
+
+// cut removes q[i]; the head, the usual case, without moving the rest (a
+// ring rank posts all its 2(N-1) receives at once).
+func cut(q []*simTask, i int) []*simTask {
+	if i == 0 {
+		return q[1:]
+	}
+	return slices.Delete(q, i, i+1)
 }
 
 // pair picks the receive of q and the send of sq (the peer's unmatched

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func setupParams() InitParams {
+	return InitParams{RootPerRank: 50e-6, Hop: 10e-6, Bandwidth: 1e9, AddrBytes: 64, Handshake: 200e-6, Roots: 4, FanOut: 4}
+}
+
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+		t.Errorf("%s = %.9g, want %.9g", what, got, want)
+	}
+}
+
+// The init model's phases, worked out by hand for 1,024 ranks, 4 roots,
+// fan-out 4: 256 ranks per root, a 64 KiB table (65.536 µs at 1 GB/s).
+func TestInitByHand(t *testing.T) {
+	got, err := Init(1024, setupParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10 µs + 256 × 50 µs, then 2 doubling steps of 10 µs and ¾ of the table.
+	near(t, "gather", got.Gather, 10e-6+256*50e-6+2*10e-6+0.75*65.536e-6)
+	// 1+4+16+64+256 ≥ 256: 4 levels, each 10 µs + 4 tables.
+	near(t, "spread", got.Spread, 4*(10e-6+4*65.536e-6))
+	// 2 + log2(1024) = 12 neighbours, one after another.
+	near(t, "connect", got.Connect, 10e-6+12*200e-6)
+	near(t, "total", got.Total, got.Gather+got.Spread+got.Connect)
+}
+
+// More roots shorten the gather while the roots' per-rank work dominates;
+// setup grows with the ranks; one rank connects nobody.
+func TestInitShape(t *testing.T) {
+	p := setupParams()
+	prev := 0.0
+	for _, n := range []int{1024, 4096, 16384, 65536} {
+		got, err := Init(n, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Total <= prev {
+			t.Errorf("%d ranks: %v s, not more than %v s at fewer", n, got.Total, prev)
+		}
+		prev = got.Total
+	}
+	one, _ := Init(65536, p)
+	p.Roots = 64
+	many, _ := Init(65536, p)
+	if many.Gather >= one.Gather {
+		t.Errorf("64 roots gather in %v s, 4 in %v s", many.Gather, one.Gather)
+	}
+	lone, err := Init(1, setupParams())
+	if err != nil || lone.Connect != 0 || lone.Spread != 0 {
+		t.Errorf("one rank: %+v, %v", lone, err)
+	}
+}
+
+func TestInitBadParams(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(*InitParams)
+		want string
+	}{
+		{func(p *InitParams) { p.Hop = -1 }, "hop_s"},
+		{func(p *InitParams) { p.RootPerRank = math.NaN() }, "root_per_rank_s"},
+		{func(p *InitParams) { p.Bandwidth = 0 }, "bandwidth_Bps"},
+		{func(p *InitParams) { p.FanOut = 1 }, "fan_out"},
+		{func(p *InitParams) { p.Roots = 0 }, "roots"},
+	} {
+		p := setupParams()
+		tc.edit(&p)
+		if _, err := Init(64, p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", p, err, tc.want)
+		}
+	}
+	if _, err := Init(0, setupParams()); err == nil {
+		t.Error("0 ranks: no error")
+	}
+}
+
+// The shrink model by hand: 1,024 ranks, one coordinator failure.
+func TestShrinkByHand(t *testing.T) {
+	p := ShrinkParams{Detect: 0.5, Hop: 10e-6, PerMessage: 5e-6, PerID: 10e-9, CoordFailures: 1, ExtraRoundTrips: 1.5, Setup: setupParams()}
+	got, err := Shrink(1024, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := 1023.0
+	perBallot := 6*m*5e-6 + 2*m*m*10e-9
+	if got.Ballots != 2 || got.RoundTrips != 4.5 {
+		t.Errorf("%d ballots, %v round trips; want 2, 4.5", got.Ballots, got.RoundTrips)
+	}
+	near(t, "agree", got.Agree, 4.5*20e-6+2*perBallot+0.5)
+	near(t, "setup", got.Setup, 10e-6+12*200e-6) // 2 + ⌈log2 1023⌉ neighbours
+	near(t, "total", got.Total, 0.5+got.Agree+got.Setup)
+	p.Rebootstrap = true
+	again, _ := Shrink(1024, p)
+	full, _ := Init(1023, p.Setup)
+	near(t, "setup with a new bootstrap", again.Setup, full.Total)
+}
+
+// The coordinator's ids make the agreement quadratic: at 65,536 ranks
+// with 10 ns per id it is over a minute per ballot.
+func TestShrinkQuadraticIDs(t *testing.T) {
+	p := ShrinkParams{Hop: 10e-6, PerID: 10e-9, Setup: setupParams()}
+	got, err := Shrink(65536, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Agree < 60 {
+		t.Errorf("agreement %v s at 65,536 ranks with 10 ns per id, want over a minute", got.Agree)
+	}
+}
+
+func TestShrinkBadParams(t *testing.T) {
+	p := ShrinkParams{Hop: 10e-6, Setup: setupParams()}
+	if _, err := Shrink(1, p); err == nil {
+		t.Error("one rank: no error")
+	}
+	p.CoordFailures = 63
+	if _, err := Shrink(64, p); err == nil {
+		t.Error("63 coordinator failures among 64: no error")
+	}
+	p.CoordFailures, p.PerMessage = 0, -1
+	if _, err := Shrink(64, p); err == nil || !strings.Contains(err.Error(), "per_message_s") {
+		t.Errorf("negative per-message cost: %v", err)
+	}
+	p.PerMessage, p.Setup.Roots = 0, 0
+	if _, err := Shrink(64, p); err == nil || !strings.Contains(err.Error(), "roots") {
+		t.Errorf("a setup without roots: %v", err)
+	}
+}
