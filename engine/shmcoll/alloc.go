@@ -198,7 +198,7 @@ func (a *Arena) peerReg(j int, id, need uint64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d registered buffer: %w", transport.ErrProtocol, j, err)
 	}
-	mem, err := syscall.Mmap(fd, 0, int(e.size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	mem, err := syscall.Mmap(fd, 0, int(e.size), syscall.PROT_READ, syscall.MAP_SHARED|populate(a.size))
 	syscall.Close(fd)
 	if err != nil {
 		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}

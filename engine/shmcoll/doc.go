@@ -14,7 +14,9 @@
 // peers sleeping on it, on separate cache lines), and two data slots of
 // SlotBytes each: buffer sets 0 and 1. The pages are allocated and touched at
 // Create (shared memory has no huge pages; first-touch faults would
-// otherwise land in the first collectives). Once every rank connected, the
+// otherwise land in the first collectives), and up to populateRanks ranks
+// every rank maps its peers' segments populated too; beyond, peers' pages
+// enter a rank's page tables as it reads them. Once every rank connected, the
 // engine calls Release, which closes the descriptor peers opened.
 //
 // # Barriers

@@ -163,6 +163,26 @@ func createSegment(tag [8]byte, rank, size, slot int) ([]byte, int, error) {
 	return m, fd, nil
 }
 
+// populateRanks is the most ranks at which a rank maps its peers'
+// segments (and registered buffers) populated, every page in its page
+// tables at once, as the small jobs this package is tuned for always had
+// them: no fault lands in the first collectives. With more ranks that
+// would make every rank map all of every peer's memory at setup: page
+// tables and setup work growing with the square of the ranks on the host.
+// There a rank's page tables fill as it reads, with what the collectives
+// touch: its chunk of each peer's slot in the reductions, all of them
+// only in the gathers and all-to-alls.
+const populateRanks = 8
+
+// populate is the mmap flag that maps a peer's memory in a job of size
+// ranks: populated up to populateRanks.
+func populate(size int) int {
+	if size <= populateRanks {
+		return syscall.MAP_POPULATE
+	}
+	return 0
+}
+
 // openSegment maps the segment of rank peer that ref names and verifies
 // that it belongs to this communicator and layout.
 func openSegment(open shmsync.Opener, ref PeerInfo, tag [8]byte, peer, size, slot int) (*segment, error) {
@@ -171,7 +191,7 @@ func openSegment(open shmsync.Opener, ref PeerInfo, tag [8]byte, peer, size, slo
 		return nil, err
 	}
 	defer f.Close()
-	m, err := f.Map(0, int(f.Size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_POPULATE)
+	m, err := f.Map(0, int(f.Size), syscall.PROT_READ|syscall.PROT_WRITE, populate(size))
 	if err != nil {
 		return nil, err
 	}

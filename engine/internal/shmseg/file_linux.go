@@ -22,7 +22,14 @@ import (
 // Publish. Peers open the file through its FileRef while fd stays open;
 // close fd once they all did.
 func (f Format) Create(name string, id ID, n int) (m []byte, fd int, err error) {
-	m, fd, err = shmsync.CreateMemfd(name, n)
+	return f.CreateHot(name, id, n, n)
+}
+
+// CreateHot is Create allocating and touching only the first hot bytes of
+// the segment (shmsync.CreateMemfdHot), at least the header page: the rest
+// costs memory once touched.
+func (f Format) CreateHot(name string, id ID, n, hot int) (m []byte, fd int, err error) {
+	m, fd, err = shmsync.CreateMemfdHot(name, n, max(hot, PageSize))
 	if err != nil {
 		return nil, -1, err
 	}

@@ -47,7 +47,8 @@
 // a yielding rank then burns its whole time slice while the rank it waits
 // for is not run (with 16 such ranks on 2 cores, a small allreduce took
 // a hundred times longer). PolicyAmong reads the groups of the ranks'
-// processes (SchedGroup, from /proc) and skips yielding for such ranks:
+// processes (SchedGroup, from /proc; of a sample of them when there are
+// many) and skips yielding for such ranks:
 // they poll briefly and sleep on the futex, whose wake does hand the core
 // over.
 //

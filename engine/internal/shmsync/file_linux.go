@@ -19,11 +19,21 @@ import (
 // first-touch faults would otherwise land in the hot path. name shows only
 // in /proc/<pid>/fd links, for debugging.
 func CreateMemfd(name string, n int) (mem []byte, fd int, err error) {
+	return CreateMemfdHot(name, n, n)
+}
+
+// CreateMemfdHot is CreateMemfd allocating and touching only the first hot
+// bytes (rounded up to a page): the rest of the file is a hole, which
+// costs no memory until someone touches it. A segment with a part per
+// peer makes only the parts of the peers it will surely use hot, so that
+// many ranks on one host do not allocate, zero and map memory for every
+// pair of them at setup. hot >= n is CreateMemfd.
+func CreateMemfdHot(name string, n, hot int) (mem []byte, fd int, err error) {
 	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, -1, &os.PathError{Op: "memfd_create", Path: name, Err: err}
 	}
-	m, err := sizeAndMap(fd, n, name)
+	m, err := sizeAndMap(fd, n, hot, name)
 	if err != nil {
 		syscall.Close(fd)
 		return nil, -1, err
@@ -31,28 +41,37 @@ func CreateMemfd(name string, n int) (mem []byte, fd int, err error) {
 	return m, fd, nil
 }
 
-// sizeAndMap sizes the file fd to n bytes, allocates its pages, maps it
-// shared and read-write and touches every page.
-func sizeAndMap(fd, n int, name string) ([]byte, error) {
+// sizeAndMap sizes the file fd to n bytes, allocates its first hot bytes,
+// maps it shared and read-write and touches every page of them.
+func sizeAndMap(fd, n, hot int, name string) ([]byte, error) {
 	fail := func(op string, err error) ([]byte, error) {
 		return nil, &os.PathError{Op: op, Path: name, Err: err}
 	}
+	page := os.Getpagesize()
+	hot = min(roundUpTo(max(hot, 0), page), n)
 	if err := syscall.Ftruncate(fd, int64(n)); err != nil {
 		return fail("truncate", err)
 	}
-	if err := syscall.Fallocate(fd, 0, 0, int64(n)); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
-		return fail("fallocate", err)
+	if hot > 0 {
+		if err := syscall.Fallocate(fd, 0, 0, int64(hot)); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
+			return fail("fallocate", err)
+		}
 	}
-	m, err := syscall.Mmap(fd, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	flags := syscall.MAP_SHARED
+	if hot == n {
+		flags |= syscall.MAP_POPULATE
+	}
+	m, err := syscall.Mmap(fd, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, flags)
 	if err != nil {
 		return fail("mmap", err)
 	}
-	page := os.Getpagesize()
-	for i := 0; i < len(m); i += page {
+	for i := 0; i < hot; i += page {
 		m[i] = 0
 	}
 	return m, nil
 }
+
+func roundUpTo(n, a int) int { return (n + a - 1) / a * a }
 
 // RefOf is the reference peers use to open this process's descriptor fd.
 func RefOf(fd int) (FileRef, error) {

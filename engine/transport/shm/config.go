@@ -6,7 +6,8 @@
 // local peer that sends to it. A Send copies the frame header and the payload
 // into the ring for this sender in the receiver's segment; a Recv copies out of
 // the ring for that peer in its own segment. Messages larger than a ring stream
-// through it in chunks, so any size works.
+// through it in chunks, so any size works. With many ranks on a host the
+// rings shrink and only some are allocated up front (see allHotPeers).
 //
 // Lifecycle: Create makes and maps the own segment; the caller exchanges
 // Ref() (process id, descriptor, inode) with the other local ranks out of
@@ -26,7 +27,8 @@
 // aborted, with the reason) and the liveness of the peer's process.
 //
 // Failure propagation: besides, a watcher goroutine looks at the state word of
-// every peer's segment every 50 ms and at every peer's process every 100 ms.
+// every peer's segment every 50 ms and at every watched peer's process (every
+// peer's in small jobs; see allHotPeers) every 100 ms.
 // When any peer aborted (or announces a failure it heard of) or its process
 // died, this transport fails every pending and later call with a
 // *transport.RemoteAbortError or *transport.PeerLostError naming the rank
@@ -53,6 +55,34 @@ const (
 	MaxRingBytes     = 1 << 30
 )
 
+// Many ranks on one host. A rank has a ring for every local peer, so a
+// host's rings grow with the square of its ranks: at the default size,
+// 128 ranks would need 64 GiB, all of it allocated, zeroed and mapped at
+// setup. So, beyond allHotPeers peers:
+//
+//   - the default ring shrinks to the largest power of two that keeps a
+//     rank's inbound rings within ringBudget together, but not below
+//     minAutoRing: what a host's rings may ever take grows with its ranks,
+//     not their square;
+//   - only the rings of the hot peers (hotPeers: the neighbours in rank
+//     order and the recursive-doubling partners, which the message
+//     schedules use) are allocated and touched at Create and mapped
+//     populated by their producers; the others are holes of the memory
+//     file until a message goes through them, when the kernel allocates
+//     their pages;
+//   - a rank watches the processes of its hot peers only (a pidfd each):
+//     every rank is watched by its neighbours, who announce its death in
+//     their own segments, whose state every rank reads.
+//
+// Up to allHotPeers peers (8 ranks on a host) nothing of this applies:
+// every ring is DefaultRingBytes, hot, and watched, as the small jobs
+// this transport is tuned for always had them.
+const (
+	allHotPeers = 7
+	ringBudget  = 8 * DefaultRingBytes
+	minAutoRing = 64 << 10
+)
+
 // Config describes one rank's endpoint.
 type Config struct {
 	Rank, Size int
@@ -63,7 +93,8 @@ type Config struct {
 	// verified on Connect (and names the memory file in /proc/<pid>/fd,
 	// for debugging).
 	Tag [8]byte
-	// RingBytes is the size of each inbound ring; 0 means DefaultRingBytes.
+	// RingBytes is the size of each inbound ring; 0 means DefaultRingBytes,
+	// or less with more than allHotPeers peers (autoRingBytes).
 	RingBytes int
 	// Logger receives lifecycle and failure messages; nil discards them.
 	Logger *slog.Logger

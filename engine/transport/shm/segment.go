@@ -15,19 +15,22 @@ import (
 
 // Segment layout. Page 0 is the header (shmseg: identity, state, failure,
 // and the layout words below); then one control block per inbound slot;
-// then, page aligned, one ring of ringBytes per slot.
+// then, page aligned, one ring of ringBytes per slot. The first hotSlots
+// slots are the hot peers' (hotPeers): the file's pages up to the end of
+// their rings are allocated at creation, the rest on first touch.
 //
 // All words are naturally aligned 64-bit words accessed with sync/atomic when
 // they change after creation. Immutable fields are written before the magic
 // is published (atomic store) and read after it was seen.
 const (
 	segMagic   uint64 = 0x4d4853_4c4c4f4347 // "GCOLLSHM" in little-endian byte order
-	segVersion uint64 = 3                   // 3: in a memory file opened by descriptor
+	segVersion uint64 = 4                   // 3: in a memory file opened by descriptor; 4: hot slots
 	pageSize          = shmseg.PageSize
 
 	offSlots     = shmseg.OffLayout
 	offRingBytes = shmseg.OffLayout + 8
 	offDataOff   = shmseg.OffLayout + 16
+	offHotSlots  = shmseg.OffLayout + 24
 
 	ctrlOff   = pageSize
 	ctrlBytes = 512 // four 128-byte lines, so that no two writers share a line (or an adjacent-line prefetch pair)
@@ -90,11 +93,13 @@ func makeRing(ctrl []byte, data []byte) ring {
 	}
 }
 
-// createSegment creates, sizes, maps and pre-touches the rank's own segment
-// in a memory file and writes its header. slotPeers[i] is the rank that
-// produces into slot i.
-func createSegment(tag [8]byte, rank, size int, slotPeers []int, ringBytes int) ([]byte, int, error) {
-	m, fd, err := format.Create(fmt.Sprintf("gocoll-%x-%d", tag[:], rank), shmseg.ID{Tag: tag, Rank: rank, Size: size}, segmentBytes(len(slotPeers), ringBytes))
+// createSegment creates, sizes and maps the rank's own segment in a memory
+// file, pre-touches its header, control blocks and the rings of its first
+// hot slots, and writes its header. slotPeers[i] is the rank that produces
+// into slot i.
+func createSegment(tag [8]byte, rank, size int, slotPeers []int, hot, ringBytes int) ([]byte, int, error) {
+	n := segmentBytes(len(slotPeers), ringBytes)
+	m, fd, err := format.CreateHot(fmt.Sprintf("gocoll-%x-%d", tag[:], rank), shmseg.ID{Tag: tag, Rank: rank, Size: size}, n, dataOffset(len(slotPeers))+hot*ringBytes)
 	if err != nil {
 		return nil, -1, err
 	}
@@ -102,6 +107,7 @@ func createSegment(tag [8]byte, rank, size int, slotPeers []int, ringBytes int) 
 	ne.PutUint64(m[offSlots:], uint64(len(slotPeers)))
 	ne.PutUint64(m[offRingBytes:], uint64(ringBytes))
 	ne.PutUint64(m[offDataOff:], uint64(dataOffset(len(slotPeers))))
+	ne.PutUint64(m[offHotSlots:], uint64(hot))
 	for i, p := range slotPeers {
 		ne.PutUint64(m[ctrlOff+i*ctrlBytes+ctlPeer:], uint64(p))
 	}
@@ -160,13 +166,14 @@ func openSegment(open shmsync.Opener, ref PeerInfo, tag [8]byte, self, peer, siz
 	slots := int(ne.Uint64(page[offSlots:]))
 	ringBytes := int(ne.Uint64(page[offRingBytes:]))
 	dataOff := int(ne.Uint64(page[offDataOff:]))
+	hot := int(ne.Uint64(page[offHotSlots:]))
 	syscall.Munmap(page)
 	switch {
 	case err != nil:
 		return nil, err
 	case slots < 0 || slots > 1<<16 || ringBytes < MinRingBytes || ringBytes > MaxRingBytes ||
-		ringBytes&(ringBytes-1) != 0 || dataOff != dataOffset(slots):
-		return nil, f.Errorf("corrupt layout (slots %d, ring %d, data at %d)", slots, ringBytes, dataOff)
+		ringBytes&(ringBytes-1) != 0 || dataOff != dataOffset(slots) || hot < 0 || hot > slots:
+		return nil, f.Errorf("corrupt layout (slots %d, hot %d, ring %d, data at %d)", slots, hot, ringBytes, dataOff)
 	case int64(segmentBytes(slots, ringBytes)) != f.Size:
 		return nil, f.Errorf("file has %d bytes, layout needs %d", f.Size, segmentBytes(slots, ringBytes))
 	}
@@ -185,7 +192,13 @@ func openSegment(open shmsync.Opener, ref PeerInfo, tag [8]byte, self, peer, siz
 		syscall.Munmap(hdr)
 		return nil, f.Errorf("no inbound ring for rank %d (not among its peers)", self)
 	}
-	data, err := f.Map(int64(dataOff+slot*ringBytes), ringBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_POPULATE)
+	// A cold ring's pages are allocated when the first message goes
+	// through: populating its mapping now would allocate them.
+	populate := 0
+	if slot < hot {
+		populate = syscall.MAP_POPULATE
+	}
+	data, err := f.Map(int64(dataOff+slot*ringBytes), ringBytes, syscall.PROT_READ|syscall.PROT_WRITE, populate)
 	if err != nil {
 		syscall.Munmap(hdr)
 		return nil, err

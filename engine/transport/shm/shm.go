@@ -34,8 +34,9 @@ type Transport struct {
 	ringBytes  int
 	log        *slog.Logger
 
-	own   []byte      // own segment, whole
-	slots map[int]int // producing peer rank -> slot in own segment
+	own     []byte       // own segment, whole
+	slots   map[int]int  // producing peer rank -> slot in own segment
+	watched map[int]bool // the hot peers, whose processes this rank watches
 
 	// conns[peer] is set by Connect before connected is stored; read only
 	// after connected was seen true.
@@ -62,13 +63,14 @@ type Transport struct {
 
 // peerConn is the pair of rings between this rank and one peer.
 type peerConn struct {
-	rank   int
-	remote bool           // in another process: check its liveness while waiting
-	policy shmsync.Policy // how a wait on this peer polls and yields before the futex
-	pidfd  int            // the remote process's pidfd for the watcher, or -1
-	seg    *peerSegment
-	out    *ring // in the peer's segment: this rank produces
-	in     ring  // in the own segment: this rank consumes
+	rank    int
+	remote  bool           // in another process: check its liveness while waiting
+	watched bool           // the watcher checks its process (a hot peer)
+	policy  shmsync.Policy // how a wait on this peer polls and yields before the futex
+	pidfd   int            // the remote process's pidfd for the watcher, or -1
+	seg     *peerSegment
+	out     *ring // in the peer's segment: this rank produces
+	in      ring  // in the own segment: this rank consumes
 
 	sendMu  sync.Mutex
 	sendErr error  // sticky: the stream to the peer is unusable
@@ -86,7 +88,8 @@ var (
 )
 
 // Create makes this rank's segment, with one inbound ring per peer in
-// cfg.Peers, maps it and pre-touches it.
+// cfg.Peers, maps it and pre-touches it (with many peers, the hot peers'
+// rings only: see allHotPeers).
 func Create(cfg Config) (*Transport, error) {
 	if cfg.Size <= 0 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("shm: rank %d out of range for size %d", cfg.Rank, cfg.Size)
@@ -102,7 +105,7 @@ func Create(cfg Config) (*Transport, error) {
 	}
 	ringBytes := cfg.RingBytes
 	if ringBytes == 0 {
-		ringBytes = DefaultRingBytes
+		ringBytes = autoRingBytes(len(peers))
 	}
 	if ringBytes < 0 || ringBytes > MaxRingBytes {
 		return nil, fmt.Errorf("shm: ring size %d out of range (max %d)", ringBytes, MaxRingBytes)
@@ -123,13 +126,17 @@ func Create(cfg Config) (*Transport, error) {
 		ringBytes: ringBytes,
 		log:       log,
 		slots:     make(map[int]int, len(peers)),
+		watched:   make(map[int]bool, len(peers)),
 		conns:     make([]*peerConn, cfg.Size),
 		quit:      make(chan struct{}),
 	}
+	hot, cold := hotPeers(cfg.Rank, cfg.Size, peers)
+	peers = append(hot[:len(hot):len(hot)], cold...) // by slot: the hot first
 	for i, p := range peers {
 		t.slots[p] = i
+		t.watched[p] = i < len(hot)
 	}
-	m, fd, err := createSegment(cfg.Tag, cfg.Rank, cfg.Size, peers, ringBytes)
+	m, fd, err := createSegment(cfg.Tag, cfg.Rank, cfg.Size, peers, len(hot), ringBytes)
 	if err != nil {
 		return nil, fmt.Errorf("shm: rank %d: %w", cfg.Rank, err)
 	}
@@ -139,7 +146,7 @@ func Create(cfg Config) (*Transport, error) {
 		syscall.Close(fd)
 		return nil, fmt.Errorf("shm: rank %d: %w", cfg.Rank, err)
 	}
-	log.Debug("shm: segment created", "rank", t.rank, "file", t.ref, "peers", peers, "ring", ringBytes, "bytes", len(m))
+	log.Debug("shm: segment created", "rank", t.rank, "file", t.ref, "peers", peers, "hot", len(hot), "ring", ringBytes, "bytes", len(m))
 	return t, nil
 }
 
@@ -194,9 +201,9 @@ func (t *Transport) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		if err != nil {
 			return fail(fmt.Errorf("shm: rank %d connecting to rank %d: %w", t.rank, r, err))
 		}
-		c := &peerConn{rank: r, remote: seg.proc.Pid != self, seg: seg, out: &seg.ring, pidfd: -1}
+		c := &peerConn{rank: r, remote: seg.proc.Pid != self, watched: t.watched[r], seg: seg, out: &seg.ring, pidfd: -1}
 		done = append(done, c)
-		if c.remote {
+		if c.remote && c.watched {
 			// Before the liveness check, so that it is known to refer
 			// to the process that created the segment.
 			c.pidfd = pidfdOpen(seg.proc.Pid)

@@ -153,14 +153,16 @@ const (
 
 // watch runs from Connect until the transport stops: it fails this
 // transport, and wakes its waiters, when any peer aborted (or announces a
-// failure it heard of) or its process died, so that a rank waiting on
-// another peer, or in no call at all, stops too. A peer that closed in order
-// is not a failure.
+// failure it heard of) or a watched peer's process died, so that a rank
+// waiting on another peer, or in no call at all, stops too. A peer that
+// closed in order is not a failure. The watched peers are the hot ones
+// (all of them in small jobs): a cold peer's death is announced by the
+// ranks that watch it, in their segments' state, which this rank reads.
 //
-// Remote peers with a pidfd are polled every tick (one system call for all:
-// pfds, polled maps a rank to its index there); the others are looked up in
-// /proc every livenessEvery. Connect builds pfds: the watcher reads no
-// pidfd outside opMu, under which shutdown closes them.
+// Watched remote peers with a pidfd are polled every tick (one system call
+// for all: pfds, polled maps a rank to its index there); the others are
+// looked up in /proc every livenessEvery. Connect builds pfds: the watcher
+// reads no pidfd outside opMu, under which shutdown closes them.
 func (t *Transport) watch(pfds []pollFd, polled map[int]int) {
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
@@ -218,7 +220,7 @@ func (t *Transport) watchOnce(w *watcher) bool {
 		if i, ok := w.polled[p.rank]; ok {
 			dead = w.pfds[i].revents != 0
 		} else {
-			dead = live && p.remote && !p.seg.proc.Alive()
+			dead = live && p.remote && p.watched && !p.seg.proc.Alive()
 		}
 		var err error
 		switch p.seg.state() {
