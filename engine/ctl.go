@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/agree"
+	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
@@ -49,6 +50,7 @@ type ctlMsg struct {
 type ctlEvent struct {
 	from int
 	down bool
+	dead bool   // down because its process ended (transport.Died), not a silence
 	why  string // down: what broke
 	msg  ctlMsg
 	conn net.Conn // grow: the joiner's connection (from is -1)
@@ -107,6 +109,9 @@ type localCtlWorld struct {
 	mu     sync.Mutex
 	queues []*ctlQueue
 	closed []bool
+	// cut, when set (tests), loses every message from one rank to another
+	// for which it holds, silently: a network partition.
+	cut func(from, to int) bool
 }
 
 func newLocalCtlWorld(n int) *localCtlWorld {
@@ -125,11 +130,12 @@ type localCtl struct {
 func (l localCtl) send(to int, m ctlMsg) {
 	l.w.mu.Lock()
 	gone, self := l.w.closed[to], l.w.closed[l.me]
+	lost := l.w.cut != nil && l.w.cut(l.me, to)
 	l.w.mu.Unlock()
 	switch {
-	case self:
+	case self, lost:
 	case gone:
-		l.w.queues[l.me].push(ctlEvent{from: to, down: true, why: "its control link closed"})
+		l.w.queues[l.me].push(ctlEvent{from: to, down: true, dead: true, why: "its control link closed"})
 	default:
 		l.w.queues[to].push(ctlEvent{from: l.me, msg: m})
 	}
@@ -149,7 +155,7 @@ func (l localCtl) close() {
 	l.w.mu.Unlock()
 	for q := range l.w.queues {
 		if q != l.me {
-			l.w.queues[q].push(ctlEvent{from: l.me, down: true, why: "its control link closed"})
+			l.w.queues[q].push(ctlEvent{from: l.me, down: true, dead: true, why: "its control link closed"})
 		}
 	}
 }
@@ -332,7 +338,7 @@ func (t *tcpCtl) serve(c net.Conn) {
 			if !errors.Is(err, io.EOF) {
 				why = err.Error()
 			}
-			t.q.push(ctlEvent{from: peer, down: true, why: why})
+			t.q.push(ctlEvent{from: peer, down: true, dead: transport.Died(err), why: why})
 			return
 		}
 		t.q.push(ctlEvent{from: peer, msg: m})
@@ -368,19 +374,19 @@ func (t *tcpCtl) send(to int, m ctlMsg) {
 // it (telling it it is out) starts a new writer.
 func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 	defer t.wg.Done()
-	down := func(why string) {
+	down := func(why string, dead bool) {
 		t.mu.Lock()
 		if t.out[to] == ob {
 			delete(t.out, to)
 		}
 		t.mu.Unlock()
 		if why != "" {
-			t.q.push(ctlEvent{from: to, down: true, why: why})
+			t.q.push(ctlEvent{from: to, down: true, dead: dead, why: why})
 		}
 	}
-	c, why := t.dial(to)
+	c, why, dead := t.dial(to)
 	if c == nil {
-		down(why)
+		down(why, dead)
 		return
 	}
 	// The peer never writes on this connection: a read ends only when it
@@ -390,12 +396,12 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 	go func() {
 		defer t.wg.Done()
 		var b [1]byte
-		c.Read(b[:])
+		_, err := c.Read(b[:])
 		t.mu.Lock()
 		closed := t.closed
 		t.mu.Unlock()
 		if !closed {
-			t.q.push(ctlEvent{from: to, down: true, why: "its control connection closed (process gone?)"})
+			t.q.push(ctlEvent{from: to, down: true, dead: transport.Died(err), why: "its control connection closed (process gone?)"})
 		}
 	}()
 	for {
@@ -414,7 +420,7 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 			c.SetWriteDeadline(time.Now().Add(t.timeout))
 			if err := writeCtl(c, m); err != nil {
 				t.untrack(c)
-				down(fmt.Sprintf("control write: %v", err))
+				down(fmt.Sprintf("control write: %v", err), transport.Died(err))
 				return
 			}
 		}
@@ -425,8 +431,8 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 // up to the timeout: a peer that is slow to answer (busy, or behind a
 // flood of connections on its port) is not down. It gives up at once on
 // a wrong endpoint, and after ctlRefusedDown refusals in a row (nobody
-// listens). why is empty when the mesh closed meanwhile.
-func (t *tcpCtl) dial(to int) (c net.Conn, why string) {
+// listens: dead). why is empty when the mesh closed meanwhile.
+func (t *tcpCtl) dial(to int) (c net.Conn, why string, dead bool) {
 	ctx, cancel := context.WithTimeout(t.life, t.timeout)
 	defer cancel()
 	backoff, refused := 5*time.Millisecond, 0
@@ -434,18 +440,18 @@ func (t *tcpCtl) dial(to int) (c net.Conn, why string) {
 	for {
 		c, err := t.dialOnce(ctx, to)
 		if err == nil {
-			return c, ""
+			return c, "", false
 		}
 		if t.life.Err() != nil {
-			return nil, ""
+			return nil, "", false
 		}
 		last = err
 		switch {
 		case errors.Is(err, tcp.ErrAuth) || errors.Is(err, tcp.ErrRefused):
-			return nil, fmt.Sprintf("control handshake: %v", err)
+			return nil, fmt.Sprintf("control handshake: %v", err), false
 		case errors.Is(err, syscall.ECONNREFUSED):
 			if refused++; refused >= ctlRefusedDown {
-				return nil, fmt.Sprintf("nothing listens at its control address %s (process gone?): %v", t.addrs[to], err)
+				return nil, fmt.Sprintf("nothing listens at its control address %s (process gone?): %v", t.addrs[to], err), true
 			}
 		default:
 			refused = 0
@@ -458,9 +464,9 @@ func (t *tcpCtl) dial(to int) (c net.Conn, why string) {
 		}
 		if ctx.Err() != nil {
 			if t.life.Err() != nil {
-				return nil, ""
+				return nil, "", false
 			}
-			return nil, fmt.Sprintf("cannot reach its control address %s within %v: %v", t.addrs[to], t.timeout, last)
+			return nil, fmt.Sprintf("cannot reach its control address %s within %v: %v", t.addrs[to], t.timeout, last), false
 		}
 	}
 }

@@ -60,8 +60,9 @@ type Options struct {
 	// and no dump on failure).
 	FlightRecords int
 	// ShrinkQuorum is how many ranks Shrink's agreement needs
-	// (GOCOLL_SHRINK_QUORUM): "live" (every rank not found failed) or
-	// "majority"; empty means live. See docs/settings.md.
+	// (GOCOLL_SHRINK_QUORUM): "majority" (more than half of the ranks not
+	// known dead) or "live" (every rank not found failed); empty means
+	// majority. See docs/settings.md and docs/elastic.md.
 	ShrinkQuorum string
 	// Tune says whether a communicator that spans hosts times its
 	// allreduce schedules when it is created (GOCOLL_TUNE): "" (auto: use
@@ -95,7 +96,7 @@ func (o Options) withDefaults() Options {
 		o.Transport = "auto"
 	}
 	if o.ShrinkQuorum == "" {
-		o.ShrinkQuorum = "live"
+		o.ShrinkQuorum = "majority"
 	}
 	if o.FlightRecords == 0 {
 		o.FlightRecords = DefaultFlightRecords

@@ -203,12 +203,14 @@ var settings = []setting{{
 	},
 }, {
 	Var: "GOCOLL_SHRINK_QUORUM", Scope: scopeComm, Field: "ShrinkQuorum", Config: "shrinkQuorum",
-	Default: "live",
-	Range:   "live or majority",
-	Doc: "How many ranks Shrink's agreement needs. live: every rank not found failed (any number of " +
-		"crashes survived, but the two sides of a network partition each go on alone). majority: more " +
-		"than half the communicator's ranks (never two communicators; fewer survivors get ErrNoQuorum). " +
-		"See docs/elastic.md.",
+	Default: "majority",
+	Range:   "majority or live",
+	Doc: "How many ranks Shrink's agreement needs. majority: more than half of the communicator's ranks " +
+		"whose process is not known to have ended (a closed or refused connection, an exited process: a " +
+		"rank only silent counts), so the two sides of a network partition, or a stalled rank and the " +
+		"others, never both go on, while survivors of kills, however many, do; fewer get ErrNoQuorum. " +
+		"live: every rank not found failed (any number of failures survived, but the two sides of a " +
+		"partition each go on alone). See docs/elastic.md.",
 	parse: func(p *parsed, v string) error {
 		switch q := strings.ToLower(v); q {
 		case "live", "majority":

@@ -146,6 +146,11 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 	if p := lostRank(c.AsyncError()); p >= 0 {
 		suspects = append(suspects, p)
 	}
+	if p, ok := transport.PeerDied(c.AsyncError()); ok {
+		s.mu.Lock()
+		s.dead[p] = true
+		s.mu.Unlock()
+	}
 	view, err := s.agree(ctx, suspects)
 	for attempt := 1; ; attempt++ {
 		if err != nil {
@@ -199,7 +204,9 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 // shrinkQuorum is Options.ShrinkQuorum, checked.
 func (c *Comm) shrinkQuorum() (string, error) {
 	switch q := strings.ToLower(c.opts.ShrinkQuorum); q {
-	case "", "live", "majority":
+	case "", "majority":
+		return "majority", nil
+	case "live":
 		return q, nil
 	}
 	return "", invalidArg("Options.ShrinkQuorum %q: want live or majority", c.opts.ShrinkQuorum)
@@ -276,6 +283,7 @@ type recoverer struct {
 	tables  map[blobKey][][]byte      // exchange results, from the root
 	gaveUp  map[blobKey]*ctlLostError // rounds the root gave up, and why
 	down    map[int]string            // peers whose control link broke, and how
+	dead    map[int]bool              // of those, the ones whose process ended (transport.Died)
 	suspect map[int]bool              // peers an agreement took for failed
 	heard   map[int]time.Time
 	since   map[uint64]map[int]time.Time
@@ -304,7 +312,7 @@ func (c *Comm) recovery() (*recoverer, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s := &recoverer{c: c, net: c.ctl, timeout: c.opts.Timeout, changed: make(chan struct{}, 1),
 		nodes: map[uint64]*agree.Node{}, pending: map[uint64][]ctlEvent{}, blobs: map[blobKey][]byte{},
-		tables: map[blobKey][][]byte{}, gaveUp: map[blobKey]*ctlLostError{}, down: map[int]string{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
+		tables: map[blobKey][][]byte{}, gaveUp: map[blobKey]*ctlLostError{}, down: map[int]string{}, dead: map[int]bool{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
 		refs: 1, stop: stop, done: make(chan struct{})}
 	c.elastic.rec = s
 	go s.loop(ctx)
@@ -348,8 +356,16 @@ func (s *recoverer) tick() time.Duration {
 	return min(max(s.timeout/20, 5*time.Millisecond), 500*time.Millisecond)
 }
 
+// loop handles control events as they come and, between them, gives up
+// on peers silent past the timeout. Every event already queued is handled
+// before silences are judged: a rank whose own process stalled (a pause,
+// a long stall) finds its peers' answers queued when it resumes, and must
+// not take them for silent. A stall of this rank's own — an iteration
+// that came far later than the tick — is not counted against its peers
+// either: their silence clocks move on by it (stalled).
 func (s *recoverer) loop(ctx context.Context) {
 	defer close(s.done)
+	last := time.Now()
 	for {
 		tctx, cancel := context.WithTimeout(ctx, s.tick())
 		ev, err := s.net.next(tctx)
@@ -357,13 +373,48 @@ func (s *recoverer) loop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		now := time.Now()
 		s.mu.Lock()
-		if err == nil {
+		if gap := now.Sub(last); gap > s.stallGap() {
+			s.stalled(gap)
+		}
+		for err == nil {
 			s.handle(ev)
+			ev, err = s.net.next(expired)
 		}
 		s.checkSilence()
 		s.mu.Unlock()
+		last = time.Now()
 		s.notify()
+	}
+}
+
+// expired is a context already done: next with it returns what is queued,
+// without waiting.
+var expired = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// stallGap is the gap between two iterations of the loop (each waits at
+// most a tick) past which this process is taken to have stalled.
+func (s *recoverer) stallGap() time.Duration {
+	return 4*s.tick() + 250*time.Millisecond
+}
+
+// stalled moves every silence clock on by gap, a stall of this process:
+// a peer is judged by how long it was silent while this rank ran. Called
+// with mu held.
+func (s *recoverer) stalled(gap time.Duration) {
+	s.c.log.Warn("recovery: this process stalled; peers' silences restart", "stalled_ms", gap.Milliseconds())
+	for _, m := range s.since {
+		for p, t0 := range m {
+			m[p] = t0.Add(gap)
+		}
+	}
+	for p, h := range s.heard {
+		s.heard[p] = h.Add(gap)
 	}
 }
 
@@ -376,8 +427,15 @@ func (s *recoverer) handle(ev ctlEvent) {
 		if _, ok := s.down[ev.from]; !ok {
 			s.down[ev.from] = ev.why
 		}
+		if ev.dead {
+			s.dead[ev.from] = true
+		}
 		for inst, n := range s.nodes {
-			s.sendAll(inst, n.Down(ev.from))
+			if ev.dead {
+				s.sendAll(inst, n.Dead(ev.from))
+			} else {
+				s.sendAll(inst, n.Down(ev.from))
+			}
 		}
 	case ev.msg.Agree != nil:
 		s.heard[ev.from] = time.Now()
@@ -472,9 +530,14 @@ func (s *recoverer) agree(ctx context.Context, suspects []int) ([]int, error) {
 	if q, err := s.c.shrinkQuorum(); err != nil {
 		s.mu.Unlock()
 		return nil, err
-	} else if q == "majority" {
-		n.SetQuorum(s.c.size/2 + 1)
+	} else if q != "live" {
+		n.SetMajority()
 	}
+	var dead []int
+	for p := range s.dead {
+		dead = append(dead, p)
+	}
+	n.SetDead(dead)
 	s.nodes[inst] = n
 	s.sendAll(inst, n.Start())
 	for _, ev := range s.pending[inst] {

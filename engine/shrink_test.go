@@ -399,32 +399,59 @@ func TestShrinkGrowCycles(t *testing.T) {
 	}
 }
 
-// TestShrinkMajority: with Options.ShrinkQuorum "majority", 3 of 5 shrink;
-// 2 of 5 (two ranks that cannot reach the others) get ErrNoQuorum.
+// TestShrinkMajority: under the majority quorum (the default), a
+// partition of 5 ranks into 3 and 2 (messages lost silently) leaves the 3
+// to shrink and the 2 with ErrNoQuorum; ranks that are killed are dead,
+// not counted, so 2 survivors of 3 kills still shrink; under "live" both
+// sides of the partition go on alone.
 func TestShrinkMajority(t *testing.T) {
-	opts := Options{Timeout: time.Second, ShrinkQuorum: "majority"}
+	opts := Options{Timeout: time.Second}
+	side := func(r int) bool { return r == 1 || r == 3 }
+	partition := func(comms []*Comm) {
+		w := comms[0].ctl.(localCtl).w
+		w.mu.Lock()
+		w.cut = func(a, b int) bool { return side(a) != side(b) }
+		w.mu.Unlock()
+	}
 	comms := newLocal(t, 5, opts)
-	crash(comms[1])
-	crash(comms[4])
-	kids, errs := shrinkAll([]*Comm{comms[0], nil, comms[2], comms[3], nil}, nil)
-	for _, r := range []int{0, 2, 3} {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
+	partition(comms)
+	kids, errs := shrinkAll(comms, nil)
+	defer destroyLive(kids)
+	for r := range comms {
+		switch {
+		case side(r) && !errors.Is(errs[r], ErrNoQuorum):
+			t.Fatalf("rank %d (the side of 2): %v, want ErrNoQuorum", r, errs[r])
+		case !side(r) && (errs[r] != nil || kids[r].Size() != 3):
+			t.Fatalf("rank %d (the side of 3): %v", r, errs[r])
 		}
 	}
-	defer destroyLive(kids)
-	checkSum(t, []*Comm{kids[0], kids[2], kids[3]})
+	checkSum(t, []*Comm{kids[0], kids[2], kids[4]})
 
 	comms = newLocal(t, 5, opts)
 	for _, r := range []int{0, 2, 4} {
 		crash(comms[r])
 	}
-	_, errs = shrinkAll([]*Comm{nil, comms[1], nil, comms[3], nil}, nil)
+	kids, errs = shrinkAll([]*Comm{nil, comms[1], nil, comms[3], nil}, nil)
+	defer destroyLive(kids)
 	for _, r := range []int{1, 3} {
-		if !errors.Is(errs[r], ErrNoQuorum) {
-			t.Fatalf("rank %d: %v, want ErrNoQuorum", r, errs[r])
+		if errs[r] != nil || kids[r].Size() != 2 {
+			t.Fatalf("rank %d, 3 of 5 killed: %v", r, errs[r])
 		}
 	}
+	checkSum(t, []*Comm{kids[1], kids[3]})
+
+	live := opts
+	live.ShrinkQuorum = "live"
+	comms = newLocal(t, 5, live)
+	partition(comms)
+	kids, errs = shrinkAll(comms, nil)
+	defer destroyLive(kids)
+	for r := range comms {
+		if want := map[bool]int{true: 2, false: 3}[side(r)]; errs[r] != nil || kids[r].Size() != want {
+			t.Fatalf("live quorum, rank %d: %v, want a communicator of %d", r, errs[r], want)
+		}
+	}
+
 	bad := newLocal(t, 1, Options{ShrinkQuorum: "most"})
 	if _, err := bad[0].Shrink(nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("quorum \"most\": %v", err)

@@ -45,7 +45,12 @@
 // round goes on only when that many members promised and acknowledged, so
 // that any two rounds share a member and Paxos's argument holds whatever
 // the failures; the price is that fewer survivors than the quorum decide
-// nothing (ErrNoQuorum) (see docs/elastic.md).
+// nothing (ErrNoQuorum). SetMajority keeps the closing and lowers the
+// price: the quorum is a majority of the members not known dead (Dead: a
+// process that ended, as a closed connection or a refused one shows, is
+// no side of a partition), so two halves cut apart still cannot both go
+// on, while survivors of kills, however many, still can (see
+// docs/elastic.md).
 package agree
 
 import (
@@ -73,11 +78,12 @@ const (
 	Nack                     // member → coordinator: Ballot = the higher ballot it promised
 	Excluded                 // the receiver is suspected by the sender: it is out
 	Query                    // member → the coordinator it waits for: answered only once decided
+	NoQuorum                 // coordinator → member: its round found no quorum; nothing is decided
 )
 
 func (k Kind) String() string {
-	if k >= Prepare && k <= Query {
-		return [...]string{"prepare", "promise", "propose", "ack", "commit", "nack", "excluded", "query"}[k-Prepare]
+	if k >= Prepare && k <= NoQuorum {
+		return [...]string{"prepare", "promise", "propose", "ack", "commit", "nack", "excluded", "query", "no quorum"}[k-Prepare]
 	}
 	return fmt.Sprintf("kind(%d)", k)
 }
@@ -89,7 +95,8 @@ type Msg struct {
 	Set       []int // suspects (Prepare, Promise) or a view (Propose, Commit)
 	Acc       []int // Promise: the view last accepted (nil: none) or decided
 	AccBallot uint64
-	Decided   bool // Promise: Acc is decided
+	Decided   bool  // Promise: Acc is decided
+	Dead      []int // the members the sender knows dead (SetMajority), on every message that names suspects or a view
 }
 
 // Out is a message to send.
@@ -108,13 +115,15 @@ type Node struct {
 	acc      []int  // view accepted at accB
 	accB     uint64
 
-	quorum  int // members a round needs, itself included (0: every live one)
-	heard   int // members that answered the current phase, itself included
-	done    bool
-	view    []int // decided
-	err     error
-	leader  int // the member whose messages this one waits for (-1: none)
-	leading bool
+	quorum   int          // members a round needs, itself included (0: every live one)
+	majority bool         // the quorum is a majority of the members not known dead
+	dead     map[int]bool // members known dead: their process ended
+	heard    int          // members that answered the current phase, itself included
+	done     bool
+	view     []int // decided
+	err      error
+	leader   int // the member whose messages this one waits for (-1: none)
+	leading  bool
 
 	// The round this member leads.
 	ballot  uint64
@@ -157,6 +166,60 @@ func New(me int, members []int, suspects []int) (*Node, error) {
 // every member. More than half the members: no two views are ever decided,
 // even across a network partition.
 func (n *Node) SetQuorum(q int) { n.quorum = q }
+
+// SetMajority makes each round need more than half of the members not
+// known dead (this one included) to promise and to acknowledge; call it
+// before Start, on every member. A member is known dead by Dead or
+// SetDead, here or at a member that promised this one's round: that must
+// mean its process ended (its connection closed, or nobody listens at its
+// address), never only silence, or two sides of a partition could each
+// take the other for dead.
+func (n *Node) SetMajority() { n.majority = true }
+
+// SetDead records, before Start, the members already known dead (they are
+// suspected too).
+func (n *Node) SetDead(ps []int) {
+	for _, p := range ps {
+		if p != n.me && slices.Contains(n.members, p) {
+			n.markDead(p)
+			n.susp[p] = true
+		}
+	}
+}
+
+func (n *Node) markDead(p int) {
+	if n.dead == nil {
+		n.dead = map[int]bool{}
+	}
+	n.dead[p] = true
+}
+
+// Dead tells the member that p's process ended: Down, and p no longer
+// counts towards SetMajority's quorum.
+func (n *Node) Dead(p int) []Out {
+	if p != n.me && slices.Contains(n.members, p) {
+		n.markDead(p)
+	}
+	return n.Down(p)
+}
+
+// need is how many members a round needs, itself included.
+func (n *Node) need() int {
+	if !n.majority {
+		return n.quorum
+	}
+	return (len(n.members)-len(n.dead))/2 + 1
+}
+
+// deadList is n.dead, sorted.
+func (n *Node) deadList() []int {
+	var d []int
+	for p := range n.dead {
+		d = append(d, p)
+	}
+	slices.Sort(d)
+	return d
+}
 
 // Start begins: the coordinator sends its first messages.
 func (n *Node) Start() []Out {
@@ -243,6 +306,11 @@ func (n *Node) Recv(from int, m Msg) []Out {
 	if from == n.me || !slices.Contains(n.members, from) {
 		return nil
 	}
+	for _, d := range m.Dead {
+		if d != n.me && slices.Contains(n.members, d) {
+			n.markDead(d)
+		}
+	}
 	if n.done {
 		n.answerDone(from, m)
 		return n.flush()
@@ -293,6 +361,10 @@ func (n *Node) Recv(from int, m Msg) []Out {
 		n.decide(m.Set)
 	case Excluded:
 		n.exclude()
+	case NoQuorum:
+		if from == n.leader || n.leader < 0 {
+			n.done, n.err = true, ErrNoQuorum
+		}
 	case Query:
 		// Answered once decided: a member that decides by a Commit may
 		// not learn that its coordinator failed, and the asker would
@@ -324,6 +396,7 @@ func (n *Node) Recv(from int, m Msg) []Out {
 				n.susp[s] = true
 			}
 		}
+
 		if m.Decided {
 			n.decide(m.Acc)
 			break
@@ -353,10 +426,12 @@ func (n *Node) Recv(from int, m Msg) []Out {
 // or by saying it is out.
 func (n *Node) answerDone(from int, m Msg) {
 	switch m.Kind {
-	case Commit, Excluded, Nack:
+	case Commit, Excluded, Nack, NoQuorum:
 		return
 	}
 	switch {
+	case errors.Is(n.err, ErrNoQuorum):
+		n.send(from, Msg{Kind: NoQuorum})
 	case n.err != nil:
 		// Excluded itself: it may say nothing about the view.
 	case n.susp[from] || !slices.Contains(n.view, from):
@@ -435,8 +510,16 @@ func (n *Node) advance() {
 	if !n.leading || n.done || len(n.waiting) > 0 {
 		return
 	}
-	if n.heard < n.quorum {
+	if n.heard < n.need() {
+		// Nothing can be decided on this side: say so to the members
+		// still here, who would otherwise each wait out a timeout on
+		// their coordinator in turn.
 		n.done, n.err, n.leading = true, ErrNoQuorum, false
+		for _, p := range n.members {
+			if p != n.me && !n.susp[p] {
+				n.send(p, Msg{Kind: NoQuorum})
+			}
+		}
 		return
 	}
 	if n.phase == 1 {
@@ -503,7 +586,18 @@ func (n *Node) exclude() {
 	n.done, n.err, n.leading = true, ErrExcluded, false
 }
 
-func (n *Node) send(to int, m Msg) { n.out = append(n.out, Out{To: to, Msg: m}) }
+func (n *Node) send(to int, m Msg) {
+	switch m.Kind {
+	case Prepare, Promise, Propose, Commit:
+		// Deaths travel with suspicions and views: a member that suspects
+		// p because another did must also know whether p is dead, or it
+		// would count p in its quorum and find none where the other does.
+		if len(n.dead) > 0 {
+			m.Dead = n.deadList()
+		}
+	}
+	n.out = append(n.out, Out{To: to, Msg: m})
+}
 
 func (n *Node) flush() []Out {
 	o := n.out

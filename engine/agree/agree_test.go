@@ -15,6 +15,7 @@ type event struct {
 	from, to int
 	msg      Msg
 	down     bool
+	dead     bool // down because its process ended (a crash), not a cut
 }
 
 // sim runs n nodes over FIFO links in one deterministic order. Crashes are
@@ -50,7 +51,11 @@ func newSimQ(t *testing.T, n, quorum int, choose func(int) bool) *sim {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd.SetQuorum(quorum)
+		if quorum < 0 {
+			nd.SetMajority()
+		} else {
+			nd.SetQuorum(quorum)
+		}
 		s.nodes = append(s.nodes, nd)
 		s.alive[i] = true
 	}
@@ -63,7 +68,7 @@ func (s *sim) crash(i int) {
 	s.trace = append(s.trace, fmt.Sprintf("crash %d", i))
 	for j := 0; j < s.n; j++ {
 		if j != i {
-			s.queue = append(s.queue, event{from: i, to: j, down: true})
+			s.queue = append(s.queue, event{from: i, to: j, down: true, dead: true})
 		}
 	}
 }
@@ -141,7 +146,9 @@ func (s *sim) drain(t *testing.T) {
 			s.held = append(s.held, e)
 			continue
 		}
-		if e.down {
+		if e.down && e.dead {
+			s.emit(e.to, s.nodes[e.to].Dead(e.from))
+		} else if e.down {
 			s.emit(e.to, s.nodes[e.to].Down(e.from))
 		} else {
 			s.emit(e.to, s.nodes[e.to].Recv(e.from, e.msg))
@@ -252,6 +259,19 @@ func TestEveryKillScheduleMajority(t *testing.T) {
 	everySchedule(t, 5, 2, 3, 2)
 }
 
+// TestEveryKillScheduleDeadMajority is TestEveryKillSchedule with the
+// quorum a majority of the members not known dead (SetMajority): crashes
+// are deaths (connections close), so any number of them still leaves the
+// survivors a quorum, and every survivor decides, all the same view.
+func TestEveryKillScheduleDeadMajority(t *testing.T) {
+	n, limit := 5, 4
+	if testing.Short() {
+		limit = 2
+	}
+	everySchedule(t, n, limit, -1, 4)
+}
+
+// everySchedule: quorum 0 is every live member, -1 SetMajority.
 func everySchedule(t *testing.T, n, limit, quorum, orders int) {
 	for order := 0; order < orders; order++ {
 		x := &explorer{}
@@ -421,6 +441,44 @@ func TestPartition(t *testing.T) {
 	views, noQ = partitioned(t, 4, 3, twoThree)
 	if len(views) != 0 || noQ != 4 {
 		t.Fatalf("majority of 4, sides 2|2: views %v, %d without quorum", views, noQ)
+	}
+	// SetMajority: a cut is silence, not death, so it counts every member.
+	views, noQ = partitioned(t, 5, -1, twoThree)
+	if len(views) != 1 || views["[2 3 4]"] == nil || noQ != 2 {
+		t.Fatalf("majority of the living, 5, sides 2|3: views %v, %d without quorum", views, noQ)
+	}
+	views, noQ = partitioned(t, 4, -1, twoThree)
+	if len(views) != 0 || noQ != 4 {
+		t.Fatalf("majority of the living, 4, sides 2|2: views %v, %d without quorum", views, noQ)
+	}
+}
+
+// TestTwoOfFourKilled: a 4-member job that loses two members to kills
+// (their connections close) still goes on under SetMajority, where a
+// plain majority of 4 would need 3; with the two only silent (a possible
+// partition, 2|2) it does not.
+func TestTwoOfFourKilled(t *testing.T) {
+	for _, silent := range []bool{false, true} {
+		s := newSimQ(t, 4, -1, func(int) bool { return false })
+		s.alive[0], s.alive[3] = false, false
+		for _, j := range []int{1, 2} {
+			s.queue = append(s.queue, event{from: 0, to: j, down: true, dead: !silent}, event{from: 3, to: j, down: true, dead: !silent})
+		}
+		for i := 1; i <= 2; i++ {
+			s.emit(i, s.nodes[i].Start())
+		}
+		s.drain(t)
+		for i := 1; i <= 2; i++ {
+			v, err := s.nodes[i].Result()
+			switch {
+			case !s.nodes[i].Done():
+				t.Fatalf("silent=%v: member %d never finished\n%s", silent, i, s.dump())
+			case silent && !errors.Is(err, ErrNoQuorum):
+				t.Errorf("silent=%v: member %d: %v %v, want no quorum", silent, i, v, err)
+			case !silent && (err != nil || !slices.Equal(v, []int{1, 2})):
+				t.Errorf("silent=%v: member %d: %v %v, want [1 2]", silent, i, v, err)
+			}
+		}
 	}
 }
 

@@ -180,7 +180,7 @@ func (a *Arena) Connect(ctx context.Context, peers map[int]PeerInfo) error {
 		}
 		segs[r] = s
 		if s.remote && !s.proc.Alive() {
-			return fail(&transport.PeerLostError{Peer: r, Reason: fmt.Sprintf("process %d is gone", s.proc.Pid)})
+			return fail(&transport.PeerLostError{Peer: r, Reason: fmt.Sprintf("process %d is gone", s.proc.Pid), Dead: true})
 		}
 		if err := a.peerErr(s, math.MaxUint64); err != nil {
 			return fail(err)
@@ -577,7 +577,7 @@ func (a *Arena) check() error {
 			// first wait that needs more of it reports it lost.
 			if s.remote && s.arrived() < a.waitPhase && !s.proc.Alive() {
 				a.log.Warn("shmcoll: peer process gone", "rank", a.rank, "peer", s.rank, "pid", s.proc.Pid)
-				return &transport.PeerLostError{Peer: s.rank, Reason: fmt.Sprintf("process %d exited", s.proc.Pid)}
+				return &transport.PeerLostError{Peer: s.rank, Reason: fmt.Sprintf("process %d exited", s.proc.Pid), Dead: true}
 			}
 		}
 	}

@@ -3,6 +3,8 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"io"
+	"syscall"
 )
 
 // PeerLostError reports that a rank went away: its process died, its
@@ -10,6 +12,11 @@ import (
 type PeerLostError struct {
 	Peer   int
 	Reason string // what happened, e.g. "process died (connection closed without goodbye)"
+	// Dead: the peer's process ended, as its connection's end of stream
+	// or reset, or its exit, shows; not a connection that only went
+	// silent (a partition looks like that). A shrink's quorum counts the
+	// dead out (agree.Node.SetMajority).
+	Dead bool
 }
 
 func (e *PeerLostError) Error() string {
@@ -26,6 +33,7 @@ func (e *PeerLostError) Is(target error) bool { return target == ErrPeerLost }
 type Failure struct {
 	Origin int
 	Lost   bool
+	Dead   bool // Lost, and its process ended (PeerLostError.Dead)
 	Reason string
 }
 
@@ -39,7 +47,7 @@ func FailureOf(self int, reason error) Failure {
 	}
 	var ple *PeerLostError
 	if errors.As(reason, &ple) {
-		return Failure{Origin: ple.Peer, Lost: true, Reason: ple.Reason}
+		return Failure{Origin: ple.Peer, Lost: true, Dead: ple.Dead, Reason: ple.Reason}
 	}
 	if reason == nil {
 		reason = ErrAborted
@@ -51,7 +59,7 @@ func FailureOf(self int, reason error) Failure {
 // *PeerLostError naming the origin.
 func (f Failure) Err() error {
 	if f.Lost {
-		return &PeerLostError{Peer: f.Origin, Reason: f.Reason}
+		return &PeerLostError{Peer: f.Origin, Reason: f.Reason, Dead: f.Dead}
 	}
 	return &RemoteAbortError{Peer: f.Origin, Reason: f.Reason}
 }
@@ -61,6 +69,7 @@ func (f Failure) Err() error {
 const (
 	abortCauseAborted = 0
 	abortCauseLost    = 1
+	abortCauseDead    = 2 // lost, its process ended
 )
 
 // AbortHeader is the header of the KindAbort message announcing f, followed
@@ -69,6 +78,9 @@ func (f Failure) AbortHeader(n int) Header {
 	h := Header{Kind: KindAbort, Step: uint32(f.Origin + 1), Len: uint64(n)}
 	if f.Lost {
 		h.Sig = abortCauseLost
+	}
+	if f.Lost && f.Dead {
+		h.Sig = abortCauseDead
 	}
 	return h
 }
@@ -80,6 +92,25 @@ func FailureFrom(sender int, h Header, reason string) Failure {
 	if h.Step > 0 {
 		f.Origin = int(h.Step - 1)
 	}
-	f.Lost = h.Sig == abortCauseLost
+	f.Lost = h.Sig == abortCauseLost || h.Sig == abortCauseDead
+	f.Dead = h.Sig == abortCauseDead
 	return f
+}
+
+// PeerDied says whether err reports that a peer's process ended (a
+// PeerLostError with Dead set), and which.
+func PeerDied(err error) (int, bool) {
+	var ple *PeerLostError
+	if errors.As(err, &ple) && ple.Dead {
+		return ple.Peer, true
+	}
+	return -1, false
+}
+
+// Died says whether err, a connection's failure, shows that the process
+// at its other end ended: the stream's end without a goodbye, or a reset
+// or broken pipe (its socket closed with data unread). A timeout does not.
+func Died(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED)
 }

@@ -139,7 +139,7 @@ func (p *peerConn) closedErr() error {
 }
 
 func (p *peerConn) lostErr() error {
-	return &transport.PeerLostError{Peer: p.rank, Reason: fmt.Sprintf("process %d exited", p.seg.proc.Pid)}
+	return &transport.PeerLostError{Peer: p.rank, Reason: fmt.Sprintf("process %d exited", p.seg.proc.Pid), Dead: true}
 }
 
 // watchEvery is how often the watcher looks at every peer's state word; it

@@ -174,10 +174,10 @@ func (t *Transport) lookup(ctx context.Context, q int) (*peer, error) {
 	return t.connect(ctx, q)
 }
 
-// lostErr is the error of a call to q after its connection broke or could
-// not be made.
+// lostErr is the error of a call to q once nothing listens at its address
+// any more: its process (or communicator) is gone.
 func (t *Transport) lostErr(q int, what string) error {
-	return fmt.Errorf("tcp: rank %d: %w", t.rank, &transport.PeerLostError{Peer: q, Reason: what})
+	return fmt.Errorf("tcp: rank %d: %w", t.rank, &transport.PeerLostError{Peer: q, Reason: what, Dead: true})
 }
 
 func (t *Transport) stopErr() error {
@@ -208,7 +208,7 @@ func (t *Transport) ioErr(ctx context.Context, p *peer, op string, err error) (_
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		what = "connection closed without goodbye (process died?)"
 	}
-	return fmt.Errorf("tcp: %s rank %d (%s): %w", op, p.rank, p.addr, &transport.PeerLostError{Peer: p.rank, Reason: what}), true
+	return fmt.Errorf("tcp: %s rank %d (%s): %w", op, p.rank, p.addr, &transport.PeerLostError{Peer: p.rank, Reason: what, Dead: transport.Died(err)}), true
 }
 
 // closedErr is the error of a call to a peer that closed its communicator.
@@ -670,11 +670,11 @@ func (t *Transport) inspect(p *peer, hdr []byte) error {
 		return nil // raced with a Recv, stopped, or nothing to see
 	}
 	if err != nil || n == 0 {
-		what := "connection closed without goodbye (process died?)"
+		what, dead := "connection closed without goodbye (process died?)", true
 		if err != nil {
-			what = fmt.Sprintf("connection broke (%v)", err)
+			what, dead = fmt.Sprintf("connection broke (%v)", err), transport.Died(err)
 		}
-		return fmt.Errorf("tcp: rank %d watching rank %d (%s): %w", t.rank, p.rank, p.addr, &transport.PeerLostError{Peer: p.rank, Reason: what})
+		return fmt.Errorf("tcp: rank %d watching rank %d (%s): %w", t.rank, p.rank, p.addr, &transport.PeerLostError{Peer: p.rank, Reason: what, Dead: dead})
 	}
 	if n < transport.HeaderSize || p.broken.Load() {
 		return nil // mid-message, or the rest is on its way
