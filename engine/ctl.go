@@ -427,25 +427,23 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 	}
 }
 
-// dial connects to peer to's control listener, retrying with backoff for
-// up to the timeout: a peer that is slow to answer (busy, or behind a
-// flood of connections on its port) is not down. It gives up at once on
-// a wrong endpoint, and after ctlRefusedDown refusals in a row (nobody
+// dial connects to peer to's control listener, retrying with backoff
+// until the mesh closes: a peer that is slow to answer (busy, stopped, or
+// behind a flood of connections on its port) is not down — whether its
+// silence lasted too long is the recovery loop's to judge, with the
+// patience its place in the agreement calls for. It gives up at once on a
+// wrong endpoint, and after ctlRefusedDown refusals in a row (nobody
 // listens: dead). why is empty when the mesh closed meanwhile.
 func (t *tcpCtl) dial(to int) (c net.Conn, why string, dead bool) {
-	ctx, cancel := context.WithTimeout(t.life, t.timeout)
-	defer cancel()
 	backoff, refused := 5*time.Millisecond, 0
-	var last error
 	for {
-		c, err := t.dialOnce(ctx, to)
+		c, err := t.dialOnce(t.life, to)
 		if err == nil {
 			return c, "", false
 		}
 		if t.life.Err() != nil {
 			return nil, "", false
 		}
-		last = err
 		switch {
 		case errors.Is(err, tcp.ErrAuth) || errors.Is(err, tcp.ErrRefused):
 			return nil, fmt.Sprintf("control handshake: %v", err), false
@@ -460,13 +458,8 @@ func (t *tcpCtl) dial(to int) (c net.Conn, why string, dead bool) {
 		backoff = min(2*backoff, time.Second)
 		select {
 		case <-time.After(sleep):
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			if t.life.Err() != nil {
-				return nil, "", false
-			}
-			return nil, fmt.Sprintf("cannot reach its control address %s within %v: %v", t.addrs[to], t.timeout, last), false
+		case <-t.life.Done():
+			return nil, "", false
 		}
 	}
 }

@@ -142,15 +142,12 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 
+	// The rank the communicator's own failure names is no suspect: the
+	// rank that cut a connection may only have aborted (its peers see it
+	// close while writing to it, as they would a crash), and the control
+	// mesh tells a dead rank from a live one at the agreement's first
+	// message to it (nobody listens).
 	suspects := slices.Clone(exclude)
-	if p := lostRank(c.AsyncError()); p >= 0 {
-		suspects = append(suspects, p)
-	}
-	if p, ok := transport.PeerDied(c.AsyncError()); ok {
-		s.mu.Lock()
-		s.dead[p] = true
-		s.mu.Unlock()
-	}
 	view, err := s.agree(ctx, suspects)
 	for attempt := 1; ; attempt++ {
 		if err != nil {
