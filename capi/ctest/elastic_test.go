@@ -340,7 +340,7 @@ func TestShrinkPausedCoordinator(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			procs := startScale(t, ctx, 8, -1, fmt.Sprintf("GOCOLL_TIMEOUT=%dms", timeout.Milliseconds()),
-				fmt.Sprintf("GOCOLL_TEST_LINGER_MS=%d", (c.pause + 2*timeout).Milliseconds()), fmt.Sprintf("GOCOLL_TEST_EXPECT=%d", c.size))
+				fmt.Sprintf("GOCOLL_TEST_LINGER_MS=%d", (c.pause+2*timeout).Milliseconds()), fmt.Sprintf("GOCOLL_TEST_EXPECT=%d", c.size))
 			procs[0].Cmd.Process.Signal(syscall.SIGSTOP)
 			procs[5].Cmd.Process.Signal(syscall.SIGKILL)
 			time.Sleep(c.pause)
