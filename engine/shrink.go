@@ -166,6 +166,7 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		}
 		if cerr != nil {
 			p := culprit(cerr, view)
+			s.gaveUpOn(inst, view, p, cerr)
 			if p < 0 || p == c.rank {
 				return nil, c.shrinkError(cerr)
 			}
@@ -177,6 +178,7 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 		// one to start over.
 		var again []int
 		again, err = s.agree(ctx, append(suspects, outside(c.size, view)...))
+		s.forget(inst)
 		if err == nil && cerr == nil && slices.Equal(again, view) {
 			child, err := adopt(newRank, len(view), l, sp, opts)
 			if err != nil {
@@ -278,13 +280,14 @@ type recoverer struct {
 	pending map[uint64][]ctlEvent     // messages of instances not begun here
 	blobs   map[blobKey][]byte        // exchange contributions, at the root
 	tables  map[blobKey][][]byte      // exchange results, from the root
-	gaveUp  map[blobKey]*ctlLostError // rounds the root gave up, and why
+	gaveUp  map[uint64]*ctlLostError  // setups a member gave up, by instance, and on whom
 	down    map[int]string            // peers whose control link broke, and how
 	dead    map[int]bool              // of those, the ones whose process ended (transport.Died)
 	suspect map[int]bool              // peers an agreement took for failed
 	heard   map[int]time.Time
 	since   map[uint64]map[int]time.Time
 	joiners []net.Conn // processes waiting to join (Grow)
+	watches []*upWatch // setups to end when a member goes down (whileUp)
 	refs    int        // holders: c, and each communicator shrunk from it
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -309,7 +312,7 @@ func (c *Comm) recovery() (*recoverer, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s := &recoverer{c: c, net: c.ctl, timeout: c.opts.Timeout, changed: make(chan struct{}, 1),
 		nodes: map[uint64]*agree.Node{}, pending: map[uint64][]ctlEvent{}, blobs: map[blobKey][]byte{},
-		tables: map[blobKey][][]byte{}, gaveUp: map[blobKey]*ctlLostError{}, down: map[int]string{}, dead: map[int]bool{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
+		tables: map[blobKey][][]byte{}, gaveUp: map[uint64]*ctlLostError{}, down: map[int]string{}, dead: map[int]bool{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
 		refs: 1, stop: stop, done: make(chan struct{})}
 	c.elastic.rec = s
 	go s.loop(ctx)
@@ -380,6 +383,7 @@ func (s *recoverer) loop(ctx context.Context) {
 			ev, err = s.net.next(expired)
 		}
 		s.checkSilence()
+		s.checkWatchesLocked()
 		s.mu.Unlock()
 		last = time.Now()
 		s.notify()
@@ -448,9 +452,11 @@ func (s *recoverer) handle(ev ctlEvent) {
 			return
 		}
 		s.sendAll(ev.msg.Inst, n.Recv(ev.from, *ev.msg.Agree))
-	case ev.msg.Round != 0 && ev.msg.Lost != 0:
+	case ev.msg.Lost != 0:
 		s.heard[ev.from] = time.Now()
-		s.gaveUp[blobKey{ev.msg.Inst, ev.msg.Round, ev.from}] = &ctlLostError{peer: ev.msg.Lost - 1, why: ev.msg.Why}
+		if s.gaveUp[ev.msg.Inst] == nil {
+			s.gaveUp[ev.msg.Inst] = &ctlLostError{peer: ev.msg.Lost - 1, why: fmt.Sprintf("%s (as rank %d found)", ev.msg.Why, ev.from)}
+		}
 	case ev.msg.Round != 0 && ev.msg.Table != nil:
 		s.heard[ev.from] = time.Now()
 		s.tables[blobKey{ev.msg.Inst, ev.msg.Round, ev.from}] = ev.msg.Table
@@ -597,24 +603,18 @@ func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 			s.net.send(root, ctlMsg{Inst: inst, Round: round, Blob: blob})
 			k := blobKey{inst, round, root}
 			missing := func() int {
-				if s.tables[k] == nil && s.gaveUp[k] == nil {
+				if s.tables[k] == nil {
 					return root
 				}
 				return -1
 			}
-			if err := s.awaitFrom(ctx, rctx, []int{root}, missing); err != nil {
+			if err := s.awaitFrom(ctx, rctx, inst, []int{root}, missing); err != nil {
 				return nil, err
 			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			t := s.tables[k]
 			delete(s.tables, k)
-			if lost := s.gaveUp[k]; lost != nil {
-				// The member the root lost is lost to all: every member
-				// agrees again without it.
-				delete(s.gaveUp, k)
-				return nil, lost
-			}
 			if len(t) != len(view) {
 				return nil, &ctlLostError{peer: root, why: fmt.Sprintf("its setup table has %d entries for %d members", len(t), len(view))}
 			}
@@ -629,15 +629,7 @@ func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 			}
 			return -1
 		}
-		if err := s.awaitFrom(ctx, rctx, others, missing); err != nil {
-			var lost *ctlLostError
-			if errors.As(err, &lost) {
-				for _, p := range others {
-					if p != lost.peer {
-						s.net.send(p, ctlMsg{Inst: inst, Round: round, Lost: lost.peer + 1, Why: lost.why})
-					}
-				}
-			}
+		if err := s.awaitFrom(ctx, rctx, inst, others, missing); err != nil {
 			return nil, err
 		}
 		s.mu.Lock()
@@ -658,11 +650,16 @@ func (s *recoverer) exchange(inst uint64, view []int) exchangeFunc {
 
 // awaitFrom waits until missing() (called with mu held) finds no member
 // of from still to answer, failing with a ctlLostError when one of from is
-// down or suspected, or when rctx ends first (blaming the first that has
-// not answered); ctx's end is the shrink's own.
-func (s *recoverer) awaitFrom(ctx, rctx context.Context, from []int, missing func() int) error {
+// down or suspected, when a member gave up instance inst's setup (naming
+// whom it lost), or when rctx ends first (blaming the first that has not
+// answered); ctx's end is the shrink's own.
+func (s *recoverer) awaitFrom(ctx, rctx context.Context, inst uint64, from []int, missing func() int) error {
 	lost, why := -1, ""
 	err := s.await(rctx, func() bool {
+		if g := s.gaveUp[inst]; g != nil {
+			lost, why = g.peer, g.why
+			return true
+		}
 		for _, p := range from {
 			if w, ok := s.down[p]; ok {
 				lost, why = p, w
@@ -706,13 +703,97 @@ func shrunkTag(tag [8]byte, inst uint64, view []int) [8]byte {
 
 func (s *netSplitter) shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, opts Options, ctx context.Context) (links, splitter, error) {
 	tag := shrunkTag(s.tag, inst, view)
+	// A member found down meanwhile ends the setup at once, naming it (a
+	// dial to it would otherwise retry until the shrink's deadline).
+	ctx, stop := rec.whileUp(ctx, view)
+	defer stop()
 	// Members of view, in c's ranks, are mapped to view's in connect's
 	// errors: name the rank of c.
 	l, err := connect(ctx, newRank, len(view), tag, s.secret, s.host, rec.exchange(inst, view), opts)
 	if err != nil {
+		var lost *ctlLostError
+		if cause := context.Cause(ctx); errors.As(cause, &lost) {
+			err = fmt.Errorf("%w (setting up the shrunk communicator: %v)", cause, err)
+		}
 		return links{}, nil, err
 	}
 	return l, &netSplitter{secret: s.secret, tag: tag, host: s.host}, nil
+}
+
+// forget drops what the setup of instance inst left: it is over on every
+// member once the agreement that confirms it decided.
+func (s *recoverer) forget(inst uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.blobs {
+		if k.inst == inst {
+			delete(s.blobs, k)
+		}
+	}
+	for k := range s.tables {
+		if k.inst == inst {
+			delete(s.tables, k)
+		}
+	}
+	delete(s.gaveUp, inst)
+}
+
+// gaveUpOn tells the other members of view that this rank gave up the
+// setup of instance inst because of member p (this rank itself when none
+// is to blame), so that none waits out a timeout on this rank or on p:
+// each agrees again without p.
+func (s *recoverer) gaveUpOn(inst uint64, view []int, p int, err error) {
+	if p < 0 {
+		p = s.c.rank
+	}
+	for _, q := range view {
+		if q != s.c.rank && q != p {
+			s.net.send(q, ctlMsg{Inst: inst, Lost: p + 1, Why: err.Error()})
+		}
+	}
+}
+
+// whileUp is ctx, cancelled with a *ctlLostError as its cause when a
+// member of view is found down or taken for failed.
+func (s *recoverer) whileUp(ctx context.Context, view []int) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &upWatch{view: view, cancel: cancel}
+	s.mu.Lock()
+	s.watches = append(s.watches, w)
+	s.checkWatchesLocked()
+	s.mu.Unlock()
+	return ctx, func() {
+		s.mu.Lock()
+		s.watches = slices.DeleteFunc(s.watches, func(x *upWatch) bool { return x == w })
+		s.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// upWatch is a setup among view waiting on whileUp's context.
+type upWatch struct {
+	view   []int
+	cancel context.CancelCauseFunc
+}
+
+// checkWatchesLocked cancels the setups whose view holds a member down or
+// suspected. Called with mu held.
+func (s *recoverer) checkWatchesLocked() {
+	for _, w := range s.watches {
+		for _, p := range w.view {
+			if p == s.c.rank {
+				continue
+			}
+			if why, ok := s.down[p]; ok {
+				w.cancel(&ctlLostError{peer: p, why: why})
+				break
+			}
+			if s.suspect[p] {
+				w.cancel(&ctlLostError{peer: p, why: "taken for failed"})
+				break
+			}
+		}
+	}
 }
 
 // ctlLostError: a member of the view went away (or was taken for failed)
