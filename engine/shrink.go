@@ -277,13 +277,13 @@ type recoverer struct {
 	mu      sync.Mutex
 	changed chan struct{}
 	nodes   map[uint64]*agree.Node
-	pending map[uint64][]ctlEvent     // messages of instances not begun here
-	blobs   map[blobKey][]byte        // exchange contributions, at the root
-	tables  map[blobKey][][]byte      // exchange results, from the root
-	gaveUp  map[uint64]*ctlLostError  // setups a member gave up, by instance, and on whom
-	down    map[int]string            // peers whose control link broke, and how
-	dead    map[int]bool              // of those, the ones whose process ended (transport.Died)
-	suspect map[int]bool              // peers an agreement took for failed
+	pending map[uint64][]ctlEvent    // messages of instances not begun here
+	blobs   map[blobKey][]byte       // exchange contributions, at the root
+	tables  map[blobKey][][]byte     // exchange results, from the root
+	gaveUp  map[uint64]*ctlLostError // setups a member gave up, by instance, and on whom
+	down    map[int]string           // peers whose control link broke, and how
+	dead    map[int]bool             // of those, the ones whose process ended (transport.Died)
+	suspect map[int]bool             // peers an agreement took for failed
 	heard   map[int]time.Time
 	since   map[uint64]map[int]time.Time
 	joiners []net.Conn // processes waiting to join (Grow)
