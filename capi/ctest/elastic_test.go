@@ -131,3 +131,44 @@ func TestVCommRecoverAfterKill(t *testing.T) {
 		}
 	}
 }
+
+// TestShrinkNoQuorum: 4 C ranks under GOCOLL_SHRINK_QUORUM=majority, two
+// SIGKILLed: the two left get gocollNoQuorum from gocollCommShrink, a code
+// of its own (before, gocollRemoteError, which callers retry as a peer
+// failure), and *newcomm stays untouched.
+func TestShrinkNoQuorum(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	port, err := harness.FreePortPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := make([]*harness.Proc, 4)
+	for r := range procs {
+		env := harness.Env(append(harness.TorchrunEnv(r, 4, port), "GOCOLL_TIMEOUT=10s", "GOCOLL_SHRINK_QUORUM=majority")...)
+		if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["elastic"], "noquorum"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range procs {
+		if _, err := p.WaitLine(ctx, "READY"); err != nil {
+			cancel()
+			harness.WaitAll(t, procs)
+			t.Fatal(err)
+		}
+	}
+	for _, victim := range []int{1, 2} {
+		if err := procs[victim].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r, p := range procs {
+		err := p.Wait()
+		if r == 1 || r == 2 {
+			continue
+		}
+		if err != nil || !strings.Contains(p.Stdout(), "NOQUORUM") {
+			t.Errorf("rank %d: %v\n%s", r, err, p.Output())
+		}
+	}
+}

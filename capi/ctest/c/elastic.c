@@ -22,6 +22,14 @@
  *                   gocollVCommRecover and go on; all print "W <checksum>"
  *                   of the final bytes, which must match an uninterrupted
  *                   run's.
+ *                   Between: a recovery with minRanks differing between the
+ *                   ranks must be refused on every rank
+ *                   (gocollInvalidArgument).
+ *   elastic noquorum 4 ranks with GOCOLL_SHRINK_QUORUM=majority allreduce
+ *                   and print "READY"; ranks 1 and 2 then wait for the
+ *                   test to SIGKILL them. The
+ *                   two left must get gocollNoQuorum from gocollCommShrink
+ *                   (not a peer failure to retry) and print "NOQUORUM".
  *   elastic join    the replacement: waits for the join file, then
  *                   gocollCommJoin (secret from GOCOLL_SECRET) and the same
  *                   20 checked allreduces.
@@ -175,6 +183,9 @@ static int run_vrecover(void) {
       CHECK_COMM(gocollCommShrink(cur, NULL, 0, &next, NULL, GOCOLL_SHRINK_ABORT), cur);
       if ((rc = gocollVCommRecover(vc, next, step, 4, NULL, NULL)) != gocollInvalidUsage)
         FAIL("recover onto 3 ranks with minRanks 4: %d, want gocollInvalidUsage", (int)rc);
+      /* Ranks that pass different minRanks are refused on every rank. */
+      if ((rc = gocollVCommRecover(vc, next, step, g_rank == 0 ? 3 : 2, NULL, NULL)) != gocollInvalidArgument)
+        FAIL("recover with minRanks differing between ranks: %d, want gocollInvalidArgument", (int)rc);
       CHECK_COMM(gocollVCommRecover(vc, next, step, 2, NULL, &agreed), next);
       CHECK_COMM(gocollCommCount(next, &n), next);
       printf("RECOVERED size=%d step=%llu\n", n, (unsigned long long)agreed);
@@ -200,11 +211,37 @@ static int run_vrecover(void) {
   return 0;
 }
 
+static int run_noquorum(void) {
+  gocollComm_t comm = NULL, small = NULL;
+  gocollResult_t rc = gocollSuccess;
+  long call;
+  CHECK(gocollCommInitFromEnv(&comm));
+  CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
+  for (call = 0; rc == gocollSuccess; call++) {
+    rc = checked(comm, call, 0, NULL);
+    if (call == 10) {
+      printf("READY\n");
+      fflush(stdout);
+      if (g_rank == 1 || g_rank == 2)
+        for (;;) sleep_ms(1000); /* the test kills it; it never takes part in the shrink */
+    }
+  }
+  if (rc != gocollRemoteError && rc != gocollTimeout) FAIL("allreduce failed with %d", (int)rc);
+  rc = gocollCommShrink(comm, NULL, 0, &small, NULL, GOCOLL_SHRINK_ABORT);
+  printf("SHRINK code=%d err=%s\n", (int)rc, gocollGetLastError(comm));
+  if (rc != gocollNoQuorum) FAIL("shrink with 2 of 4 ranks under majority: %d, want gocollNoQuorum", (int)rc);
+  if (small != NULL) FAIL("a failed shrink wrote *newcomm");
+  printf("NOQUORUM %s\n", gocollGetErrorString(rc));
+  gocollCommDestroy(comm);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "shrink") == 0) return run_shrink();
   if (argc > 1 && strcmp(argv[1], "join") == 0) return run_join();
   if (argc > 1 && strcmp(argv[1], "vrecover") == 0) return run_vrecover();
-  fprintf(stderr, "usage: elastic shrink|join|vrecover\n");
+  if (argc > 1 && strcmp(argv[1], "noquorum") == 0) return run_noquorum();
+  fprintf(stderr, "usage: elastic shrink|join|vrecover|noquorum\n");
   return 2;
 }
