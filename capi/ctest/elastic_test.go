@@ -30,20 +30,7 @@ func TestShrinkAfterKill(t *testing.T) {
 			joinfile := filepath.Join(t.TempDir(), "join")
 			common := []string{"GOCOLL_TIMEOUT=10s", "GOCOLL_SECRET=ctest-elastic", "GOCOLL_TRANSPORT=" + tr,
 				"GOCOLL_TEST_JOINFILE=" + joinfile, fmt.Sprintf("GOCOLL_TEST_VICTIM=%d", victim)}
-			procs := make([]*harness.Proc, 4)
-			for r := range procs {
-				env := harness.Env(append(harness.TorchrunEnv(r, 4, port), common...)...)
-				if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["elastic"], "shrink"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, p := range procs {
-				if _, err := p.WaitLine(ctx, "READY"); err != nil {
-					cancel()
-					harness.WaitAll(t, procs)
-					t.Fatal(err)
-				}
-			}
+			procs := startReady(ctx, cancel, t, 4, port, common, "shrink")
 			if err := procs[victim].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -143,20 +130,7 @@ func TestShrinkNoQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs := make([]*harness.Proc, 4)
-	for r := range procs {
-		env := harness.Env(append(harness.TorchrunEnv(r, 4, port), "GOCOLL_TIMEOUT=10s", "GOCOLL_SHRINK_QUORUM=majority")...)
-		if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["elastic"], "noquorum"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range procs {
-		if _, err := p.WaitLine(ctx, "READY"); err != nil {
-			cancel()
-			harness.WaitAll(t, procs)
-			t.Fatal(err)
-		}
-	}
+	procs := startReady(ctx, cancel, t, 4, port, []string{"GOCOLL_TIMEOUT=10s", "GOCOLL_SHRINK_QUORUM=majority"}, "noquorum")
 	for _, victim := range []int{1, 2} {
 		if err := procs[victim].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -171,4 +145,26 @@ func TestShrinkNoQuorum(t *testing.T) {
 			t.Errorf("rank %d: %v\n%s", r, err, p.Output())
 		}
 	}
+}
+
+// startReady starts n ranks of elastic.c's mode with the common
+// variables and waits until each printed READY.
+func startReady(ctx context.Context, cancel func(), t *testing.T, n, port int, common []string, mode string) []*harness.Proc {
+	t.Helper()
+	procs := make([]*harness.Proc, n)
+	for r := range procs {
+		env := harness.Env(append(harness.TorchrunEnv(r, n, port), common...)...)
+		var err error
+		if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["elastic"], mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range procs {
+		if _, err := p.WaitLine(ctx, "READY"); err != nil {
+			cancel()
+			harness.WaitAll(t, procs)
+			t.Fatal(err)
+		}
+	}
+	return procs
 }

@@ -67,6 +67,24 @@ static void last_steps(gocollComm_t c) {
   fflush(stdout);
 }
 
+/* Checked allreduces on comm until one fails; after call 10 it prints
+ * "READY" (a rank with stay set then waits to be killed). Returns the
+ * failed call's result code. */
+static gocollResult_t until_failure(gocollComm_t comm, int stay) {
+  gocollResult_t rc = gocollSuccess;
+  long call;
+  for (call = 0; rc == gocollSuccess; call++) {
+    rc = checked(comm, call, 0, NULL);
+    if (call == 10) {
+      printf("READY\n");
+      fflush(stdout);
+      if (stay)
+        for (;;) sleep_ms(1000); /* the test kills it; it never takes part in the shrink */
+    }
+  }
+  return rc;
+}
+
 static int run_shrink(void) {
   gocollComm_t comm = NULL, small = NULL, grown = NULL;
   gocollResult_t rc = gocollSuccess;
@@ -76,13 +94,7 @@ static int run_shrink(void) {
   double t0;
   CHECK(gocollCommInitFromEnv(&comm));
   CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
-  for (call = 0; rc == gocollSuccess; call++) {
-    rc = checked(comm, call, 0, NULL);
-    if (call == 10) {
-      printf("READY\n");
-      fflush(stdout);
-    }
-  }
+  rc = until_failure(comm, 0);
   printf("FAILED code=%d err=%s\n", (int)rc, gocollGetLastError(comm));
   if (rc != gocollRemoteError && rc != gocollTimeout) FAIL("allreduce failed with %d", (int)rc);
   t0 = now_seconds();
@@ -213,19 +225,10 @@ static int run_vrecover(void) {
 
 static int run_noquorum(void) {
   gocollComm_t comm = NULL, small = NULL;
-  gocollResult_t rc = gocollSuccess;
-  long call;
+  gocollResult_t rc;
   CHECK(gocollCommInitFromEnv(&comm));
   CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
-  for (call = 0; rc == gocollSuccess; call++) {
-    rc = checked(comm, call, 0, NULL);
-    if (call == 10) {
-      printf("READY\n");
-      fflush(stdout);
-      if (g_rank == 1 || g_rank == 2)
-        for (;;) sleep_ms(1000); /* the test kills it; it never takes part in the shrink */
-    }
-  }
+  rc = until_failure(comm, g_rank == 1 || g_rank == 2);
   if (rc != gocollRemoteError && rc != gocollTimeout) FAIL("allreduce failed with %d", (int)rc);
   rc = gocollCommShrink(comm, NULL, 0, &small, NULL, GOCOLL_SHRINK_ABORT);
   printf("SHRINK code=%d err=%s\n", (int)rc, gocollGetLastError(comm));
