@@ -232,8 +232,12 @@ func (s *State) Grow(n int) error {
 	if err != nil {
 		return fmt.Errorf("rank %d step %d: recovering onto the grown communicator: %w", s.Comm.Rank(), s.Step, err)
 	}
-	s.logf("step %d: admitted %d joining process(es), refused %d; %d processes go on: %.1f ms, %d bytes moved, placement %v\n",
-		s.Step, n-len(rec.Refused), len(rec.Refused), s.Comm.Size(), 1e3*time.Since(start).Seconds(), rec.Bytes, rec.Place)
+	refused := ""
+	if len(rec.Refused) > 0 {
+		refused = fmt.Sprintf(" (refused %d: another topology, device count or options)", len(rec.Refused))
+	}
+	s.logf("step %d: admitted %d joining process(es)%s; %d processes go on: %.1f ms, %d bytes moved, placement %v\n",
+		s.Step, n-len(rec.Refused), refused, s.Comm.Size(), 1e3*time.Since(start).Seconds(), rec.Bytes, rec.Place)
 	return nil
 }
 
