@@ -223,12 +223,19 @@ func (s *State) Recover(cause error) error {
 // the grow itself succeeded).
 func (s *State) Grow(n int) error {
 	start := time.Now()
-	nc, err := s.Comm.Grow(n)
+	old := s.Comm
+	nc, err := old.Grow(n)
 	if err != nil {
 		return fmt.Errorf("rank %d step %d: admitting %d joiners: %w", s.Comm.Rank(), s.Step, n, err)
 	}
-	s.setComm(nc) // the old one is destroyed even if what follows fails
+	// The old communicator goes once the recovery onto the grown one is
+	// over, whether it worked or not: not before, since members still in
+	// their Grow talk to the others through it; not never (a leak).
+	s.Comm = nc
 	rec, err := s.recoverOnto(nc)
+	if old != s.orig {
+		_ = old.Destroy()
+	}
 	if err != nil {
 		return fmt.Errorf("rank %d step %d: recovering onto the grown communicator: %w", s.Comm.Rank(), s.Step, err)
 	}
@@ -277,9 +284,10 @@ func (s *State) settle(rec vppu.Recovery) (vppu.Recovery, error) {
 	return rec, s.publish()
 }
 
-// setComm makes c the job's communicator and destroys the one before it
-// (unless it is the caller's): it failed, or was replaced on purpose, and
-// its errors tell nothing new.
+// setComm makes c, shrunk from the job's communicator, the job's
+// communicator and destroys the one before it (unless it is the
+// caller's): it failed, or was replaced on purpose, and its errors tell
+// nothing new; a shrunk communicator answers late ranks itself.
 func (s *State) setComm(c *engine.Comm) {
 	if s.Comm != s.orig {
 		_ = s.Comm.Destroy()

@@ -408,3 +408,92 @@ func TestGrowRefusesBadJoiner(t *testing.T) {
 		t.Errorf("job file: %+v, %v; want the 3 processes that went on", j, err)
 	}
 }
+
+// TestGrowThenFailedRecoveryFreesOld: when Grow succeeds and the recovery
+// onto the grown communicator fails, the communicator it grew from is
+// destroyed all the same (before, the sgd loop kept it: a leak per
+// failed admission); the grown one is the State's, for the next
+// recovery.
+func TestGrowThenFailedRecoveryFreesOld(t *testing.T) {
+	opts := engine.Options{Transport: "tcp", Timeout: 10 * time.Second}
+	jobFile := filepath.Join(t.TempDir(), "job")
+	comms, secret := tcpRanks(t, 2, opts)
+	defer func() {
+		for _, c := range comms {
+			c.Destroy()
+		}
+	}()
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	published := make(chan struct{})
+	publish := sync.OnceFunc(func() { close(published) })
+	// Nobody destroys anything before all saw the recovery fail: a rank
+	// that closed its grown communicator early would fail the others'
+	// recovery with a peer loss instead.
+	var checked sync.WaitGroup
+	checked.Add(3)
+	for r, c := range comms {
+		wg.Go(func() {
+			finish := sync.OnceFunc(func() { checked.Done(); checked.Wait() })
+			defer finish()
+			errs[r] = func() error {
+				if r == 0 {
+					defer publish() // also on a failure: the joiner must not wait forever
+				}
+				s, err := member(c, Options{JobFile: jobFile})
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				defer s.V.Destroy()
+				defer finish() // before those
+				// A first view of the State's own (a shrink with nobody
+				// lost), so that the one Grow replaces is not the caller's.
+				err = s.Recover(errors.New("test"))
+				if r == 0 {
+					publish() // the joiner joins this view
+				}
+				if err != nil {
+					return err
+				}
+				before := s.Comm
+				for s.Comm.Rank() == 0 && s.Joiners() < 1 {
+					time.Sleep(5 * time.Millisecond)
+				}
+				s.opts.MinRanks = 4 // the recovery onto 3 processes fails, on every rank
+				if err := s.Grow(1); !errors.Is(err, vppu.ErrTooFewRanks) {
+					return fmt.Errorf("grow: %v, want ErrTooFewRanks", err)
+				}
+				if s.Comm == before || s.Comm.Size() != 3 {
+					return errors.New("the State is not on the grown communicator")
+				}
+				if err := before.Barrier(); !errors.Is(err, engine.ErrDestroyed) {
+					return fmt.Errorf("the communicator grown from: %v, want it destroyed", err)
+				}
+				return nil
+			}()
+		})
+	}
+	<-published
+	wg.Go(func() {
+		finish := sync.OnceFunc(func() { checked.Done(); checked.Wait() })
+		defer finish()
+		c, view, err := JoinJob(jobFile, 0, secret, opts)
+		if err != nil {
+			errs[2] = err
+			return
+		}
+		defer c.Destroy()
+		defer finish() // before that
+		l, _ := vppu.ParseLogical("ring", devices)
+		if _, err := Join(c, view, l, Options{JobFile: jobFile, MinRanks: 4}); !errors.Is(err, vppu.ErrTooFewRanks) {
+			errs[2] = fmt.Errorf("the joiner: %v, want ErrTooFewRanks", err)
+		}
+	})
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("process %d: %v", r, err)
+		}
+	}
+}
