@@ -94,12 +94,15 @@ type Recovery struct {
 // failure (another death, a Rebuild or an allocation that failed
 // anywhere) leaves them as they were on every rank that took part in the
 // final all-gather; the caller shrinks again and calls Recover again on
-// the smaller communicator, which redoes it all from that state. A rank
-// that dies during that last all-gather may leave some ranks committed
-// and others not; the committed ones are then at the settled step and
-// the others where they were, at most one step behind it, and each
-// caller's Step says which (it advanced only where Recover returned
-// nil): the retry settles that like any step in flight.
+// the smaller communicator, which redoes it all from that state (a
+// failure after the plan revokes newParent, so every rank of it leaves
+// what it waits on). A rank that dies during that last all-gather may
+// leave some ranks committed and others not; the committed ones are then
+// at the settled step and the others where they were, at most one step
+// behind it, and each caller's Step says which (it advanced only where
+// Recover returned nil). The others revoked newParent and the new
+// hosting ranks' communicator, so the committed ones fail at their next
+// call, and the retry settles the difference like any step in flight.
 func (c *Comm) Recover(newParent *engine.Comm, opts RecoverOptions) (Recovery, error) {
 	if newParent == nil {
 		return Recovery{}, fmt.Errorf("vppu: recover: %w: nil communicator", engine.ErrInvalidArgument)
@@ -173,6 +176,9 @@ func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recov
 	st := stage(np, p, h, alloc, opts.Rebuild)
 	if err := agreeStaged(np, st.err); err != nil {
 		st.discard()
+		// Ranks that committed (the all-gather completed there) fail at
+		// their next call on np too, and every rank shrinks it again.
+		np.Revoke()
 		return p.Recovery, err
 	}
 	if slices.Contains(p.Refused, np.Rank()) {
