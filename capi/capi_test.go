@@ -47,6 +47,9 @@ func TestResultCode(t *testing.T) {
 		{&net.OpError{Op: "dial", Err: errors.New("refused")}, resSystemError},
 		{&os.PathError{Op: "open", Path: "/dev/shm/x", Err: syscall.ENOSPC}, resSystemError},
 		{errors.New("something else"), resInternalError},
+		// A shrink without quorum may also carry the timeout that left
+		// the ranks out; it is not a peer failure to retry.
+		{fmt.Errorf("shrink: %w (%w)", engine.ErrNoQuorum, engine.ErrTimeout), resNoQuorum},
 	} {
 		if got := resultCode(tc.err); got != tc.want {
 			t.Errorf("resultCode(%v) = %d, want %d", tc.err, got, tc.want)

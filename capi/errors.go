@@ -32,6 +32,7 @@ const (
 	resTimeout         = 8
 	resRevoked         = 9
 	resExcluded        = 10
+	resNoQuorum        = 11
 )
 
 // resultCode maps an engine error to the gocollResult_t the C caller sees.
@@ -52,8 +53,10 @@ func resultCode(err error) int {
 		return resExcluded
 	case errors.Is(err, engine.ErrRevoked):
 		return resRevoked
+	// Not a peer failure: shrinking again cannot help (the caller that
+	// retries on gocollRemoteError would retry in vain).
 	case errors.Is(err, engine.ErrNoQuorum):
-		return resRemoteError
+		return resNoQuorum
 	// Setup failures, before the generic kinds: a rendezvous error may
 	// also wrap a deadline or a closed connection, and every rank must
 	// report the cause the root named.

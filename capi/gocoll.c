@@ -47,6 +47,7 @@ const char* gocollGetErrorString(gocollResult_t result) {
     case gocollTimeout: return "timed out waiting for a peer";
     case gocollRevoked: return "communicator revoked (shrink it to go on)";
     case gocollExcluded: return "excluded: the other ranks went on without this one";
+    case gocollNoQuorum: return "no quorum: half or fewer of the ranks could agree (majority quorum); shrinking again will not help";
     default: return "unknown result code";
   }
 }
@@ -460,7 +461,13 @@ gocollResult_t gocollVCommRecover(gocollVComm_t vcomm, gocollComm_t newcomm, uin
 
 gocollResult_t gocollVCommJoin(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev, int minRanks,
                                uint64_t* agreedStep) {
-  return (gocollResult_t)capi_VCommJoin((uintptr_t*)vcomm, h(comm), (char*)topology, ndev, minRanks, agreedStep);
+  return (gocollResult_t)capi_VCommJoin((uintptr_t*)vcomm, h(comm), (char*)topology, ndev, minRanks, NULL, agreedStep);
+}
+
+gocollResult_t gocollVCommJoinPlace(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev,
+                                    int minRanks, const int* place, uint64_t* agreedStep) {
+  return (gocollResult_t)capi_VCommJoin((uintptr_t*)vcomm, h(comm), (char*)topology, ndev, minRanks, (int*)place,
+                                        agreedStep);
 }
 
 gocollResult_t gocollVCommMigrate(gocollVComm_t vcomm, const int* place) {

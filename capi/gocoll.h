@@ -125,7 +125,8 @@ typedef enum {
   gocollTimeout = 8,
   gocollRevoked = 9,  /* the communicator was revoked (gocollCommRevoke, here or on a peer) */
   gocollExcluded = 10, /* the other ranks shrank the communicator without this one */
-  gocollNumResults = 11
+  gocollNoQuorum = 11, /* GOCOLL_SHRINK_QUORUM=majority: half or fewer of the ranks could agree; do not retry */
+  gocollNumResults = 12
 } gocollResult_t;
 
 /* Element types. float16 is IEEE 754 binary16, bfloat16 the upper half of a
@@ -394,9 +395,12 @@ gocollResult_t gocollCommRevoke(gocollComm_t comm, int flags);
  * of range or listed twice, this rank listed, excludeRanks NULL with
  * excludeCount > 0, bad flags or config), gocollExcluded (the others went
  * on without this rank: it was taken for failed - stopped or too slow -
- * and cannot rejoin; exit, or join anew with gocollCommJoin), gocollTimeout,
- * gocollRemoteError or gocollSystemError (the new connections could not
- * be made). *newcomm is left untouched on failure. */
+ * and cannot rejoin; exit, or join anew with gocollCommJoin),
+ * gocollNoQuorum (with GOCOLL_SHRINK_QUORUM / config shrinkQuorum
+ * "majority": no more than half of comm's ranks could agree, so this side
+ * of a partition must not go on; shrinking again will not help: stop),
+ * gocollTimeout, gocollRemoteError or gocollSystemError (the new
+ * connections could not be made). *newcomm is left untouched on failure. */
 gocollResult_t gocollCommShrink(gocollComm_t comm, const int* excludeRanks, int excludeCount,
                                 gocollComm_t* newcomm, const gocollConfig_t* config, int flags);
 
@@ -918,22 +922,33 @@ gocollResult_t gocollVCommRegisterShared(gocollVComm_t vcomm, const char* name, 
  * stored in *agreedStep (may be NULL), and goes on from there. A lost
  * device's own buffers (gocollVCommRegister) cannot be restored:
  * gocollInvalidUsage, as are fewer than minRanks ranks in newcomm (0: any).
- * A rank dying during it gives gocollRemoteError or gocollTimeout on the
- * others: shrink again and call it again on the smaller communicator. The
+ * Every rank passes the same minRanks and place (ranks that differ:
+ * gocollInvalidArgument on every rank, nothing moved). A rank dying
+ * during it gives gocollRemoteError or gocollTimeout on the others:
+ * shrink again and call it again on the smaller communicator. The handle's
+ * buffers change only when it returns gocollSuccess: after a failure they
+ * hold the state they held before, and step is still what to pass. The
  * old communicator stays the caller's (destroy it). */
 gocollResult_t gocollVCommRecover(gocollVComm_t vcomm, gocollComm_t newcomm, uint64_t step, int minRanks,
                                   const int* place, uint64_t* agreedStep);
 
 /* The joining process's side of gocollVCommRecover: comm is what
  * gocollCommJoin returned, the members call gocollVCommRecover on the
- * communicator their gocollCommGrow made, with the same topology, ndev and
- * minRanks. The new handle may host devices (the balance gives joiners
+ * communicator their gocollCommGrow made, with the same topology, ndev,
+ * minRanks and place (gocollVCommJoinPlace; gocollVCommJoin is place
+ * NULL). The new handle may host devices (the balance gives joiners
  * some); their shared state arrives in memory the library allocated
  * (gocollVCommGetBuffer; register your own with gocollVCommRegisterShared
  * after copying it, if you like). *agreedStep (may be NULL) is the step
- * the job goes on from. */
+ * the job goes on from. A joiner whose topology, ndev, minRanks or place
+ * differ from the members' is refused: gocollInvalidArgument here, and
+ * the members' gocollVCommRecover succeeds without it (it hosts no
+ * device; it leaves newcomm, so the members' next call on newcomm itself
+ * fails as after a death: shrink it). */
 gocollResult_t gocollVCommJoin(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev, int minRanks,
                                uint64_t* agreedStep);
+gocollResult_t gocollVCommJoinPlace(gocollVComm_t* vcomm, gocollComm_t comm, const char* topology, int ndev,
+                                    int minRanks, const int* place, uint64_t* agreedStep);
 
 /* Waits for the calls in flight and frees the handle and the buffers the
  * library allocated; the communicator stays. */

@@ -258,6 +258,7 @@ func capi_VCommRecover(vc C.uintptr_t, newcomm C.uintptr_t, step C.uint64_t, min
 		}
 		rec, err := s.v.Recover(ns.c, opts)
 		if err != nil {
+			s.release(false) // what was staged for a commit that did not happen
 			return err
 		}
 		s.parent = ns
@@ -270,7 +271,7 @@ func capi_VCommRecover(vc C.uintptr_t, newcomm C.uintptr_t, step C.uint64_t, min
 }
 
 //export capi_VCommJoin
-func capi_VCommJoin(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, minRanks C.int, agreed *C.uint64_t) C.int {
+func capi_VCommJoin(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int, minRanks C.int, place *C.int, agreed *C.uint64_t) C.int {
 	return call("gocollVCommJoin", comm, func(cs *commState) error {
 		l, err := logicalArg(out, topo, ndev)
 		if err == nil && minRanks < 0 {
@@ -280,7 +281,11 @@ func capi_VCommJoin(out *C.uintptr_t, comm C.uintptr_t, topo *C.char, ndev C.int
 			return err
 		}
 		s := &vcommState{parent: cs, owned: map[unsafe.Pointer]bool{}}
-		v, rec, err := vppu.Join(cs.c, l, vppu.RecoverOptions{MinRanks: int(minRanks), Alloc: s.alloc})
+		opts := vppu.RecoverOptions{MinRanks: int(minRanks), Alloc: s.alloc}
+		if place != nil {
+			opts.Place = placement(place, l.M, cs.c.Size())
+		}
+		v, rec, err := vppu.Join(cs.c, l, opts)
 		if err != nil {
 			s.release(true)
 			return err

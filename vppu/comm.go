@@ -1,12 +1,14 @@
 package vppu
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/gocoll/gocoll/engine"
@@ -37,19 +39,20 @@ type Comm struct {
 	logical Logical
 	alloc   func(dev int, name string, n int) ([]byte, error)
 
-	mu     sync.Mutex
-	place  Place
-	local  []int                   // devices on this rank, increasing
-	hosts  []int                   // parent ranks hosting devices, increasing = sub ranks
-	devs   []int                   // device → its host's rank in sub
-	sub    *engine.Comm            // nil when this rank hosts no device
-	subs   map[string]*engine.Comm // every set of hosting ranks split so far
-	bufs   map[int]map[string][]byte
-	shared map[string][]byte // state every local device holds alike, kept once (RegisterShared)
-	last   *Request          // the last non-blocking call issued
-	seq    uint64            // calls issued, for error messages
-	broken error             // set by a failed migration
-	closed bool
+	mu       sync.Mutex
+	place    Place
+	local    []int                   // devices on this rank, increasing
+	hosts    []int                   // parent ranks hosting devices, increasing = sub ranks
+	devs     []int                   // device → its host's rank in sub
+	sub      *engine.Comm            // nil when this rank hosts no device
+	subs     map[string]*engine.Comm // every set of hosting ranks split so far
+	bufs     map[int]map[string][]byte
+	shared   map[string][]byte // state every local device holds alike, kept once (RegisterShared)
+	last     *Request          // the last non-blocking call issued
+	seq      uint64            // calls issued, for error messages
+	broken   error             // set by a failed migration
+	changing bool              // a migration or a recovery is in progress
+	closed   bool
 }
 
 // ErrNoDevice is returned by a collective called on a rank that hosts no
@@ -110,51 +113,84 @@ func (c *Comm) agree(logical string, place Place) error {
 	return nil
 }
 
-// remap makes place current: the sub-communicator of its hosting ranks
-// (a collective of the parent) and this rank's device list.
-func (c *Comm) remap(place Place) error {
-	me := c.parent.Rank()
-	var local, hosts []int
-	for v, r := range place {
+// view is a placement made current: this rank's devices, the hosting
+// ranks and the sub-communicator that joins them.
+type view struct {
+	place Place
+	local []int // devices on this rank, increasing
+	hosts []int // parent ranks hosting devices, increasing = sub ranks
+	devs  []int // device → its host's rank in sub
+	key   string
+}
+
+// newView is place seen from parent rank me.
+func newView(place Place, me int) view {
+	v := view{place: slices.Clone(place)}
+	for d, r := range place {
 		if r == me {
-			local = append(local, v)
+			v.local = append(v.local, d)
 		}
-		if !slices.Contains(hosts, r) {
-			hosts = append(hosts, r)
+		if !slices.Contains(v.hosts, r) {
+			v.hosts = append(v.hosts, r)
 		}
 	}
-	slices.Sort(hosts)
+	slices.Sort(v.hosts)
+	v.devs = make([]int, len(place))
+	for d, r := range place {
+		v.devs[d], _ = slices.BinarySearch(v.hosts, r)
+	}
+	v.key = fmt.Sprint(v.hosts)
+	return v
+}
+
+// splitHosts is the sub-communicator of v's hosting ranks, split from
+// parent (a collective of parent): nil where this rank hosts nothing.
+func splitHosts(parent *engine.Comm, v view) (*engine.Comm, error) {
+	color := 0
+	if len(v.local) == 0 {
+		color = engine.SplitNoColor
+	}
+	return parent.Split(color, parent.Rank())
+}
+
+// remap makes place current: the sub-communicator of its hosting ranks
+// (a collective of the parent) and this rank's device list. It holds no
+// lock across the split.
+func (c *Comm) remap(place Place) error {
+	v := newView(place, c.parent.Rank())
 	// A split costs tens of milliseconds (it sets up shared memory and
 	// connections); the sub-communicator of a set of hosting ranks is
 	// kept, so a job moving back and forth pays it once per set. Every
 	// rank has seen the same placements, so all agree whether to split.
-	key := fmt.Sprint(hosts)
-	sub, seen := c.subs[key]
+	c.mu.Lock()
+	sub, seen := c.subs[v.key]
+	c.mu.Unlock()
 	if !seen {
-		color := 0
-		if len(local) == 0 {
-			color = engine.SplitNoColor
-		}
 		var err error
-		if sub, err = c.parent.Split(color, me); err != nil {
+		if sub, err = splitHosts(c.parent, v); err != nil {
 			return err
 		}
-		c.subs[key] = sub // nil where this rank hosts nothing
 	}
-	devs := make([]int, len(place))
-	for v, r := range place {
-		devs[v], _ = slices.BinarySearch(hosts, r)
-	}
-	c.place, c.local, c.hosts, c.devs, c.sub = slices.Clone(place), local, hosts, devs, sub
-	for v := range c.bufs {
-		if place[v] != me {
-			delete(c.bufs, v)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.subs[v.key] = sub // nil where this rank hosts nothing
+	c.install(v, sub)
+	return nil
+}
+
+// install makes v current with its sub-communicator and drops the state
+// of the devices that left. Called with c.mu held; it does no I/O.
+func (c *Comm) install(v view, sub *engine.Comm) {
+	me := c.parent.Rank()
+	c.place, c.local, c.hosts, c.devs, c.sub = v.place, v.local, v.hosts, v.devs, sub
+	for d := range c.bufs {
+		if v.place[d] != me {
+			delete(c.bufs, d)
 		}
 	}
-	if len(local) == 0 {
+	if len(v.local) == 0 {
 		clear(c.shared)
 	}
-	return nil
 }
 
 // SetAlloc replaces how Migrate allocates the buffers of devices arriving
@@ -303,6 +339,9 @@ func (c *Comm) begin(name string) (call, error) {
 	if c.broken != nil {
 		return call{}, fmt.Errorf("vppu: %s on rank %d: unusable after a failed migration: %w", name, me, c.broken)
 	}
+	if c.changing {
+		return call{}, fmt.Errorf("vppu: %s on rank %d: %w: a migration or recovery is in progress", name, me, engine.ErrInvalidUsage)
+	}
 	if len(c.local) == 0 {
 		return call{}, fmt.Errorf("vppu: %s on rank %d: %w", name, me, ErrNoDevice)
 	}
@@ -372,18 +411,16 @@ func (k call) rootBuf(what string, bufs [][]byte, root int) ([]byte, error) {
 // after. Ranks left without devices return normally and may Destroy. A
 // rank that fails or dies during the move makes every other rank's
 // Migrate fail (within the engine's timeout); the communicator is then
-// unusable.
+// unusable. Collectives issued while it runs are refused.
 func (c *Comm) Migrate(to Place) (err error) {
 	if err := checkPlace(c.parent, c.logical.M, to); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	if c.closed || c.broken != nil {
-		c.mu.Unlock()
-		return fmt.Errorf("vppu: migrate on rank %d: %w: communicator destroyed or broken", c.parent.Rank(), engine.ErrInvalidArgument)
+	prev, err := c.startChange("migrate", false)
+	if err != nil {
+		return err
 	}
-	prev := c.last
-	c.mu.Unlock()
+	defer c.endChange()
 	if prev != nil {
 		prev.Wait() // its error went to its caller
 	}
@@ -401,17 +438,66 @@ func (c *Comm) Migrate(to Place) (err error) {
 	if err := c.move(to); err != nil {
 		return err
 	}
+	return c.remap(to)
+}
+
+// startChange marks a migration or a recovery in progress (what changes
+// the placement, during which collectives are refused) and returns the
+// last non-blocking call, for the caller to wait for. A broken
+// communicator may only recover.
+func (c *Comm) startChange(name string, mayBeBroken bool) (*Request, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.remap(to)
+	me := c.parent.Rank()
+	switch {
+	case c.closed:
+		return nil, fmt.Errorf("vppu: %s on rank %d: %w: communicator destroyed", name, me, engine.ErrInvalidArgument)
+	case c.broken != nil && !mayBeBroken:
+		return nil, fmt.Errorf("vppu: %s on rank %d: %w: unusable after a failed migration: %v", name, me, engine.ErrInvalidArgument, c.broken)
+	case c.changing:
+		return nil, fmt.Errorf("vppu: %s on rank %d: %w: a migration or recovery is in progress", name, me, engine.ErrInvalidUsage)
+	}
+	c.changing = true
+	return c.last, nil
+}
+
+func (c *Comm) endChange() {
+	c.mu.Lock()
+	c.changing = false
+	c.mu.Unlock()
+}
+
+// holds is what a rank's registered buffers were when a migration or a
+// recovery described them: the buffers its sends read.
+type holds struct {
+	own    map[int]map[string][]byte
+	shared map[string][]byte
+}
+
+// snapshot copies the tables of the registered buffers (not their bytes).
+// Called with c.mu held.
+func (c *Comm) snapshot() holds {
+	h := holds{own: map[int]map[string][]byte{}, shared: maps.Clone(c.shared)}
+	for v, bs := range c.bufs {
+		h.own[v] = maps.Clone(bs)
+	}
+	return h
+}
+
+// source is the buffer a transfer sends.
+func (h holds) source(x transfer) []byte {
+	if x.Shared {
+		return h.shared[x.Name]
+	}
+	return h.own[x.Dev][x.Name]
 }
 
 // move sends the registered buffers of every device changing rank. First
 // every rank learns every device's buffer names and sizes (each rank's
-// list, encodeMoves, all-gathered over the parent), then each buffer
-// travels in one message, in device then name order on both sides. The
-// shared buffers travel once to each rank that hosted no device before,
-// with the lowest device it receives.
+// list, encodeMoves, all-gathered over the parent; planMoves), then each
+// buffer travels in one message (exchange). The shared buffers travel
+// once to each rank that hosted no device before, with the lowest device
+// it receives.
 func (c *Comm) move(to Place) error {
 	me := c.parent.Rank()
 	c.mu.Lock()
@@ -430,139 +516,53 @@ func (c *Comm) move(to Place) error {
 			}
 		}
 	}
-	alloc := c.alloc
+	h, alloc := c.snapshot(), c.alloc
 	c.mu.Unlock()
 	lists, err := allGatherBlobs(c.parent, encodeMoves(list))
 	if err != nil {
 		return err
 	}
-	type moving struct {
-		dev      int
-		name     string
-		size     int
-		from, to int
-		shared   bool
+	xs, err := planMoves(lists, from, to)
+	if err != nil {
+		return err
 	}
-	var moves []moving
-	for r, msg := range lists {
-		ds, err := decodeMoves(msg)
-		if err != nil {
-			return fmt.Errorf("rank %d sent a damaged buffer list: %w", r, err)
-		}
-		for _, d := range ds {
-			if d.Dev >= len(to) || from[d.Dev] != r || (d.Shared && !carriesShared(from, to, d.Dev)) {
-				return fmt.Errorf("rank %d sent a damaged buffer list: device %d", r, d.Dev)
-			}
-			moves = append(moves, moving{d.Dev, d.Name, d.Size, r, to[d.Dev], d.Shared})
-		}
-	}
-	slices.SortFunc(moves, func(a, b moving) int {
-		if a.dev != b.dev {
-			return a.dev - b.dev
-		}
-		if a.name < b.name {
-			return -1
-		}
-		return 1
-	})
-	var reqs []*engine.Request
-	arrived := map[int]map[string][]byte{}
-	arrivedShared := map[string][]byte{}
-	for _, m := range moves {
-		switch {
-		case m.from == me:
-			c.mu.Lock()
-			buf := c.bufs[m.dev][m.name]
-			if m.shared {
-				buf = c.shared[m.name]
-			}
-			c.mu.Unlock()
-			if m.size == 0 {
-				continue
-			}
-			r, err := c.parent.ISend(buf, m.size, engine.Uint8, m.to)
-			if err != nil {
-				return fmt.Errorf("device %d buffer %q to rank %d: %w", m.dev, m.name, m.to, err)
-			}
-			reqs = append(reqs, r)
-		case m.to == me:
-			buf, err := alloc(m.dev, m.name, m.size)
-			if err != nil || len(buf) != m.size {
-				return fmt.Errorf("device %d buffer %q: allocating %d bytes: %v", m.dev, m.name, m.size, err)
-			}
-			if m.shared {
-				arrivedShared[m.name] = buf
-			} else {
-				put(arrived, m.dev, m.name, buf)
-			}
-			if m.size == 0 {
-				continue
-			}
-			r, err := c.parent.IRecv(buf, m.size, engine.Uint8, m.from)
-			if err != nil {
-				return fmt.Errorf("device %d buffer %q from rank %d: %w", m.dev, m.name, m.from, err)
-			}
-			reqs = append(reqs, r)
-		}
-	}
-	if err := waitAll(reqs); err != nil {
+	got, err := exchange(c.parent, me, xs, h.source, alloc)
+	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	for v, bs := range arrived {
+	for v, bs := range got.own {
 		c.bufs[v] = bs
 	}
-	maps.Copy(c.shared, arrivedShared)
+	maps.Copy(c.shared, got.shared)
 	c.mu.Unlock()
 	return nil
 }
 
-// allGatherBlobs gathers every rank's blob, of any length: the lengths
-// first, then the blobs padded to the longest.
-func allGatherBlobs(c *engine.Comm, mine []byte) ([][]byte, error) {
-	n := c.Size()
-	lens := make([]byte, 8*n)
-	if err := c.AllGather(binary.LittleEndian.AppendUint64(nil, uint64(len(mine))), lens, 8, engine.Uint8); err != nil {
-		return nil, err
-	}
-	width := 0
-	for r := range n {
-		width = max(width, int(binary.LittleEndian.Uint64(lens[8*r:])))
-	}
-	padded := make([]byte, width)
-	copy(padded, mine)
-	all := make([]byte, width*n)
-	if err := c.AllGather(padded, all, width, engine.Uint8); err != nil {
-		return nil, err
-	}
-	out := make([][]byte, n)
-	for r := range n {
-		l := int(binary.LittleEndian.Uint64(lens[8*r:]))
-		if l > width {
-			return nil, fmt.Errorf("rank %d sent a damaged length", r)
+// planMoves turns every rank's buffer list (lists[r], encodeMoves) into
+// the transfers of a migration from one placement to another, in device
+// then name order.
+func planMoves(lists [][]byte, from, to Place) ([]transfer, error) {
+	var xs []transfer
+	for r, msg := range lists {
+		ds, err := decodeMoves(msg)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d sent a damaged buffer list: %w", r, err)
 		}
-		out[r] = all[r*width : r*width+l]
-	}
-	return out, nil
-}
-
-// waitAll waits for every request and joins their errors.
-func waitAll(reqs []*engine.Request) error {
-	var errs []error
-	for _, r := range reqs {
-		if err := r.Wait(); err != nil {
-			errs = append(errs, err)
+		for _, d := range ds {
+			if d.Dev >= len(to) || from[d.Dev] != r || (d.Shared && !carriesShared(from, to, d.Dev)) {
+				return nil, fmt.Errorf("rank %d sent a damaged buffer list: device %d", r, d.Dev)
+			}
+			xs = append(xs, transfer{Dev: d.Dev, Name: d.Name, Size: d.Size, From: r, To: to[d.Dev], Shared: d.Shared})
 		}
 	}
-	return errors.Join(errs...)
-}
-
-// put files buf as device dev's buffer name in m.
-func put(m map[int]map[string][]byte, dev int, name string, buf []byte) {
-	if m[dev] == nil {
-		m[dev] = map[string][]byte{}
-	}
-	m[dev][name] = buf
+	slices.SortStableFunc(xs, func(a, b transfer) int {
+		if a.Dev != b.Dev {
+			return cmp.Compare(a.Dev, b.Dev)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return xs, nil
 }
 
 // carriesShared says whether device v brings the shared buffers along
@@ -600,14 +600,30 @@ func (c *Comm) Destroy() error {
 		last.Wait()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errs []error
+	subs := c.takeSubs()
+	c.mu.Unlock()
+	return destroyAll(subs)
+}
+
+// takeSubs empties the table of sub-communicators and returns them, for
+// the caller to destroy once it let go of c.mu (a destroy may wait).
+// Called with c.mu held.
+func (c *Comm) takeSubs() []*engine.Comm {
+	var subs []*engine.Comm
 	for _, sub := range c.subs {
 		if sub != nil {
-			errs = append(errs, sub.Destroy())
+			subs = append(subs, sub)
 		}
 	}
-	c.sub, c.subs = nil, nil
+	c.sub, c.subs = nil, map[string]*engine.Comm{}
+	return subs
+}
+
+func destroyAll(subs []*engine.Comm) error {
+	var errs []error
+	for _, sub := range subs {
+		errs = append(errs, sub.Destroy())
+	}
 	return errors.Join(errs...)
 }
 

@@ -20,20 +20,7 @@ import (
 // errors.
 func onRanks(t *testing.T, n int, f func(c *engine.Comm) error) []error {
 	t.Helper()
-	comms, err := engine.NewLocalComms(n, engine.Options{Timeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Go(func() { errs[r] = f(c) })
-	}
-	wg.Wait()
-	for _, c := range comms {
-		c.Destroy()
-	}
-	return errs
+	return onRanksOpts(t, n, engine.Options{Timeout: 20 * time.Second}, f)
 }
 
 func noErrors(t *testing.T, errs []error) {

@@ -3,6 +3,7 @@ package vppu
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 
 	"github.com/gocoll/gocoll/engine"
@@ -19,6 +20,12 @@ var ErrTooFewRanks = fmt.Errorf("%w: too few processes left", engine.ErrInvalidU
 // It is an engine.ErrInvalidUsage.
 var ErrStateLost = fmt.Errorf("%w: virtual device state lost", engine.ErrInvalidUsage)
 
+// ErrJoinRefused is returned by Join on a joining process whose virtual
+// topology, device count, Place or MinRanks differ from the members':
+// the members refuse it (Recovery.Refused) and go on without it. It is an
+// engine.ErrInvalidArgument.
+var ErrJoinRefused = fmt.Errorf("%w: joining process refused", engine.ErrInvalidArgument)
+
 // RecoverOptions tell Recover where the caller stands.
 type RecoverOptions struct {
 	// Step is how many steps this rank's shared state has completed: the
@@ -28,16 +35,17 @@ type RecoverOptions struct {
 	Step uint64
 	// MinRanks is the fewest processes the job may go on with; fewer
 	// make Recover fail with ErrTooFewRanks on every rank (0: any).
+	// Every rank passes the same (checked).
 	MinRanks int
 	// Place places the devices on the new parent explicitly; nil keeps
 	// every surviving device where it is and spreads the others (see
-	// Rebalance).
+	// Rebalance). Every rank passes the same (checked).
 	Place Place
 	// Rebuild fills a device's own buffer (registered with Register, not
 	// shared) that cannot be copied: its process died, or this rank is a
 	// step behind. It must be a pure function of (device, name, step),
 	// e.g. a random state seeded by (seed, device, step). Nil: such a
-	// buffer makes Recover fail with ErrStateLost.
+	// buffer placed on this rank makes Recover fail with ErrStateLost.
 	Rebuild func(dev int, name string, buf []byte, step uint64) error
 	// Alloc allocates the buffers arriving at a joining process (Join
 	// only; a Comm uses its SetAlloc). Nil: Go memory.
@@ -51,17 +59,12 @@ type Recovery struct {
 	Behind []int  // new-parent ranks that were a step behind and got the state ahead
 	Place  Place  // the placement on the new parent
 	Bytes  int64  // registered bytes sent between processes
-}
-
-// recoverDesc is what a rank tells the others at the start of a recovery
-// (encodeRecover).
-type recoverDesc struct {
-	Logical uint64
-	M       int
-	Step    uint64
-	Local   []int
-	Shared  map[string]int   // name → size
-	Own     []map[string]int // per local device, name → size
+	// Refused lists the joining processes (ranks of the new parent) the
+	// members refused: they host no device and leave (their Join fails
+	// with ErrJoinRefused). The new parent still counts them: shrink it
+	// without them (engine.Comm.Shrink(Refused)) and Recover onto that
+	// before the next collective of the parent itself.
+	Refused []int
 }
 
 // Recover moves the virtual devices onto newParent, a communicator made
@@ -81,26 +84,42 @@ type recoverDesc struct {
 // all are before it and redo it. Calls pending on the old parent are
 // revoked first.
 //
-// A failure during the recovery (another death) returns an error on every
-// rank within the engine's timeout; the caller shrinks again and calls
-// Recover again on the smaller communicator, which works from the state
-// left (a recovery changes buffers only once every transfer arrived).
+// Plan, stage, agree, commit: every rank computes the same plan from the
+// ranks' descriptions (planRecovery); stages it (the transfers and
+// rebuilds into fresh buffers, the split of the new hosting ranks),
+// changing nothing registered; all-gathers whether it staged its part;
+// and commits (copies into the registered buffers, a step that does no
+// I/O and cannot fail) only if every rank did. So this rank's buffers
+// and placement change if and only if Recover returns nil here. A
+// failure (another death, a Rebuild or an allocation that failed
+// anywhere) leaves them as they were on every rank that took part in the
+// final all-gather; the caller shrinks again and calls Recover again on
+// the smaller communicator, which redoes it all from that state (a
+// failure after the plan revokes newParent, so every rank of it leaves
+// what it waits on). A rank that dies during that last all-gather may
+// leave some ranks committed and others not; the committed ones are then
+// at the settled step and the others where they were, at most one step
+// behind it, and each caller's Step says which (it advanced only where
+// Recover returned nil). The others revoked newParent and the new
+// hosting ranks' communicator, so the committed ones fail at their next
+// call, and the retry settles the difference like any step in flight.
 func (c *Comm) Recover(newParent *engine.Comm, opts RecoverOptions) (Recovery, error) {
 	if newParent == nil {
 		return Recovery{}, fmt.Errorf("vppu: recover: %w: nil communicator", engine.ErrInvalidArgument)
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return Recovery{}, fmt.Errorf("vppu: recover on rank %d: %w: communicator destroyed", newParent.Rank(), engine.ErrInvalidArgument)
+	prev, err := c.startChange("recover", true)
+	if err != nil {
+		return Recovery{}, err
 	}
-	prev := c.last
-	for _, sub := range c.subs {
+	defer c.endChange()
+	c.mu.Lock()
+	subs := slices.Collect(maps.Values(c.subs))
+	c.mu.Unlock()
+	for _, sub := range subs {
 		if sub != nil {
 			sub.Revoke() // calls waiting on a dead process return now
 		}
 	}
-	c.mu.Unlock()
 	if prev != nil {
 		prev.Wait() // its error went to its caller
 	}
@@ -113,8 +132,11 @@ func (c *Comm) Recover(newParent *engine.Comm, opts RecoverOptions) (Recovery, e
 
 // Join makes a process that joined the job (engine.Join, then every
 // member's Grow) a part of the virtual communicator of the members: it
-// is the joiner's side of their Recover, with the same options. It may
-// receive devices (by the balance or opts.Place) and their state.
+// is the joiner's side of their Recover, with the same Place and
+// MinRanks (a joiner that differs from the members, or runs another
+// topology or device count, is refused: ErrJoinRefused, and the members
+// go on). It may receive devices (by the balance or opts.Place) and
+// their state.
 func Join(newParent *engine.Comm, l Logical, opts RecoverOptions) (*Comm, Recovery, error) {
 	if newParent == nil {
 		return nil, Recovery{}, fmt.Errorf("vppu: join: %w: nil communicator", engine.ErrInvalidArgument)
@@ -131,294 +153,73 @@ func Join(newParent *engine.Comm, l Logical, opts RecoverOptions) (*Comm, Recove
 	return c, rec, nil
 }
 
-// Rebalance is the placement Recover chooses on n processes when devices
-// were on owner (owner[v] a process of the new communicator, or -1 for a
-// lost device): each process ends with ⌊M/n⌋ or ⌈M/n⌉ devices, the
-// larger share going to the processes that hold most already (lowest
-// first); each process keeps its lowest devices up to its share, and the
-// rest, lost devices included, fill the processes below their share in
-// rank order.
-func Rebalance(owner []int, n int) Place {
-	m := len(owner)
-	count := make([]int, n)
-	for _, r := range owner {
-		if r >= 0 && r < n {
-			count[r]++
-		}
-	}
-	order := make([]int, n)
-	for r := range order {
-		order[r] = r
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return count[b] - count[a] })
-	share := make([]int, n)
-	for i, r := range order {
-		share[r] = m / n
-		if i < m%n {
-			share[r]++
-		}
-	}
-	place := make(Place, m)
-	held := make([]int, n)
-	var homeless []int
-	for v, r := range owner {
-		if r >= 0 && r < n && held[r] < share[r] {
-			place[v] = r
-			held[r]++
-		} else {
-			homeless = append(homeless, v)
-		}
-	}
-	r := 0
-	for _, v := range homeless {
-		for held[r] >= share[r] {
-			r++
-		}
-		place[v] = r
-		held[r]++
-	}
-	return place
-}
-
 func logicalHash(l Logical) uint64 {
 	h := fnv.New64a()
 	fmt.Fprint(h, l.String())
 	return h.Sum64()
 }
 
-// recover runs the recovery; joined says c holds no state of its own.
+// recover plans, stages, agrees and commits a recovery onto np; joined
+// says c holds no state of its own.
 func (c *Comm) recover(np *engine.Comm, opts RecoverOptions, joined bool) (Recovery, error) {
-	n, me := np.Size(), np.Rank()
-	if opts.MinRanks > 0 && n < opts.MinRanks {
-		return Recovery{}, fmt.Errorf("%w: %d process(es), the job needs at least %d", ErrTooFewRanks, n, opts.MinRanks)
-	}
-	if opts.Place != nil {
-		if err := checkPlace(np, c.logical.M, opts.Place); err != nil {
-			return Recovery{}, err
-		}
-	}
-	// What this rank holds.
-	c.mu.Lock()
-	d := recoverDesc{Logical: logicalHash(c.logical), M: c.logical.M, Step: opts.Step, Shared: map[string]int{}}
-	if !joined {
-		d.Local = slices.Clone(c.local)
-		for name, b := range c.shared {
-			d.Shared[name] = len(b)
-		}
-		for _, v := range c.local {
-			own := map[string]int{}
-			for name, b := range c.bufs[v] {
-				own[name] = len(b)
-			}
-			d.Own = append(d.Own, own)
-		}
-	}
-	alloc := c.alloc
-	c.mu.Unlock()
+	d, h, alloc := c.describe(opts, joined)
 	descs, err := gatherDescs(np, d)
 	if err != nil {
 		return Recovery{}, err
 	}
-	// Every rank decides the same from the same descriptions.
-	m := c.logical.M
-	owner := make([]int, m)
-	for v := range owner {
-		owner[v] = -1
+	// Every rank decides the same from the same descriptions: a refusal
+	// happens everywhere, before anything moves.
+	p, err := planRecovery(descs)
+	if err != nil {
+		return Recovery{}, err
 	}
-	own := make([]map[string]int, m)
-	src, step := -1, uint64(0) // the first rank holding the most advanced state
-	for r, x := range descs {
-		if x.Logical != d.Logical || x.M != m {
-			return Recovery{}, fmt.Errorf("%w: rank %d has another virtual topology", engine.ErrInvalidArgument, r)
-		}
-		if len(x.Own) != len(x.Local) {
-			return Recovery{}, fmt.Errorf("rank %d sent a damaged description", r)
-		}
-		for k, v := range x.Local {
-			if v < 0 || v >= m {
-				return Recovery{}, fmt.Errorf("%w: rank %d hosts device %d of %d", engine.ErrInvalidArgument, r, v, m)
-			}
-			// A device two ranks claim (a migration that a death cut
-			// short after some ranks switched to the new placement)
-			// stays with the lower: both hold its state.
-			if owner[v] < 0 {
-				owner[v], own[v] = r, x.Own[k]
-			}
-		}
-		if len(x.Local) > 0 && (src < 0 || x.Step > step) {
-			src, step = r, x.Step
-		}
+	st := stage(np, p, h, alloc, opts.Rebuild)
+	if err := agreeStaged(np, st.err); err != nil {
+		st.discard()
+		// Ranks that committed (the all-gather completed there) fail at
+		// their next call on np too, and every rank shrinks it again.
+		np.Revoke()
+		return p.Recovery, err
 	}
-	if src < 0 {
-		return Recovery{}, fmt.Errorf("%w: no process left holds any device", ErrStateLost)
+	if slices.Contains(p.Refused, np.Rank()) {
+		st.discard()
+		return p.Recovery, fmt.Errorf("%w: its topology or options differ from the members' (%s)", ErrJoinRefused, differs(descs[slices.IndexFunc(descs, func(x recoverDesc) bool { return !x.Joined })], d))
 	}
-	rec := Recovery{Step: step}
-	var template map[string]int // a lost device's own buffers: those of the lowest live device
-	for v := range m {
-		if owner[v] < 0 {
-			rec.Lost = append(rec.Lost, v)
-		} else if template == nil {
-			template = own[v]
-		}
+	old, err := c.commit(np, p, st)
+	if err != nil {
+		st.discard()
+		return p.Recovery, err
 	}
-	for r, x := range descs {
-		if len(x.Local) == 0 {
-			continue
-		}
-		if x.Step+1 < step {
-			return Recovery{}, fmt.Errorf("%w: rank %d is at step %d, rank %d at %d: more than one step apart", engine.ErrInvalidArgument, r, x.Step, src, step)
-		}
-		if x.Step < step {
-			rec.Behind = append(rec.Behind, r)
-		}
-		if !equalSizes(x.Shared, descs[src].Shared) {
-			return Recovery{}, fmt.Errorf("%w: rank %d's shared buffers differ from rank %d's", engine.ErrInvalidArgument, r, src)
-		}
-	}
-	place := opts.Place
-	if place == nil {
-		place = Rebalance(owner, n)
-	}
-	rec.Place = slices.Clone(place)
-	needsRebuild := func(v int) bool { return owner[v] < 0 || slices.Contains(rec.Behind, owner[v]) }
-	if opts.Rebuild == nil {
-		for v := range m {
-			if needsRebuild(v) && len(template) > 0 && (owner[v] < 0 || len(own[v]) > 0) {
-				return Recovery{}, fmt.Errorf("%w: device %d's own buffers %v cannot be copied (its process died or is a step behind) and no Rebuild was given: register them shared or rebuild them from (seed, device, step)", ErrStateLost, v, sortedKeys(template))
-			}
-		}
-	}
-	// The transfers, in the same order on every rank: the shared state to
-	// each new host without it (or a step behind), then the own buffers of
-	// live devices that change process.
-	type xfer struct {
-		dev      int // -1: shared
-		name     string
-		size     int
-		from, to int
-	}
-	var xs []xfer
-	sharedNames := sortedKeys(descs[src].Shared)
-	for r := range n {
-		if !slices.Contains(place, r) {
-			continue
-		}
-		x := descs[r]
-		if len(x.Local) > 0 && x.Step == step {
-			continue
-		}
-		for _, name := range sharedNames {
-			xs = append(xs, xfer{-1, name, descs[src].Shared[name], src, r})
-		}
-	}
-	for v := range m {
-		if owner[v] < 0 || owner[v] == place[v] || needsRebuild(v) {
-			continue
-		}
-		for _, name := range sortedKeys(own[v]) {
-			xs = append(xs, xfer{v, name, own[v][name], owner[v], place[v]})
-		}
-	}
-	// Post every transfer, then wait: nothing registered changes until all
-	// arrived, so a failure here leaves the state as it was.
-	c.mu.Lock()
-	sharedNow := c.shared
-	bufsNow := c.bufs
-	c.mu.Unlock()
-	var reqs []*engine.Request
-	arrivedShared := map[string][]byte{}
-	arrived := map[int]map[string][]byte{}
-	for _, x := range xs {
-		rec.Bytes += int64(x.size)
-		switch {
-		case x.from == me:
-			buf := sharedNow[x.name]
-			if x.dev >= 0 {
-				buf = bufsNow[x.dev][x.name]
-			}
-			if x.size == 0 {
-				continue
-			}
-			r, err := np.ISend(buf, x.size, engine.Uint8, x.to)
-			if err != nil {
-				return rec, fmt.Errorf("device %d buffer %q to rank %d: %w", x.dev, x.name, x.to, err)
-			}
-			reqs = append(reqs, r)
-		case x.to == me:
-			buf, err := alloc(max(x.dev, 0), x.name, x.size)
-			if err != nil || len(buf) != x.size {
-				return rec, fmt.Errorf("buffer %q: allocating %d bytes: %v", x.name, x.size, err)
-			}
-			if x.dev < 0 {
-				arrivedShared[x.name] = buf
-			} else {
-				put(arrived, x.dev, x.name, buf)
-			}
-			if x.size == 0 {
-				continue
-			}
-			r, err := np.IRecv(buf, x.size, engine.Uint8, x.from)
-			if err != nil {
-				return rec, fmt.Errorf("device %d buffer %q from rank %d: %w", x.dev, x.name, x.from, err)
-			}
-			reqs = append(reqs, r)
-		}
-	}
-	if err := waitAll(reqs); err != nil {
-		return rec, err
-	}
-	// Own buffers that cannot be copied are rebuilt at the agreed step.
-	rebuilt := map[int]map[string][]byte{}
-	for v := range m {
-		if place[v] != me || !needsRebuild(v) {
-			continue
-		}
-		names := template
-		if owner[v] >= 0 {
-			names = own[v]
-		}
-		for _, name := range sortedKeys(names) {
-			buf := bufsNow[v][name]
-			if owner[v] != me {
-				if buf, err = alloc(v, name, names[name]); err != nil || len(buf) != names[name] {
-					return rec, fmt.Errorf("device %d buffer %q: allocating %d bytes: %v", v, name, names[name], err)
-				}
-			}
-			if err := opts.Rebuild(v, name, buf, step); err != nil {
-				return rec, fmt.Errorf("rebuilding device %d buffer %q at step %d: %w", v, name, step, err)
-			}
-			put(rebuilt, v, name, buf)
-		}
-	}
-	// Commit: the new parent, the arrived state, the new placement.
+	_ = destroyAll(old) // the old parent's: their errors tell nothing new
+	return p.Recovery, nil
+}
+
+// describe is this rank's description, the buffers its sends will read,
+// and how it allocates arriving buffers.
+func (c *Comm) describe(opts RecoverOptions, joined bool) (recoverDesc, holds, func(int, string, int) ([]byte, error)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for name, b := range arrivedShared {
-		if old, ok := c.shared[name]; ok && len(old) == len(b) {
-			copy(old, b) // the caller's registered buffer stays valid
-		} else {
-			c.shared[name] = b
+	d := recoverDesc{Logical: logicalHash(c.logical), M: c.logical.M, Step: opts.Step, Joined: joined,
+		Rebuild: opts.Rebuild != nil, MinRanks: opts.MinRanks, Shared: map[string]int{}}
+	if opts.Place != nil {
+		d.Place = slices.Clone([]int(opts.Place))
+	}
+	if joined {
+		d.Step = 0 // a joiner's Step tells nothing
+		return d, holds{}, c.alloc
+	}
+	d.Local = slices.Clone(c.local)
+	for name, b := range c.shared {
+		d.Shared[name] = len(b)
+	}
+	for _, v := range c.local {
+		own := map[string]int{}
+		for name, b := range c.bufs[v] {
+			own[name] = len(b)
 		}
+		d.Own = append(d.Own, own)
 	}
-	for v, bs := range arrived {
-		c.bufs[v] = bs
-	}
-	for v, bs := range rebuilt {
-		c.bufs[v] = bs
-	}
-	for _, sub := range c.subs {
-		if sub != nil {
-			sub.Destroy() // on the old parent: its errors tell nothing new
-		}
-	}
-	c.parent, c.subs, c.broken, c.last = np, map[string]*engine.Comm{}, nil, nil
-	// remap splits the new parent: every rank reaches it, or all failed
-	// above on the same transfer error.
-	if err := c.remap(place); err != nil {
-		c.broken = err
-		return rec, err
-	}
-	return rec, nil
+	return d, c.snapshot(), c.alloc
 }
 
 // gatherDescs all-gathers every rank's description (encodeRecover).
@@ -436,23 +237,124 @@ func gatherDescs(np *engine.Comm, d recoverDesc) ([]recoverDesc, error) {
 	return out, nil
 }
 
-func equalSizes(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
+// staged is this rank's part of a recovery, done but not committed: the
+// buffers that arrived or were rebuilt, and the new hosting ranks'
+// sub-communicator.
+type staged struct {
+	got     arrivals
+	rebuilt map[int]map[string][]byte
+	view    view
+	sub     *engine.Comm
+	err     error // the first local failure; nil: all staged
 }
 
-func sortedKeys(m map[string]int) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
+// stage carries out this rank's part of plan p on np without changing
+// anything registered. It goes through every collective step even after
+// a failure (a split that other ranks enter must be entered here too),
+// and records the failure for the agreement.
+func stage(np *engine.Comm, p recoveryPlan, h holds, alloc func(int, string, int) ([]byte, error),
+	rebuildFn func(dev int, name string, buf []byte, step uint64) error) *staged {
+	me := np.Rank()
+	st := &staged{rebuilt: map[int]map[string][]byte{}, view: newView(p.Place, me)}
+	st.got, st.err = exchange(np, me, p.Transfers, h.source, alloc)
+	for _, b := range p.Rebuilds {
+		if b.Rank != me || st.err != nil {
+			continue
+		}
+		buf, err := alloc(b.Dev, b.Name, b.Size)
+		if err != nil || len(buf) != b.Size {
+			st.err = fmt.Errorf("device %d buffer %q: allocating %d bytes: %v", b.Dev, b.Name, b.Size, err)
+			break
+		}
+		if err := rebuildFn(b.Dev, b.Name, buf, p.Step); err != nil {
+			st.err = fmt.Errorf("rebuilding device %d buffer %q at step %d: %w", b.Dev, b.Name, p.Step, err)
+			break
+		}
+		put(st.rebuilt, b.Dev, b.Name, buf)
 	}
-	slices.Sort(out)
-	return out
+	sub, err := splitHosts(np, st.view)
+	if err != nil && st.err == nil {
+		st.err = fmt.Errorf("splitting the hosting ranks: %w", err)
+	}
+	st.sub = sub
+	return st
+}
+
+// discard drops what was staged: the new sub-communicator is revoked
+// (ranks that committed and use it fail at once, and recover again) and
+// destroyed.
+func (st *staged) discard() {
+	if st.sub != nil {
+		st.sub.Revoke()
+		_ = st.sub.Destroy()
+		st.sub = nil
+	}
+}
+
+// agreeStaged all-gathers whether every rank staged its part (an empty
+// message) or why not, and fails unless all did: the all-or-nothing step
+// of the commit. A failure here (a rank dying in it) leaves the
+// all-gather done on some ranks only; see Recover for what follows.
+func agreeStaged(np *engine.Comm, mine error) error {
+	var msg []byte
+	if mine != nil {
+		msg = []byte(mine.Error())
+		if len(msg) == 0 {
+			msg = []byte("failed")
+		}
+	}
+	all, err := allGatherBlobs(np, msg)
+	if err != nil {
+		if mine != nil {
+			return mine
+		}
+		return fmt.Errorf("agreeing on the commit: %w", err)
+	}
+	if mine != nil {
+		return mine
+	}
+	for r, m := range all {
+		if len(m) > 0 {
+			return fmt.Errorf("%w: rank %d could not do its part of the recovery, so no rank committed it: %s", engine.ErrRemoteAbort, r, m)
+		}
+	}
+	return nil
+}
+
+// commit makes the staged recovery current: the arrived and rebuilt
+// buffers (copied into the caller's registered buffer of the same name
+// and size, which stays valid; installed otherwise), the new parent and
+// placement. It does no I/O and, once the communicator is known to be
+// open, cannot fail. It returns the old parent's sub-communicators for
+// the caller to destroy.
+func (c *Comm) commit(np *engine.Comm, p recoveryPlan, st *staged) ([]*engine.Comm, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("%w: communicator destroyed during the recovery", engine.ErrInvalidArgument)
+	}
+	for name, b := range st.got.shared {
+		if cur, ok := c.shared[name]; ok && len(cur) == len(b) {
+			copy(cur, b)
+		} else {
+			c.shared[name] = b
+		}
+	}
+	for _, bufs := range []map[int]map[string][]byte{st.got.own, st.rebuilt} {
+		for v, bs := range bufs {
+			for name, b := range bs {
+				if cur, ok := c.bufs[v][name]; ok && len(cur) == len(b) {
+					copy(cur, b)
+				} else {
+					put(c.bufs, v, name, b)
+				}
+			}
+		}
+	}
+	old := c.takeSubs()
+	c.parent, c.broken, c.last = np, nil, nil
+	c.subs[st.view.key] = st.sub
+	c.install(st.view, st.sub)
+	st.sub = nil // the communicator's now
+	return old, nil
 }

@@ -26,7 +26,7 @@ func rebuildFill(dev int, _ string, buf []byte, step uint64) error {
 // only rank 0 completed, and the virtual allreduce gives the reference
 // results on the new placement.
 func TestRecoverAfterShrink(t *testing.T) {
-	const m, count = 8, 1000
+	const m = 8
 	l, _ := ParseLogical("ring", m)
 	ahead, before := contribution(5, 200, 64), contribution(5, 201, 64)
 	for _, tc := range []struct {
@@ -105,25 +105,7 @@ func TestRecoverAfterShrink(t *testing.T) {
 					return errors.New("the registered shared buffer was replaced, not kept")
 				}
 				// The collectives go on, placement-independent.
-				local := c.Local()
-				send, recv := make([][]byte, len(local)), make([][]byte, len(local))
-				all := make([][]byte, m)
-				for v := range m {
-					all[v] = contribution(9, v, count)
-				}
-				for k, v := range local {
-					send[k], recv[k] = all[v], make([]byte, 4*count)
-				}
-				if err := c.AllReduce(send, recv, count, engine.Float32, engine.Sum); err != nil {
-					return err
-				}
-				want := foldRef(all)
-				for k := range local {
-					if !bytes.Equal(recv[k], want) {
-						return fmt.Errorf("device %d: allreduce after recovery differs from the reference", local[k])
-					}
-				}
-				return nil
+				return checkAllReduce(c, 9)
 			})
 			noErrors(t, errs)
 		})

@@ -16,7 +16,7 @@ import (
 // an error, never a panic nor an allocation larger than the message.
 
 const (
-	wireVersion = 1
+	wireVersion = 2
 	kindMoves   = 'M' // a migration's buffer list (encodeMoves)
 	kindRecover = 'R' // a recovery's description (encodeRecover)
 
@@ -97,6 +97,16 @@ func encodeRecover(d recoverDesc) []byte {
 	b = binary.LittleEndian.AppendUint64(b, d.Logical)
 	b = binary.AppendUvarint(b, uint64(d.M))
 	b = binary.AppendUvarint(b, d.Step)
+	var flags byte
+	if d.Joined {
+		flags |= 1
+	}
+	if d.Rebuild {
+		flags |= 2
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(d.MinRanks))
+	b = appendInts(b, d.Place)
 	b = binary.AppendUvarint(b, uint64(len(d.Local)))
 	for _, v := range d.Local {
 		b = binary.AppendUvarint(b, uint64(v))
@@ -126,6 +136,20 @@ func decodeRecover(msg []byte) (recoverDesc, error) {
 	if d.Step, err = r.uvarint(); err != nil {
 		return d, err
 	}
+	flags, err := r.byte()
+	if err != nil {
+		return d, err
+	}
+	if flags > 3 {
+		return d, fmt.Errorf("%w: flags %#x", errDamaged, flags)
+	}
+	d.Joined, d.Rebuild = flags&1 != 0, flags&2 != 0
+	if d.MinRanks, err = r.int(maxWireInt); err != nil {
+		return d, err
+	}
+	if d.Place, err = r.ints(); err != nil {
+		return d, err
+	}
 	n, err := r.count(1)
 	if err != nil {
 		return d, err
@@ -150,6 +174,20 @@ func decodeRecover(msg []byte) (recoverDesc, error) {
 		}
 	}
 	return d, r.end()
+}
+
+// appendInts writes a list of ints that may be nil: its length plus one
+// (0 for nil), then the values as signed varints (a caller's placement
+// may hold anything; the plan refuses it with its value).
+func appendInts(b []byte, xs []int) []byte {
+	if xs == nil {
+		return binary.AppendUvarint(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(xs))+1)
+	for _, x := range xs {
+		b = binary.AppendVarint(b, int64(max(min(x, maxWireInt), -maxWireInt)))
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {
@@ -216,6 +254,23 @@ func (r *wireReader) count(min int) (int, error) {
 		return 0, fmt.Errorf("%w: %d entries in %d bytes", errDamaged, v, len(r.b))
 	}
 	return int(v), nil
+}
+
+// ints reads what appendInts wrote.
+func (r *wireReader) ints() ([]int, error) {
+	n, err := r.count(1)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	xs := make([]int, n-1)
+	for i := range xs {
+		v, k := binary.Varint(r.b)
+		if k <= 0 || v > maxWireInt || v < -maxWireInt {
+			return nil, fmt.Errorf("%w: bad or truncated number", errDamaged)
+		}
+		xs[i], r.b = int(v), r.b[k:]
+	}
+	return xs, nil
 }
 
 func (r *wireReader) byte() (byte, error) {

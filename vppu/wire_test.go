@@ -16,7 +16,8 @@ var movesSamples = [][]bufDesc{
 
 var recoverSamples = []recoverDesc{
 	{Logical: 1, M: 4, Shared: map[string]int{}, Local: []int{}, Own: []map[string]int{}},
-	{Logical: 0xfeedface12345678, M: 8, Step: 1 << 40, Local: []int{1, 5},
+	{Logical: 2, M: 3, Joined: true, MinRanks: 2, Place: []int{0, -4, 1 << 30}, Shared: map[string]int{}, Local: []int{}, Own: []map[string]int{}},
+	{Logical: 0xfeedface12345678, M: 8, Step: 1 << 40, Rebuild: true, Place: []int{}, Local: []int{1, 5},
 		Shared: map[string]int{"params": 4096, "momentum": 4096, "step": 8},
 		Own:    []map[string]int{{"rng": 16}, {}}},
 }
@@ -67,7 +68,8 @@ func TestWireDamaged(t *testing.T) {
 	moves := func(b []byte) error { _, err := decodeMoves(b); return err }
 	recov := func(b []byte) error { _, err := decodeRecover(b); return err }
 	check("buffer list", encodeMoves(movesSamples[2]), moves)
-	check("description", encodeRecover(recoverSamples[1]), recov)
+	check("description", encodeRecover(recoverSamples[2]), recov)
+	check("a joiner's description", encodeRecover(recoverSamples[1]), recov)
 	if err := moves(encodeRecover(recoverSamples[0])); !errors.Is(err, errDamaged) {
 		t.Errorf("a description read as a buffer list: %v", err)
 	}
@@ -82,10 +84,11 @@ func TestWireDamaged(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	// Logical, M, step, no devices, shared "a" twice, no own tables.
-	dup := []byte{kindRecover, wireVersion, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 'a', 1, 1, 'a', 2, 0}
+	// Logical, M, step, flags, MinRanks, no place, no devices, shared "a"
+	// twice, no own tables.
+	dup := []byte{kindRecover, wireVersion, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 'a', 1, 1, 'a', 2, 0}
 	distinct := slices.Clone(dup)
-	distinct[18] = 'b'
+	distinct[21] = 'b'
 	if d, err := decodeRecover(distinct); err != nil || len(d.Shared) != 2 {
 		t.Fatalf("the sample with distinct names: %+v, %v", d, err)
 	}

@@ -32,20 +32,7 @@ func TestShrinkAfterKill(t *testing.T) {
 			joinfile := filepath.Join(t.TempDir(), "join")
 			common := []string{"GOCOLL_TIMEOUT=10s", "GOCOLL_SECRET=ctest-elastic", "GOCOLL_TRANSPORT=" + tr,
 				"GOCOLL_TEST_JOINFILE=" + joinfile, fmt.Sprintf("GOCOLL_TEST_VICTIM=%d", victim)}
-			procs := make([]*harness.Proc, 4)
-			for r := range procs {
-				env := harness.Env(append(harness.TorchrunEnv(r, 4, port), common...)...)
-				if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["elastic"], "shrink"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, p := range procs {
-				if _, err := p.WaitLine(ctx, "READY"); err != nil {
-					cancel()
-					harness.WaitAll(t, procs)
-					t.Fatal(err)
-				}
-			}
+			procs := startReady(ctx, cancel, t, 4, port, common, "shrink")
 			if err := procs[victim].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -132,6 +119,58 @@ func TestVCommRecoverAfterKill(t *testing.T) {
 			t.Errorf("rank %d: %q, want %q\n%s", r, got, want, p.Output())
 		}
 	}
+}
+
+// TestShrinkNoQuorum: 4 C ranks under the majority quorum (the default),
+// two stopped (SIGSTOP: silent, as the far side of a partition, not dead):
+// the two left get gocollNoQuorum from gocollCommShrink, a code of its own
+// (before, gocollRemoteError, which callers retry as a peer failure), and
+// *newcomm stays untouched. (Two killed would be dead, not counted: the
+// two left would go on, TestShrinkAtScale's case.)
+func TestShrinkNoQuorum(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	port, err := harness.FreePortPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := startReady(ctx, cancel, t, 4, port, []string{"GOCOLL_TIMEOUT=3s"}, "noquorum")
+	for _, victim := range []int{1, 2} {
+		if err := procs[victim].Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []int{0, 3} {
+		if err := procs[r].Wait(); err != nil || !strings.Contains(procs[r].Stdout(), "NOQUORUM") {
+			t.Errorf("rank %d: %v\n%s", r, err, procs[r].Output())
+		}
+	}
+	for _, victim := range []int{1, 2} {
+		procs[victim].Cmd.Process.Signal(syscall.SIGKILL)
+		procs[victim].Wait()
+	}
+}
+
+// startReady starts n ranks of elastic.c's mode with the common
+// variables and waits until each printed READY.
+func startReady(ctx context.Context, cancel func(), t *testing.T, n, port int, common []string, mode string) []*harness.Proc {
+	t.Helper()
+	procs := make([]*harness.Proc, n)
+	for r := range procs {
+		env := harness.Env(append(harness.TorchrunEnv(r, n, port), common...)...)
+		var err error
+		if procs[r], err = harness.Start(ctx, fmt.Sprintf("rank %d", r), env, nil, bin["elastic"], mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range procs {
+		if _, err := p.WaitLine(ctx, "READY"); err != nil {
+			cancel()
+			harness.WaitAll(t, procs)
+			t.Fatal(err)
+		}
+	}
+	return procs
 }
 
 // TestShrinkAtScale: as many C ranks as a job that outgrows one machine

@@ -86,7 +86,7 @@ func TestHeader(t *testing.T) {
 	// DESIGN.md's numbering, checked at compile time, one assertion a line.
 	enums := []string{
 		"gocollSuccess", "gocollUnhandledError", "gocollSystemError", "gocollInternalError", "gocollInvalidArgument",
-		"gocollInvalidUsage", "gocollRemoteError", "gocollInProgress", "gocollTimeout", "gocollRevoked", "gocollExcluded", "",
+		"gocollInvalidUsage", "gocollRemoteError", "gocollInProgress", "gocollTimeout", "gocollRevoked", "gocollExcluded", "gocollNoQuorum", "",
 		"gocollInt8", "gocollUint8", "gocollInt32", "gocollUint32", "gocollInt64", "gocollUint64",
 		"gocollFloat16", "gocollFloat32", "gocollFloat64", "gocollBfloat16", "",
 		"gocollSum", "gocollProd", "gocollMax", "gocollMin", "gocollAvg", "",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gocoll/gocoll/engine"
 	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/vppu/elastic"
 )
 
 // spawnRanks runs n copies of this executable with args, as fresh processes
@@ -240,37 +241,17 @@ func finishedReplacements(done []bool, n int) int {
 
 func anyRunning(done []bool) bool { return slices.Contains(done, false) }
 
-// joinJob is a replacement process joining the job: the job file holds
-// the join info of the job's current communicator (rank 0 rewrites it
-// after every recovery, so a stale one is read again until the deadline).
-func joinJob(jobFile string, opts engine.Options) (*engine.Comm, error) {
+// joinJob is a replacement process joining the job through the job
+// file (elastic.JoinJob: rank 0 rewrites it after every recovery, and the
+// replacement waits for a file without the pid it replaces). It returns
+// the communicator and the view it joined through.
+func joinJob(jobFile string, opts engine.Options) (*engine.Comm, string, error) {
 	secret, err := engine.JoinSecret(nil, os.Getenv)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = engine.DefaultTimeout
-	}
-	deadline := time.Now().Add(opts.Timeout)
 	dead, _ := strconv.Atoi(os.Getenv(replacesVar))
-	var last error
-	for time.Now().Before(deadline) {
-		info, stale, err := readJob(jobFile, dead)
-		switch {
-		case err != nil:
-			last = err
-		case stale:
-			last = fmt.Errorf("the job has not yet recovered from the death of pid %d", dead)
-		default:
-			c, err := engine.Join(info, secret, opts)
-			if err == nil {
-				return c, nil
-			}
-			last = err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil, fmt.Errorf("joining through %s: %w", jobFile, last)
+	return elastic.JoinJob(jobFile, dead, secret, opts)
 }
 
 // killed says whether a child's exit error is a death by a signal.

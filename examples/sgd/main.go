@@ -449,7 +449,7 @@ func runLaunched(o *options, opts engine.Options, launcher string, stdout io.Wri
 	var c *engine.Comm
 	if launcher == "joiner" {
 		o.virtual.Joining = true
-		c, err = joinJob(os.Getenv(jobFileVar), opts)
+		c, o.virtual.JoinedView, err = joinJob(os.Getenv(jobFileVar), opts)
 	} else {
 		c, err = engine.NewCommFromEnv(opts)
 	}

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gocoll/gocoll/engine"
+	"github.com/gocoll/gocoll/vppu/elastic"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -86,7 +87,7 @@ type RunResult struct {
 	Migration *Migration `json:"migration,omitempty"`
 
 	// -elastic: the recoveries from lost ranks, as rank 0 at the end saw them.
-	Recoveries []Recovery `json:"recoveries,omitempty"`
+	Recoveries []elastic.Recovery `json:"recoveries,omitempty"`
 	// The sha256 of the final parameters (weightsHash).
 	WeightsSHA256 string `json:"weights_sha256"`
 

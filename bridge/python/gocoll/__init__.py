@@ -35,7 +35,7 @@ from ._lib import LibraryNotFound, candidate_paths as library_candidates
 from ._lib import load as load_library
 from .comm import (Comm, DataType, MemBlock, ReduceOp, Work, get_unique_id, init, join, version)
 from .errors import (PEER_FAILURES, Error, Excluded, InProgress, InternalError, InvalidArgument, InvalidUsage,
-                     RemoteError, Revoked, SystemCallError, Timeout, UnhandledError, UnsupportedDtype)
+                     NoQuorum, RemoteError, Revoked, SystemCallError, Timeout, UnhandledError, UnsupportedDtype)
 
 SUM = ReduceOp.SUM
 PROD = ReduceOp.PROD
@@ -62,6 +62,6 @@ __all__ = [
     "BAND", "BOR", "BXOR",
     "UNIQUE_ID_BYTES", "Error", "UnhandledError", "SystemCallError", "InternalError",
     "InvalidArgument", "UnsupportedDtype", "InvalidUsage", "RemoteError", "InProgress", "Timeout",
-    "Revoked", "Excluded", "PEER_FAILURES",
+    "Revoked", "Excluded", "NoQuorum", "PEER_FAILURES",
     "LibraryNotFound", "errors",
 ]

@@ -167,6 +167,7 @@ SIGNATURES = {
     "gocollVCommMigrate": (Result, [c_void_p, p_int]),
     "gocollVCommRegisterShared": (Result, [c_void_p, c_char_p, c_void_p, c_size_t]),
     "gocollVCommJoin": (Result, [p_void_p, Comm, c_char_p, c_int, c_int, ctypes.POINTER(ctypes.c_uint64)]),
+    "gocollVCommJoinPlace": (Result, [p_void_p, Comm, c_char_p, c_int, c_int, p_int, ctypes.POINTER(ctypes.c_uint64)]),
     "gocollVCommRecover": (Result, [c_void_p, Comm, ctypes.c_uint64, c_int, p_int, ctypes.POINTER(ctypes.c_uint64)]),
     "gocollVCommDestroy": (Result, [c_void_p]),
     "gocollVAllReduce": (Result, [c_void_p, c_void_p, c_size_t, DataType, RedOp, c_void_p]),

@@ -15,7 +15,8 @@ catch for that kind of failure, so ``except ValueError`` or
     ├── InProgress                         gocollInProgress (7)
     ├── Timeout           (TimeoutError)   gocollTimeout (8): GOCOLL_TIMEOUT passed
     ├── Revoked           (ConnectionError) gocollRevoked (9): the communicator was revoked
-    └── Excluded          (RuntimeError)   gocollExcluded (10): the others went on without this rank
+    ├── Excluded          (RuntimeError)   gocollExcluded (10): the others went on without this rank
+    └── NoQuorum          (RuntimeError)   gocollNoQuorum (11): majority quorum, half or fewer agreed
 
 After a peer died, catch :data:`PEER_FAILURES` and shrink the communicator
 (docs/elastic.md).
@@ -35,6 +36,7 @@ IN_PROGRESS = 7
 TIMEOUT = 8
 REVOKED = 9
 EXCLUDED = 10
+NO_QUORUM = 11
 
 
 class Error(Exception):
@@ -108,6 +110,14 @@ class Excluded(Error, RuntimeError):
     code = EXCLUDED
 
 
+class NoQuorum(Error, RuntimeError):
+    """A shrink under the majority quorum (GOCOLL_SHRINK_QUORUM=majority)
+    found no more than half of the communicator's ranks: this side of a
+    partition must not go on. Not a peer failure: shrinking again will not
+    help; stop (the other side, if it holds a majority, goes on)."""
+    code = NO_QUORUM
+
+
 #: What a collective raises when a peer died or the communicator was
 #: revoked: the errors after which :meth:`Comm.shrink` lets the survivors
 #: go on.
@@ -125,6 +135,7 @@ BY_CODE = {
     TIMEOUT: Timeout,
     REVOKED: Revoked,
     EXCLUDED: Excluded,
+    NO_QUORUM: NoQuorum,
 }
 
 

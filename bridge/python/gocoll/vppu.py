@@ -300,21 +300,25 @@ class VirtualComm(_Handle):
         return agreed.value
 
     @classmethod
-    def join(cls, comm, topology="ring", ndev=None, *, min_ranks=0):
+    def join(cls, comm, topology="ring", ndev=None, *, min_ranks=0, place=None):
         """The joining process's side of the members' :meth:`recover`:
         ``comm`` is what :func:`gocoll.join` returned (the members called
         :meth:`gocoll.Comm.grow`, then ``recover`` on the grown
-        communicator). Returns ``(vcomm, step)``: this process's devices,
-        whose shared state arrived in library memory (:meth:`buffer`), and
-        the step the job goes on from."""
+        communicator, with the same ``min_ranks`` and ``place``). Returns
+        ``(vcomm, step)``: this process's devices, whose shared state
+        arrived in library memory (:meth:`buffer`), and the step the job
+        goes on from. A joiner whose ``topology``, ``ndev``, ``min_ranks``
+        or ``place`` differ from the members' is refused
+        (:class:`~gocoll.errors.InvalidArgument`); the members go on."""
         self = cls.__new__(cls)
         self._lib = _lib.load()
         self._comm = comm
         self.ndev = comm.size if ndev is None else int(ndev)
         self._mine, self._shared, self._h = {}, {}, None
         h, agreed = ctypes.c_void_p(), ctypes.c_uint64()
-        _check_call(self._lib.gocollVCommJoin(ctypes.byref(h), comm._handle(), topology.encode("utf-8"), self.ndev,
-                                              int(min_ranks), ctypes.byref(agreed)), "gocollVCommJoin", comm._handle())
+        _check_call(self._lib.gocollVCommJoinPlace(ctypes.byref(h), comm._handle(), topology.encode("utf-8"), self.ndev,
+                                                   int(min_ranks), self._place(place), ctypes.byref(agreed)),
+                    "gocollVCommJoinPlace", comm._handle())
         self._h = h.value
         return self, agreed.value
 

@@ -51,6 +51,56 @@ def test_too_few_ranks(library):
     assert res[0].rc != 0 and "too few processes" in res[0].stderr, res[0]
 
 
+def test_no_quorum_stops_at_once(library):
+    # Majority quorum, 2 of 4 ranks silent past the timeout: the shrink
+    # finds no quorum. That is not a peer failure: run() must stop at once
+    # with NoQuorum (before, gocollRemoteError, retried 8 times).
+    res = run_ranks("elastic_state.py", 4, check=False, timeout=120,
+                    env={"GOCOLL_TIMEOUT": "2s", "GOCOLL_SHRINK_QUORUM": "majority", "STOP": "1,2,10"})
+    for r in (0, 3):
+        assert res[r].rc == 0, res[r]
+        out = res[r].result
+        assert out["error"] == "NoQuorum" and not out["peer_failure"] and out["recoveries"] == [], out
+    assert res[1].rc == -9 and res[2].rc == -9, res
+
+
+def test_bad_joiner_refused(library, tmp_path):
+    # A replacement with 9 devices asks to join a job of 8: the members
+    # refuse it (it gets InvalidArgument), shrink it out and finish with
+    # the reference state (before, its join made every member fail).
+    want = reference()
+
+    def per_rank(r):
+        if r == 3:
+            return {"ROLE": "join", "NDEV": "9", "RANK": None, "WORLD_SIZE": None, "LOCAL_RANK": None}
+        return {"WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "3"}
+
+    res = run_ranks("elastic_state.py", 4, check=False, timeout=120, per_rank_env=per_rank,
+                    env={"GOCOLL_TIMEOUT": "30s", "GOCOLL_SECRET": "pytest-elastic-state",
+                         "JOB_FILE": str(tmp_path / "job"), "WAIT_JOINER_AT": "10"})
+    assert res[3].rc == 0 and res[3].result["error"] == "InvalidArgument", res[3]
+    assert "refused" in res[3].result["detail"] and "9 devices, against 8" in res[3].result["detail"], res[3]
+    for r in range(3):
+        assert res[r].rc == 0, res[r]
+        out = res[r].result
+        assert out["sha256"] == want and out["ranks"] == 3, out
+    with open(tmp_path / "job") as f:
+        lines = f.read().split("\n")
+    assert len(lines[1].split()) == 4 and lines[2].startswith("epoch "), lines  # the 3 members' pids
+
+
+def test_superseded_view_stops(library, tmp_path):
+    # The job file holds a view these ranks did not come from: their
+    # publish raises Superseded (an Excluded) on every rank and leaves the
+    # file as it was (before, rank 0 overwrote it and replacements joined
+    # the stale view).
+    res = run_ranks("elastic_state.py", 2, check=False, timeout=60,
+                    env={"JOB_FILE": str(tmp_path / "job"), "ZOMBIE": "1"})
+    for r in range(2):
+        assert res[r].rc == 0, res[r]
+        assert res[r].result == {"publish": "Superseded (an Excluded)", "file_unchanged": True}, res[r]
+
+
 def _train_elastic(np_, kill=None, timeout=120, steps=120, extra=()):
     """Run examples/train_elastic.py; kill=(rank, step): SIGKILL that rank's
     process from outside once rank 0 logged that step."""

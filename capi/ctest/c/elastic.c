@@ -22,6 +22,9 @@
  *                   gocollVCommRecover and go on; all print "W <checksum>"
  *                   of the final bytes, which must match an uninterrupted
  *                   run's.
+ *                   Between: a recovery with minRanks differing between the
+ *                   ranks must be refused on every rank
+ *                   (gocollInvalidArgument).
  *   elastic scale   any number of ranks allreduce with every result checked;
  *                   at call 5 rank GOCOLL_TEST_VICTIM SIGKILLs itself (-1:
  *                   none; the test may kill or stop ranks itself). The
@@ -32,6 +35,11 @@
  *                   checked allreduces on it and print "SUMS OK". A rank
  *                   the shrink leaves out prints "OUT code=..." and exits
  *                   0: the test says who may.
+ *   elastic noquorum 4 ranks allreduce and print "READY"; ranks 1 and 2
+ *                   then wait for the test to stop them (SIGSTOP: silent,
+ *                   not dead). The two left must get gocollNoQuorum from
+ *                   gocollCommShrink under the majority quorum (not a peer
+ *                   failure to retry) and print "NOQUORUM".
  *   elastic join    the replacement: waits for the join file, then
  *                   gocollCommJoin (secret from GOCOLL_SECRET) and the same
  *                   20 checked allreduces.
@@ -70,6 +78,24 @@ static void last_steps(gocollComm_t c) {
   fflush(stdout);
 }
 
+/* Checked allreduces on comm until one fails; after call 10 it prints
+ * "READY" (a rank with stay set then waits to be killed). Returns the
+ * failed call's result code. */
+static gocollResult_t until_failure(gocollComm_t comm, int stay) {
+  gocollResult_t rc = gocollSuccess;
+  long call;
+  for (call = 0; rc == gocollSuccess; call++) {
+    rc = checked(comm, call, 0, NULL);
+    if (call == 10) {
+      printf("READY\n");
+      fflush(stdout);
+      if (stay)
+        for (;;) sleep_ms(1000); /* the test kills it; it never takes part in the shrink */
+    }
+  }
+  return rc;
+}
+
 static int run_shrink(void) {
   gocollComm_t comm = NULL, small = NULL, grown = NULL;
   gocollResult_t rc = gocollSuccess;
@@ -79,13 +105,7 @@ static int run_shrink(void) {
   double t0;
   CHECK(gocollCommInitFromEnv(&comm));
   CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
-  for (call = 0; rc == gocollSuccess; call++) {
-    rc = checked(comm, call, 0, NULL);
-    if (call == 10) {
-      printf("READY\n");
-      fflush(stdout);
-    }
-  }
+  rc = until_failure(comm, 0);
   printf("FAILED code=%d err=%s\n", (int)rc, gocollGetLastError(comm));
   if (rc != gocollRemoteError && rc != gocollTimeout) FAIL("allreduce failed with %d", (int)rc);
   t0 = now_seconds();
@@ -236,6 +256,9 @@ static int run_vrecover(void) {
       CHECK_COMM(gocollCommShrink(cur, NULL, 0, &next, NULL, GOCOLL_SHRINK_ABORT), cur);
       if ((rc = gocollVCommRecover(vc, next, step, 4, NULL, NULL)) != gocollInvalidUsage)
         FAIL("recover onto 3 ranks with minRanks 4: %d, want gocollInvalidUsage", (int)rc);
+      /* Ranks that pass different minRanks are refused on every rank. */
+      if ((rc = gocollVCommRecover(vc, next, step, g_rank == 0 ? 3 : 2, NULL, NULL)) != gocollInvalidArgument)
+        FAIL("recover with minRanks differing between ranks: %d, want gocollInvalidArgument", (int)rc);
       CHECK_COMM(gocollVCommRecover(vc, next, step, 2, NULL, &agreed), next);
       CHECK_COMM(gocollCommCount(next, &n), next);
       printf("RECOVERED size=%d step=%llu\n", n, (unsigned long long)agreed);
@@ -261,12 +284,29 @@ static int run_vrecover(void) {
   return 0;
 }
 
+static int run_noquorum(void) {
+  gocollComm_t comm = NULL, small = NULL;
+  gocollResult_t rc;
+  CHECK(gocollCommInitFromEnv(&comm));
+  CHECK_COMM(gocollCommUserRank(comm, &g_rank), comm);
+  rc = until_failure(comm, g_rank == 1 || g_rank == 2);
+  if (rc != gocollRemoteError && rc != gocollTimeout) FAIL("allreduce failed with %d", (int)rc);
+  rc = gocollCommShrink(comm, NULL, 0, &small, NULL, GOCOLL_SHRINK_ABORT);
+  printf("SHRINK code=%d err=%s\n", (int)rc, gocollGetLastError(comm));
+  if (rc != gocollNoQuorum) FAIL("shrink with 2 of 4 ranks under majority: %d, want gocollNoQuorum", (int)rc);
+  if (small != NULL) FAIL("a failed shrink wrote *newcomm");
+  printf("NOQUORUM %s\n", gocollGetErrorString(rc));
+  gocollCommDestroy(comm);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "shrink") == 0) return run_shrink();
   if (argc > 1 && strcmp(argv[1], "join") == 0) return run_join();
   if (argc > 1 && strcmp(argv[1], "scale") == 0) return run_scale();
   if (argc > 1 && strcmp(argv[1], "vrecover") == 0) return run_vrecover();
-  fprintf(stderr, "usage: elastic shrink|join|vrecover\n");
+  if (argc > 1 && strcmp(argv[1], "noquorum") == 0) return run_noquorum();
+  fprintf(stderr, "usage: elastic shrink|join|vrecover|noquorum\n");
   return 2;
 }
