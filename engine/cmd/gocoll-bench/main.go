@@ -54,6 +54,12 @@ func main() { os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr)) }
 // childEnv marks a rank started by -procs (the value is the mode text).
 const childEnv = "GOCOLL_BENCH_CHILD"
 
+// idEnv carries, to the ranks -procs starts, the unique id of the
+// rendezvous root that the launcher itself runs (hex): as torchrun's agent
+// runs its store, so that no rank holds a connection per rank while the
+// job sets up.
+const idEnv = "GOCOLL_BENCH_ID"
+
 func usage(fs *flag.FlagSet) func() {
 	return func() {
 		w := fs.Output()
@@ -231,7 +237,7 @@ func launchedRank(cl *cmdLine, opts engine.Options, launcher string, stdout, std
 	if cfg.mode == "" {
 		cfg.mode = "processes, launcher environment " + launcherVars(launcher)
 	}
-	c, err := engine.NewCommFromEnv(opts)
+	c, err := joinJob(opts)
 	if err != nil {
 		return fail(stderr, "joining the job: %v", err)
 	}
@@ -252,6 +258,26 @@ func launchedRank(cl *cmdLine, opts engine.Options, launcher string, stdout, std
 		return 1
 	}
 	return 0
+}
+
+// joinJob joins the launcher's job: through the root -procs runs when it
+// passed its id, else as the environment says.
+func joinJob(opts engine.Options) (*engine.Comm, error) {
+	hexID := os.Getenv(idEnv)
+	if hexID == "" {
+		return engine.NewCommFromEnv(opts)
+	}
+	var id engine.UniqueID
+	b, err := hex.DecodeString(hexID)
+	if err != nil || len(b) != len(id) {
+		return nil, fmt.Errorf("%s is not a unique id", idEnv)
+	}
+	copy(id[:], b)
+	l, err := bootstrap.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return engine.NewComm(id, l.Size, l.Rank, opts)
 }
 
 func contains(list []string, s string) bool {
@@ -398,6 +424,17 @@ func launch(fs *flag.FlagSet, n int, timeout time.Duration, stdout, stderr io.Wr
 		return fail(stderr, "no free port: %v", err)
 	}
 	env := jobEnv(os.Environ(), n, port)
+	// The launcher runs the rendezvous root (it serves until every rank
+	// joined, or the timeout), as torchrun's agent runs its store.
+	opts, err := engine.OptionsFromEnv(nil)
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	id, err := engine.NewUniqueID(opts)
+	if err != nil {
+		return fail(stderr, "starting the rendezvous root: %v", err)
+	}
+	env = append(env, idEnv+"="+hex.EncodeToString(id[:]))
 	if _, ok := stderr.(*os.File); !ok {
 		stderr = &lockedWriter{w: stderr} // the ranks' copies run concurrently
 	}
@@ -431,7 +468,7 @@ func launch(fs *flag.FlagSet, n int, timeout time.Duration, stdout, stderr io.Wr
 func jobEnv(environ []string, n, port int) []string {
 	secret := make([]byte, 16)
 	rand.Read(secret)
-	drop := append(bootstrap.LauncherVars(), "GOCOLL_PORT", "GOCOLL_SECRET", childEnv)
+	drop := append(bootstrap.LauncherVars(), "GOCOLL_PORT", "GOCOLL_SECRET", childEnv, idEnv)
 	env := []string{}
 	for _, kv := range environ {
 		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(drop, k) {
