@@ -449,8 +449,12 @@ func (n *Node) follow(from int, b uint64) {
 }
 
 func (n *Node) fenceOutside(view []int) {
+	in := make(map[int]bool, len(view)) // linear: views hold thousands of members
+	for _, p := range view {
+		in[p] = true
+	}
 	for _, p := range n.members {
-		if p != n.me && !slices.Contains(view, p) {
+		if p != n.me && !in[p] {
 			n.susp[p] = true
 		}
 	}
