@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"net"
 	"strconv"
 	"time"
@@ -175,6 +176,12 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	host, err := advertiseHost(opts, rootAddr)
 	if err != nil {
 		return nil, err
+	}
+	// What setup will hold: the root's connection, two listeners, the
+	// ring and doubling neighbours; a clear error now rather than
+	// connections failing one by one later.
+	if err := tcp.CheckFiles(3 + 2 + bits.Len(uint(nranks))); err != nil {
+		return nil, fmt.Errorf("gocoll: rank %d of %d: %w", rank, nranks, err)
 	}
 	var client *bootstrap.Client
 	exchange := func(ctx context.Context, blob []byte) ([][]byte, error) {

@@ -320,6 +320,14 @@ func openTCP(s *setup, peers []int) error {
 	if s.opts.Connect != "all" {
 		cfg.Lazy, cfg.Eager = true, eagerPeers(s.rank, s.size, peers)
 	}
+	// The connections made now, and a few for those made on first use.
+	need := len(peers)
+	if cfg.Lazy {
+		need = len(cfg.Eager) + 8
+	}
+	if err := tcp.CheckFiles(need); err != nil {
+		return fmt.Errorf("gocoll: rank %d: %d TCP peers: %w", s.rank, len(peers), err)
+	}
 	tt, err := tcp.New(s.ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("gocoll: rank %d: tcp: %w", s.rank, err)

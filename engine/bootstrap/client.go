@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gocoll/gocoll/engine/transport/tcp"
@@ -83,6 +84,10 @@ func dialRoot(ctx context.Context, rootAddr string, secret []byte, rank int) (ne
 		dctx, cancel := context.WithTimeout(ctx, tcp.DefaultHandshakeTimeout)
 		conn, err := d.DialContext(dctx, "tcp", rootAddr)
 		cancel()
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			// Out of descriptors: waiting does not free any.
+			return nil, fmt.Errorf("bootstrap: rank %d: dialling the root at %s: %w", rank, rootAddr, tcp.DescribeLimit(err))
+		}
 		if err == nil {
 			hsDeadline := time.Now().Add(tcp.DefaultHandshakeTimeout)
 			if dl, ok := ctx.Deadline(); ok && dl.Before(hsDeadline) {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gocoll/gocoll/engine"
 	"github.com/gocoll/gocoll/engine/kernel"
@@ -385,4 +387,39 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("parseSize(%q) accepted", in)
 		}
 	}
+}
+
+// TestTooFewDescriptors: 96 goroutine ranks over TCP in a process whose
+// open-file limit is far below what they need end with an error naming
+// the limit and the count, within the timeout, instead of hanging on
+// connections that cannot be made.
+func TestTooFewDescriptors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a child process of 96 ranks")
+	}
+	cmd := exec.Command("sh", "-c", `ulimit -n 256 && exec "$0" "$@"`, os.Args[0],
+		"-np", "96", "-transport", "tcp", "-op", "allreduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "GOCOLL_TIMEOUT=10s")
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() {
+		out, err = cmd.CombinedOutput()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("no end after 2 minutes:\n%s", lastLines(string(out), 10))
+	}
+	if err == nil || !strings.Contains(string(out), "RLIMIT_NOFILE 256") {
+		t.Fatalf("exit %v, want an error naming the open-file limit:\n%s", err, lastLines(string(out), 10))
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -3,6 +3,7 @@ package tcp
 import (
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 )
 
@@ -36,4 +37,25 @@ func FileLimit() uint64 {
 		return 0
 	}
 	return lim.Cur
+}
+
+// OpenFiles is how many descriptors this process has open, or -1 when
+// unknown.
+func OpenFiles() int {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(fds)
+}
+
+// CheckFiles says, with the numbers, when this process cannot open need
+// more descriptors under its limit (a clear error at setup, rather than
+// connections that fail one by one later).
+func CheckFiles(need int) error {
+	lim, open := FileLimit(), OpenFiles()
+	if lim == 0 || open < 0 || uint64(open+need) <= lim {
+		return nil
+	}
+	return fmt.Errorf("%w: this process has %d descriptors open and needs about %d more, over its open-file limit RLIMIT_NOFILE %d: raise it with ulimit -n", syscall.EMFILE, open, need, lim)
 }

@@ -367,6 +367,13 @@ func (t *Transport) dial(ctx context.Context, q int) {
 			t.cs.broadcastLocked()
 			t.cs.mu.Unlock()
 			return
+		case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE):
+			// Out of descriptors: waiting does not free any.
+			t.cs.lost[q] = fmt.Errorf("tcp: rank %d connecting to rank %d: %w", t.rank, q, DescribeLimit(err))
+			t.cs.state[q] = slotEmpty
+			t.cs.broadcastLocked()
+			t.cs.mu.Unlock()
+			return
 		case errors.Is(err, syscall.ECONNREFUSED) && t.cs.started:
 			if refusals++; refusals >= refusedLost {
 				t.cs.lost[q] = t.lostErr(q, "nothing listens at its address any more (process gone, or its communicator closed)")
