@@ -316,7 +316,7 @@ func openTCP(s *setup, peers []int) error {
 	for q, in := range s.first {
 		addrs[q] = in.Addr
 	}
-	cfg := tcp.Config{Rank: s.rank, Size: s.size, Listener: s.ln, Addrs: addrs, Peers: peers, Secret: s.secret, Tag: s.tag, Logger: s.log}
+	cfg := tcp.Config{Rank: s.rank, Size: s.size, Listener: s.ln, Addrs: addrs, Peers: peers, Secret: s.secret, Tag: s.tag, Logger: s.log, Timeout: s.opts.Timeout}
 	if s.opts.Connect != "all" {
 		cfg.Lazy, cfg.Eager = true, eagerPeers(s.rank, s.size, peers)
 	}

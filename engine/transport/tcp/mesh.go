@@ -439,7 +439,7 @@ func (t *Transport) install(q int, c net.Conn, from slotState) {
 	t.cs.mu.Lock()
 	ok := !t.cs.closed && t.cs.state[q] == from
 	if ok {
-		tune(c, t.cs.cfg.SocketBuffer, t.logger)
+		tune(c, t.cs.cfg.SocketBuffer, t.cs.cfg.Timeout, t.logger)
 		t.peers[q].Store(&peer{rank: q, addr: c.RemoteAddr().String(), conn: c})
 		t.cs.state[q] = slotUp
 		delete(t.cs.lastErr, q)
@@ -604,7 +604,21 @@ func (t *Transport) count() int {
 // (for the logs and the descriptor figures of lazy connections).
 func (t *Transport) Connections() int { return t.count() }
 
-func tune(c net.Conn, bufSize int, logger *slog.Logger) {
+// keepAlive is the kernel's keepalive for a communicator with timeout:
+// probes every keepAliveEvery after keepAliveEvery of silence, as many as
+// it takes to cover the timeout (Linux counts at most 127).
+func keepAlive(timeout time.Duration) net.KeepAliveConfig {
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	every := max(keepAliveEvery, timeout/120)
+	return net.KeepAliveConfig{Enable: true, Idle: every, Interval: every, Count: int(min(timeout/every+1, 127))}
+}
+
+// keepAliveEvery is the keepalive's idle time and interval, at least.
+const keepAliveEvery = 5 * time.Second
+
+func tune(c net.Conn, bufSize int, timeout time.Duration, logger *slog.Logger) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return
@@ -625,8 +639,10 @@ func tune(c net.Conn, bufSize int, logger *slog.Logger) {
 	}
 	// A peer host that vanishes (power loss, partition) is noticed after
 	// Idle + Count·Interval of silence, not after the kernel's default
-	// idle time of hours.
-	if err := tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}); err != nil {
+	// idle time of hours; but not before the communicator's timeout
+	// (keepAlive): thousands of connections on a loaded host once lost
+	// their probes and broke after 30 s, failing a healthy job.
+	if err := tc.SetKeepAliveConfig(keepAlive(timeout)); err != nil {
 		logger.Debug("tcp: keepalive", "err", err)
 	}
 }

@@ -89,6 +89,12 @@ type Config struct {
 	// DefaultSocketBuffer, a negative value leaves the kernel's defaults
 	// (and its buffer autotuning) alone.
 	SocketBuffer int
+	// Timeout is the communicator's: the kernel's keepalive gives a
+	// silent connection up only after at least this long (0: 30 s), so
+	// that a host too busy to answer probes for a while (its loopback
+	// backlog dropping them, say) is not taken for gone before the
+	// communicator's own timeout says so.
+	Timeout time.Duration
 }
 
 // Transport is one rank's TCP connections; it implements transport.Transport.

@@ -309,3 +309,18 @@ func BenchmarkPingPong(b *testing.B) {
 		})
 	}
 }
+
+// TestKeepAliveCoversTimeout: the kernel gives a silent connection up no
+// sooner than the communicator's timeout.
+func TestKeepAliveCoversTimeout(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Second, 30 * time.Second, 5 * time.Minute, time.Hour} {
+		k := keepAlive(timeout)
+		want := max(timeout, time.Second)
+		if timeout == 0 {
+			want = 30 * time.Second
+		}
+		if got := k.Idle + time.Duration(k.Count)*k.Interval; got < want || k.Count > 127 || k.Count < 1 {
+			t.Errorf("timeout %v: keepalive gives up after %v (idle %v, %d × %v), want at least %v", timeout, got, k.Idle, k.Count, k.Interval, want)
+		}
+	}
+}
