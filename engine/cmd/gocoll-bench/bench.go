@@ -33,7 +33,8 @@ type config struct {
 	breakCheck bool
 	csvPath    string
 	label      string
-	mode       string // how the ranks run, for the header
+	mode       string        // how the ranks run, for the header
+	setup      time.Duration // how long the communicator took to create (rank 0's; every rank's, as goroutines)
 }
 
 // sizes lists the nominal sizes -b, -b*f, ... up to -e.
@@ -311,6 +312,9 @@ func header(w io.Writer, cfg *config, op string, n int) {
 		fmt.Fprintf(w, ", root %d", cfg.root)
 	}
 	fmt.Fprintf(w, "\n# iters %d, warmup %d, check %s, algo %s, buffers %s\n", cfg.iters, cfg.warmup, check, algo, bufs)
+	if cfg.setup > 0 {
+		fmt.Fprintf(w, "# setup: %.3f s (creating the communicator)\n", cfg.setup.Seconds())
+	}
 	fmt.Fprintf(w, "# time: p50/p99 over iterations of (barrier; one op), iteration = max over ranks; b2b: back-to-back average\n")
 	fmt.Fprintf(w, "# size = %s\n#\n", sizeMeaning(op))
 	fmt.Fprintf(w, "#%11s %11s %9s %6s %5s %10s %10s %11s %11s %7s %10s %11s\n",

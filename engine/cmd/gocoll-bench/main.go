@@ -237,10 +237,12 @@ func launchedRank(cl *cmdLine, opts engine.Options, launcher string, stdout, std
 	if cfg.mode == "" {
 		cfg.mode = "processes, launcher environment " + launcherVars(launcher)
 	}
+	began := time.Now()
 	c, err := joinJob(opts)
 	if err != nil {
 		return fail(stderr, "joining the job: %v", err)
 	}
+	cfg.setup = time.Since(began)
 	out := io.Discard
 	if c.Rank() == 0 {
 		out = stdout
@@ -327,6 +329,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func goroutines(cfg *config, opts engine.Options, n int, tr string, stdout, stderr io.Writer) int {
 	var comms []*engine.Comm
 	var err error
+	began := time.Now()
 	switch tr {
 	case "mem":
 		comms, err = engine.NewLocalComms(n, opts)
@@ -340,6 +343,7 @@ func goroutines(cfg *config, opts engine.Options, n int, tr string, stdout, stde
 		fmt.Fprintf(stderr, "gocoll-bench: %v\n", err)
 		return 2
 	}
+	cfg.setup = time.Since(began)
 	errOut := &lockedWriter{w: stderr}
 	wrong := make([]int64, n)
 	errs := make([]error, n)
