@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,7 +103,25 @@ func (c *Comm) Joiners() int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.pruneJoiners()
 	return len(s.joiners)
+}
+
+// pruneJoiners drops the processes waiting to join that went away (a
+// replacement killed while it waited), so that they are neither counted
+// nor admitted. Called with mu held.
+func (s *recoverer) pruneJoiners() {
+	s.joiners = slices.DeleteFunc(s.joiners, func(j net.Conn) bool {
+		raw := j
+		if rc, ok := j.(*replayConn); ok {
+			raw = rc.Conn
+		}
+		if tcp.Gone(raw) {
+			j.Close()
+			return true
+		}
+		return false
+	})
 }
 
 // Grow makes a communicator of c's ranks (same numbers) and n processes
@@ -117,17 +136,20 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 	if !ok {
 		return nil, fmt.Errorf("gocoll: rank %d: %w: an in-process communicator cannot grow", c.rank, ErrInvalidUsage)
 	}
-	if err := c.AsyncError(); err != nil {
-		return nil, fmt.Errorf("gocoll: grow on rank %d: %w: the communicator failed (shrink it first): %v", c.rank, ErrInvalidUsage, err)
-	}
 	s, err := c.recovery()
 	if err != nil {
 		return nil, err
 	}
 	s.shrinkMu.Lock()
 	defer s.shrinkMu.Unlock()
+	// Every rank numbers the instance alike, whatever fails on it alone
+	// afterwards: a rank that returns early must not be an instance
+	// behind the others at the next Shrink or Grow.
 	inst := s.inst
 	s.inst++
+	if err := c.AsyncError(); err != nil {
+		return nil, fmt.Errorf("gocoll: grow on rank %d: %w: the communicator failed (shrink it first): %v", c.rank, ErrInvalidUsage, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
 	size := c.size + n
@@ -140,7 +162,7 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 
 	var joiners []net.Conn
 	if c.rank == 0 {
-		if err := s.await(ctx, func() bool { return len(s.joiners) >= n }); err != nil {
+		if err := s.await(ctx, func() bool { s.pruneJoiners(); return len(s.joiners) >= n }); err != nil {
 			s.mu.Lock()
 			have := len(s.joiners)
 			s.mu.Unlock()
@@ -166,7 +188,20 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 	if err != nil {
 		return nil, c.growError(err)
 	}
-	return adopt(c.rank, size, l, &netSplitter{secret: ns.secret, tag: tag, host: ns.host}, c.opts)
+	grown, err := adopt(c.rank, size, l, &netSplitter{secret: ns.secret, tag: tag, host: ns.host}, c.opts)
+	if err != nil {
+		return nil, c.growError(err)
+	}
+	// Every rank, joiners included, confirms on the grown communicator
+	// that all of them have it: rank 0's last write to a joiner can fail
+	// after the members had their last round, and then nobody must go on
+	// with a communicator rank 0 does not hold (Join confirms alike).
+	if err := grown.Barrier(); err != nil {
+		grown.Abort()
+		grown.Destroy()
+		return nil, c.growError(fmt.Errorf("confirming the grown communicator: %w", err))
+	}
+	return grown, nil
 }
 
 func (c *Comm) growError(err error) error {
@@ -305,6 +340,17 @@ func JoinSecret(id *UniqueID, getenv func(string) string) ([]byte, error) {
 	return bootstrap.HashSecret(s), nil
 }
 
+// parseJoinInfo reads JoinInfo's tag and address.
+func parseJoinInfo(info string) (tag [8]byte, addr string, err error) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(info), joinInfoPrefix)
+	tagHex, addr, ok2 := strings.Cut(rest, ":")
+	tagb, err := hex.DecodeString(tagHex)
+	if !ok || !ok2 || err != nil || len(tagb) != 8 {
+		return tag, "", invalidArg("join info %q is not a communicator's JoinInfo", info)
+	}
+	return [8]byte(tagb), addr, nil
+}
+
 // Join makes this process a rank of a communicator that admits it (its
 // members call Grow). info is the communicator's JoinInfo (handed over by
 // a job file, or a variable the launcher sets); secret is the
@@ -312,16 +358,13 @@ func JoinSecret(id *UniqueID, getenv func(string) string) ([]byte, error) {
 // be admitted.
 func Join(info string, secret []byte, opts Options) (*Comm, error) {
 	opts = opts.withDefaults()
-	rest, ok := strings.CutPrefix(strings.TrimSpace(info), joinInfoPrefix)
-	tagHex, addr, ok2 := strings.Cut(rest, ":")
-	tagb, err := hex.DecodeString(tagHex)
-	if !ok || !ok2 || err != nil || len(tagb) != 8 {
-		return nil, invalidArg("join info %q is not a communicator's JoinInfo", info)
+	tag, addr, err := parseJoinInfo(info)
+	if err != nil {
+		return nil, err
 	}
 	if len(secret) == 0 {
 		return nil, invalidArg("join: empty secret")
 	}
-	tag := [8]byte(tagb)
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
 	d := net.Dialer{Timeout: opts.Timeout}
@@ -361,5 +404,16 @@ func Join(info string, secret []byte, opts Options) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	return adopt(rank, size, l, &netSplitter{secret: secret, tag: newTag, host: host}, opts)
+	c, err := adopt(rank, size, l, &netSplitter{secret: secret, tag: newTag, host: host}, opts)
+	if err != nil {
+		return nil, err
+	}
+	// The members' Grow confirms the grown communicator with a barrier on
+	// it: take part.
+	if err := c.Barrier(); err != nil {
+		c.Abort()
+		c.Destroy()
+		return nil, fmt.Errorf("gocoll: join: confirming the grown communicator: %w", err)
+	}
+	return c, nil
 }

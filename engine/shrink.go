@@ -137,6 +137,14 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 	if s.excluded != nil {
 		return nil, c.shrinkError(s.excluded)
 	}
+	c.mu.Lock()
+	shrunk := c.elastic.shrunk
+	c.mu.Unlock()
+	if shrunk {
+		// The others are done with this communicator: an agreement run
+		// now would be this rank's alone.
+		return nil, fmt.Errorf("gocoll: shrink on rank %d: %w: this communicator was shrunk already (shrink the communicator it gave)", c.rank, ErrInvalidUsage)
+	}
 	began := time.Now()
 	deadline := began.Add(c.shrinkBound())
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -168,6 +176,10 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 			p := culprit(cerr, view)
 			s.gaveUpOn(inst, view, p, cerr)
 			if p < 0 || p == c.rank {
+				// The others go on without this rank (gaveUpOn told them):
+				// it is out, and a later Shrink of c must say so rather
+				// than run agreements of its own.
+				s.excluded = fmt.Errorf("%w: this rank gave up setting up the shrunk communicator: %v", ErrExcluded, cerr)
 				return nil, c.shrinkError(cerr)
 			}
 			c.log.Info("shrink: a rank failed while connecting; agreeing again", "peer", p, "err", cerr)

@@ -3,10 +3,13 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
 // crash makes c's rank look like a dead process to the others: its
@@ -455,5 +458,49 @@ func TestShrinkMajority(t *testing.T) {
 	bad := newLocal(t, 1, Options{ShrinkQuorum: "most"})
 	if _, err := bad[0].Shrink(nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("quorum \"most\": %v", err)
+	}
+}
+
+// TestGrowPrunesDeadJoiner: a process that asked to join and went away
+// while it waited (a replacement killed) is neither counted by Joiners
+// nor admitted: the next Grow takes the live joiner behind it. Before, it
+// was admitted and failed the Grow.
+func TestGrowPrunesDeadJoiner(t *testing.T) {
+	opts := Options{Transport: "tcp", Timeout: 5 * time.Second}
+	comms := newJoined(t, 2, opts)
+	info, err := comms[0].JoinInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, addr, err := parseJoinInfo(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tcp.ClientHandshake(dead, secretOf(comms[0]), growTag(tag), -1, time.Now().Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return comms[0].Joiners() == 1 })
+	dead.Close()
+	waitFor(t, func() bool { return comms[0].Joiners() == 0 })
+	grown, err := growBy1(t, comms, secretOf(comms[0]), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroyLive(grown)
+	checkSum(t, grown)
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

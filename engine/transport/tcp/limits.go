@@ -3,6 +3,7 @@ package tcp
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"syscall"
 )
@@ -58,4 +59,14 @@ func CheckFiles(need int) error {
 		return nil
 	}
 	return fmt.Errorf("%w: this process has %d descriptors open and needs about %d more, over its open-file limit RLIMIT_NOFILE %d: raise it with ulimit -n", syscall.EMFILE, open, need, lim)
+}
+
+// Gone says whether the peer of c, a connection it has sent nothing on
+// that is still to be read, closed it or reset it: a look at the front of
+// the stream that consumes nothing and does not block. Where the system
+// cannot look, nothing is ever gone.
+func Gone(c net.Conn) bool {
+	var b [1]byte
+	n, err := peek(c, b[:])
+	return err == nil && n == 0 || err != nil && err != errNoData
 }
