@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -53,7 +54,7 @@ type ctlEvent struct {
 	dead bool   // down because its process ended (transport.Died), not a silence
 	why  string // down: what broke
 	msg  ctlMsg
-	conn net.Conn // grow: the joiner's connection (from is -1)
+	conn *ctlConn // grow: the joiner's connection (from is -1)
 }
 
 // ctlNet is one rank's end of a control mesh.
@@ -310,7 +311,7 @@ func (t *tcpCtl) serve(c net.Conn) {
 	if grow {
 		tag = t.growTag
 	}
-	peer, err := tcp.ServerHandshake(rc, t.secret, tag, t.me, deadline, func(p int) error {
+	peer, key, err := tcp.ServerHandshakeSession(rc, t.secret, tag, t.me, deadline, func(p int) error {
 		if !grow && (p < 0 || p >= len(t.addrs) || p == t.me) {
 			return fmt.Errorf("rank %d is not a member", p)
 		}
@@ -324,14 +325,15 @@ func (t *tcpCtl) serve(c net.Conn) {
 		t.untrack(c)
 		return
 	}
+	cc := &ctlConn{Conn: rc, key: key}
 	if grow {
 		// A process asking to join: the members' Grow reads it.
-		t.q.push(ctlEvent{from: -1, conn: rc})
+		t.q.push(ctlEvent{from: -1, conn: cc})
 		return
 	}
 	c.SetDeadline(time.Time{})
 	for {
-		m, err := readCtl(rc)
+		m, err := cc.read()
 		if err != nil {
 			t.untrack(c)
 			why := "its control connection closed (process gone?)"
@@ -418,8 +420,8 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 		}
 		for _, m := range msgs {
 			c.SetWriteDeadline(time.Now().Add(t.timeout))
-			if err := writeCtl(c, m); err != nil {
-				t.untrack(c)
+			if err := c.write(m); err != nil {
+				t.untrack(c.Conn)
 				down(fmt.Sprintf("control write: %v", err), transport.Died(err))
 				return
 			}
@@ -434,7 +436,7 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 // patience its place in the agreement calls for. It gives up at once on a
 // wrong endpoint, and after ctlRefusedDown refusals in a row (nobody
 // listens: dead). why is empty when the mesh closed meanwhile.
-func (t *tcpCtl) dial(to int) (c net.Conn, why string, dead bool) {
+func (t *tcpCtl) dial(to int) (c *ctlConn, why string, dead bool) {
 	backoff, refused := 5*time.Millisecond, 0
 	for {
 		c, err := t.dialOnce(t.life, to)
@@ -464,7 +466,7 @@ func (t *tcpCtl) dial(to int) (c net.Conn, why string, dead bool) {
 	}
 }
 
-func (t *tcpCtl) dialOnce(ctx context.Context, to int) (net.Conn, error) {
+func (t *tcpCtl) dialOnce(ctx context.Context, to int) (*ctlConn, error) {
 	var d net.Dialer
 	dctx, dcancel := context.WithTimeout(ctx, tcp.DefaultHandshakeTimeout)
 	defer dcancel()
@@ -477,13 +479,13 @@ func (t *tcpCtl) dialOnce(ctx context.Context, to int) (net.Conn, error) {
 	}
 	deadline, _ := dctx.Deadline()
 	stop := context.AfterFunc(dctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	_, err = tcp.ClientHandshake(c, t.secret, t.tag, t.me, deadline)
+	_, key, err := tcp.ClientHandshakeSession(c, t.secret, t.tag, t.me, deadline)
 	stop()
 	if err != nil {
 		t.untrack(c)
 		return nil, err
 	}
-	return c, nil
+	return &ctlConn{Conn: c, key: key, dialled: true}, nil
 }
 
 func (t *tcpCtl) next(ctx context.Context) (ctlEvent, error) { return t.q.next(ctx) }
@@ -510,31 +512,71 @@ func (t *tcpCtl) close() {
 	t.wg.Wait()
 }
 
-func writeCtl(w io.Writer, m ctlMsg) error {
+// ctlConn is one authenticated control connection: every frame carries
+// a MAC under the session key of its handshake (tcp.ServerHandshakeSession)
+// over its direction and number, so that after the handshake nobody
+// without the key can inject, replay, reorder or reflect a frame, or
+// splice a stream of another connection in.
+type ctlConn struct {
+	net.Conn
+	key       []byte
+	dialled   bool   // this end dialled: its frames go client → server
+	sent, got uint64 // frames written and read
+}
+
+const ctlMACSize = 16
+
+// ctlMAC is the MAC of frame number seq with payload b, going from the
+// dialler (toServer) or back.
+func ctlMAC(key []byte, toServer bool, seq uint64, b []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	dir := byte('s')
+	if toServer {
+		dir = 'c'
+	}
+	var h [9]byte
+	h[0] = dir
+	binary.LittleEndian.PutUint64(h[1:], seq)
+	m.Write(h[:])
+	m.Write(b)
+	return m.Sum(nil)[:ctlMACSize]
+}
+
+func (c *ctlConn) write(m ctlMsg) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	frame := make([]byte, 4+len(b))
+	frame := make([]byte, 4, 4+len(b)+ctlMACSize)
 	binary.LittleEndian.PutUint32(frame, uint32(len(b)))
-	copy(frame[4:], b)
-	_, err = w.Write(frame)
+	frame = append(frame, b...)
+	frame = append(frame, ctlMAC(c.key, c.dialled, c.sent, b)...)
+	c.sent++
+	_, err = c.Conn.Write(frame)
 	return err
 }
 
-func readCtl(r io.Reader) (ctlMsg, error) {
+// errCtlForged: a control frame whose MAC does not check.
+var errCtlForged = errors.New("control message failed authentication (not from the peer that connected, or altered)")
+
+func (c *ctlConn) read() (ctlMsg, error) {
 	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	if _, err := io.ReadFull(c.Conn, hdr[:]); err != nil {
 		return ctlMsg{}, err
 	}
 	n := binary.LittleEndian.Uint32(hdr[:])
 	if n > maxCtlFrame {
 		return ctlMsg{}, fmt.Errorf("control message of %d bytes (at most %d)", n, maxCtlFrame)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	b := make([]byte, int(n)+ctlMACSize)
+	if _, err := io.ReadFull(c.Conn, b); err != nil {
 		return ctlMsg{}, err
 	}
+	b, mac := b[:n], b[n:]
+	if !hmac.Equal(mac, ctlMAC(c.key, !c.dialled, c.got, b)) {
+		return ctlMsg{}, errCtlForged
+	}
+	c.got++
 	var m ctlMsg
 	if err := json.Unmarshal(b, &m); err != nil {
 		return ctlMsg{}, fmt.Errorf("control message: %w", err)

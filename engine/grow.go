@@ -111,9 +111,9 @@ func (c *Comm) Joiners() int {
 // replacement killed while it waited), so that they are neither counted
 // nor admitted. Called with mu held.
 func (s *recoverer) pruneJoiners() {
-	s.joiners = slices.DeleteFunc(s.joiners, func(j net.Conn) bool {
-		raw := j
-		if rc, ok := j.(*replayConn); ok {
+	s.joiners = slices.DeleteFunc(s.joiners, func(j *ctlConn) bool {
+		raw := j.Conn
+		if rc, ok := raw.(*replayConn); ok {
 			raw = rc.Conn
 		}
 		if tcp.Gone(raw) {
@@ -160,7 +160,7 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 	var tag [8]byte
 	copy(tag[:], sum[:])
 
-	var joiners []net.Conn
+	var joiners []*ctlConn
 	if c.rank == 0 {
 		if err := s.await(ctx, func() bool { s.pruneJoiners(); return len(s.joiners) >= n }); err != nil {
 			s.mu.Lock()
@@ -179,7 +179,7 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 		}()
 		for i, j := range joiners {
 			j.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
-			if err := writeCtl(j, ctlMsg{Grow: &growMsg{Rank: c.size + i, Size: size, Tag: tag[:]}}); err != nil {
+			if err := j.write(ctlMsg{Grow: &growMsg{Rank: c.size + i, Size: size, Tag: tag[:]}}); err != nil {
 				return nil, c.growError(fmt.Errorf("%w: telling joining process %d its rank: %v", ErrPeerLost, c.size+i, err))
 			}
 		}
@@ -211,7 +211,7 @@ func (c *Comm) growError(err error) error {
 // growExchange is connect's exchange for Grow, through rank 0: members send
 // their blob over the control mesh, joiners over their connection; rank 0
 // sends everyone the whole set.
-func (s *recoverer) growExchange(inst uint64, joiners []net.Conn, size int) exchangeFunc {
+func (s *recoverer) growExchange(inst uint64, joiners []*ctlConn, size int) exchangeFunc {
 	round := 0
 	c := s.c
 	return func(ctx context.Context, blob []byte) ([][]byte, error) {
@@ -272,7 +272,7 @@ func (s *recoverer) growExchange(inst uint64, joiners []net.Conn, size int) exch
 		s.mu.Unlock()
 		for i, j := range joiners {
 			j.SetReadDeadline(time.Now().Add(c.opts.Timeout))
-			m, err := readCtl(j)
+			m, err := j.read()
 			if err != nil || m.Round != round {
 				return nil, fmt.Errorf("%w: joining process %d: %v", ErrPeerLost, c.size+i, err)
 			}
@@ -284,7 +284,7 @@ func (s *recoverer) growExchange(inst uint64, joiners []net.Conn, size int) exch
 		}
 		for i, j := range joiners {
 			j.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
-			if err := writeCtl(j, ctlMsg{Round: round, Grow: &growMsg{All: all}}); err != nil {
+			if err := j.write(ctlMsg{Round: round, Grow: &growMsg{All: all}}); err != nil {
 				return nil, fmt.Errorf("%w: joining process %d: %v", ErrPeerLost, c.size+i, err)
 			}
 		}
@@ -373,11 +373,13 @@ func Join(info string, secret []byte, opts Options) (*Comm, error) {
 		return nil, fmt.Errorf("gocoll: join %s: %w: %v", addr, ErrPeerLost, err)
 	}
 	defer conn.Close()
-	if _, err := tcp.ClientHandshake(conn, secret, growTag(tag), -1, time.Now().Add(opts.Timeout)); err != nil {
+	_, key, err := tcp.ClientHandshakeSession(conn, secret, growTag(tag), -1, time.Now().Add(opts.Timeout))
+	if err != nil {
 		return nil, fmt.Errorf("gocoll: join %s: %w", addr, err)
 	}
+	cc := &ctlConn{Conn: conn, key: key, dialled: true}
 	conn.SetReadDeadline(time.Now().Add(opts.Timeout))
-	hello, err := readCtl(conn)
+	hello, err := cc.read()
 	if err != nil || hello.Grow == nil || hello.Grow.Rank < 1 || hello.Grow.Rank >= hello.Grow.Size || len(hello.Grow.Tag) != 8 {
 		return nil, fmt.Errorf("gocoll: join %s: %w: not admitted within %v (%v)", addr, ErrTimeout, opts.Timeout, err)
 	}
@@ -391,10 +393,10 @@ func Join(info string, secret []byte, opts Options) (*Comm, error) {
 		round++
 		dl, _ := ctx.Deadline()
 		conn.SetDeadline(dl)
-		if err := writeCtl(conn, ctlMsg{Round: round, Blob: blob}); err != nil {
+		if err := cc.write(ctlMsg{Round: round, Blob: blob}); err != nil {
 			return nil, fmt.Errorf("%w: rank 0: %v", ErrPeerLost, err)
 		}
-		m, err := readCtl(conn)
+		m, err := cc.read()
 		if err != nil || m.Grow == nil || len(m.Grow.All) != size {
 			return nil, fmt.Errorf("%w: rank 0 during setup: %v", ErrPeerLost, err)
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -298,7 +297,7 @@ type recoverer struct {
 	suspect map[int]bool             // peers an agreement took for failed
 	heard   map[int]time.Time
 	since   map[uint64]map[int]time.Time
-	joiners []net.Conn // processes waiting to join (Grow)
+	joiners []*ctlConn // processes waiting to join (Grow)
 	watches []*upWatch // setups to end when a member goes down (whileUp)
 	refs    int        // holders: c, and each communicator shrunk from it
 	stop    context.CancelFunc

@@ -50,6 +50,10 @@ const (
 	DefaultHandshakeTimeout = 10 * time.Second
 )
 
+// sessionLabel derives a handshake's session key (the MACs of the hello
+// and the proof use other labels: the key is never on the wire).
+const sessionLabel = "gocoll/hs/session"
+
 // verdicts are the verdict codes that carry no text, each a sentinel the
 // client's error wraps (0: admitted, 1: refused with a reason).
 var verdicts = [...]error{2: ErrCrossing, 3: errConnected}
@@ -86,22 +90,31 @@ func rankToWire(rank int) (int32, error) {
 // A client that failed to authenticate after its hello yields the rank it
 // claimed (unverified: only for telling the operator) with the error.
 func ServerHandshake(conn net.Conn, secret []byte, tag [8]byte, myRank int, deadline time.Time, accept func(peerRank int) error) (peerRank int, err error) {
+	peerRank, _, err = ServerHandshakeSession(conn, secret, tag, myRank, deadline, accept)
+	return peerRank, err
+}
+
+// ServerHandshakeSession is ServerHandshake that also returns the
+// session's key: a secret only the two ends of this handshake derive (from
+// the job's secret and both nonces), for authenticating what follows on
+// the connection.
+func ServerHandshakeSession(conn net.Conn, secret []byte, tag [8]byte, myRank int, deadline time.Time, accept func(peerRank int) error) (peerRank int, key []byte, err error) {
 	me, err := rankToWire(myRank)
 	if err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	if err := conn.SetDeadline(deadline); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	var hello [clientHelloLen]byte
 	if _, err := io.ReadFull(conn, hello[:]); err != nil {
-		return -1, fmt.Errorf("tcp: handshake: reading hello: %w", err)
+		return -1, nil, fmt.Errorf("tcp: handshake: reading hello: %w", err)
 	}
 	if [4]byte(hello[0:4]) != hsMagic {
-		return -1, fmt.Errorf("tcp: handshake: %w: not a gocoll client (magic %q)", ErrAuth, hello[0:4])
+		return -1, nil, fmt.Errorf("tcp: handshake: %w: not a gocoll client (magic %q)", ErrAuth, hello[0:4])
 	}
 	if hello[4] != hsVersion {
-		return -1, fmt.Errorf("tcp: handshake: %w: protocol version %d, want %d", ErrAuth, hello[4], hsVersion)
+		return -1, nil, fmt.Errorf("tcp: handshake: %w: protocol version %d, want %d", ErrAuth, hello[4], hsVersion)
 	}
 	theirTag := [8]byte(hello[8:16])
 	client := int32(binary.LittleEndian.Uint32(hello[16:20]))
@@ -117,38 +130,38 @@ func ServerHandshake(conn net.Conn, secret []byte, tag [8]byte, myRank int, dead
 	// fails to verify it and learns it reached the wrong endpoint.
 	copy(out[12+nonceSize:], handshakeMAC(secret, "gocoll/hs/server", tag, client, me, nc, ns))
 	if _, err := conn.Write(out[:]); err != nil {
-		return -1, fmt.Errorf("tcp: handshake: %w", err)
+		return -1, nil, fmt.Errorf("tcp: handshake: %w", err)
 	}
 	var proof [macSize]byte
 	if _, err := io.ReadFull(conn, proof[:]); err != nil {
 		if theirTag != tag {
-			return int(client), fmt.Errorf("tcp: handshake: %w: client (claiming rank %d) belongs to communicator %x, this is %x", ErrAuth, client, theirTag, tag)
+			return int(client), nil, fmt.Errorf("tcp: handshake: %w: client (claiming rank %d) belongs to communicator %x, this is %x", ErrAuth, client, theirTag, tag)
 		}
-		return int(client), fmt.Errorf("tcp: handshake: client (claiming rank %d) hung up before proving its identity (wrong secret or communicator?): %w", client, err)
+		return int(client), nil, fmt.Errorf("tcp: handshake: client (claiming rank %d) hung up before proving its identity (wrong secret or communicator?): %w", client, err)
 	}
 	if theirTag != tag {
-		return int(client), fmt.Errorf("tcp: handshake: %w: client (claiming rank %d) belongs to communicator %x, this is %x", ErrAuth, client, theirTag, tag)
+		return int(client), nil, fmt.Errorf("tcp: handshake: %w: client (claiming rank %d) belongs to communicator %x, this is %x", ErrAuth, client, theirTag, tag)
 	}
 	if !hmac.Equal(proof[:], handshakeMAC(secret, "gocoll/hs/client", tag, client, me, nc, ns)) {
-		return int(client), fmt.Errorf("tcp: handshake: %w: client claiming rank %d has a wrong secret", ErrAuth, client)
+		return int(client), nil, fmt.Errorf("tcp: handshake: %w: client claiming rank %d has a wrong secret", ErrAuth, client)
 	}
 	var refusal error
 	if accept != nil {
 		refusal = accept(int(client))
 	}
 	if err := writeVerdict(conn, refusal); err != nil {
-		return -1, fmt.Errorf("tcp: handshake: sending verdict to rank %d: %w", client, err)
+		return -1, nil, fmt.Errorf("tcp: handshake: sending verdict to rank %d: %w", client, err)
 	}
 	if errors.Is(refusal, ErrCrossing) || errors.Is(refusal, errConnected) {
-		return int(client), fmt.Errorf("tcp: handshake: rank %d: %w", client, refusal)
+		return int(client), nil, fmt.Errorf("tcp: handshake: rank %d: %w", client, refusal)
 	}
 	if refusal != nil {
-		return int(client), fmt.Errorf("tcp: handshake: %w: rank %d: %v", ErrRefused, client, refusal)
+		return int(client), nil, fmt.Errorf("tcp: handshake: %w: rank %d: %v", ErrRefused, client, refusal)
 	}
 	if err := conn.SetDeadline(time.Time{}); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
-	return int(client), nil
+	return int(client), handshakeMAC(secret, sessionLabel, tag, client, me, nc, ns), nil
 }
 
 func writeVerdict(conn net.Conn, refusal error) error {
@@ -182,12 +195,19 @@ func writeVerdict(conn net.Conn, refusal error) error {
 // server does not want this rank), or an I/O error. On success conn's
 // deadline is cleared; on failure the caller should close conn.
 func ClientHandshake(conn net.Conn, secret []byte, tag [8]byte, myRank int, deadline time.Time) (peerRank int, err error) {
+	peerRank, _, err = ClientHandshakeSession(conn, secret, tag, myRank, deadline)
+	return peerRank, err
+}
+
+// ClientHandshakeSession is ClientHandshake that also returns the
+// session's key (see ServerHandshakeSession).
+func ClientHandshakeSession(conn net.Conn, secret []byte, tag [8]byte, myRank int, deadline time.Time) (peerRank int, key []byte, err error) {
 	me, err := rankToWire(myRank)
 	if err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	if err := conn.SetDeadline(deadline); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	var hello [clientHelloLen]byte
 	copy(hello[0:4], hsMagic[:])
@@ -197,42 +217,42 @@ func ClientHandshake(conn net.Conn, secret []byte, tag [8]byte, myRank int, dead
 	nc := hello[20 : 20+nonceSize]
 	rand.Read(nc)
 	if _, err := conn.Write(hello[:]); err != nil {
-		return -1, fmt.Errorf("tcp: handshake: %w", err)
+		return -1, nil, fmt.Errorf("tcp: handshake: %w", err)
 	}
 	var in [serverHelloLen]byte
 	if _, err := io.ReadFull(conn, in[:]); err != nil {
-		return -1, fmt.Errorf("tcp: handshake: reading server hello: %w", err)
+		return -1, nil, fmt.Errorf("tcp: handshake: reading server hello: %w", err)
 	}
 	if [4]byte(in[0:4]) != hsMagic {
-		return -1, fmt.Errorf("tcp: handshake: %w: %s is not a gocoll endpoint", ErrAuth, conn.RemoteAddr())
+		return -1, nil, fmt.Errorf("tcp: handshake: %w: %s is not a gocoll endpoint", ErrAuth, conn.RemoteAddr())
 	}
 	if in[4] != hsVersion {
-		return -1, fmt.Errorf("tcp: handshake: %w: %s speaks protocol version %d, want %d", ErrAuth, conn.RemoteAddr(), in[4], hsVersion)
+		return -1, nil, fmt.Errorf("tcp: handshake: %w: %s speaks protocol version %d, want %d", ErrAuth, conn.RemoteAddr(), in[4], hsVersion)
 	}
 	server := int32(binary.LittleEndian.Uint32(in[8:12]))
 	ns := in[12 : 12+nonceSize]
 	if !hmac.Equal(in[12+nonceSize:], handshakeMAC(secret, "gocoll/hs/server", tag, me, server, nc, ns)) {
-		return -1, fmt.Errorf("tcp: handshake: %w: %s (rank %d) holds another secret or communicator id", ErrAuth, conn.RemoteAddr(), server)
+		return -1, nil, fmt.Errorf("tcp: handshake: %w: %s (rank %d) holds another secret or communicator id", ErrAuth, conn.RemoteAddr(), server)
 	}
 	if _, err := conn.Write(handshakeMAC(secret, "gocoll/hs/client", tag, me, server, nc, ns)); err != nil {
-		return -1, fmt.Errorf("tcp: handshake: %w", err)
+		return -1, nil, fmt.Errorf("tcp: handshake: %w", err)
 	}
 	var v [3]byte
 	if _, err := io.ReadFull(conn, v[:]); err != nil {
-		return -1, fmt.Errorf("tcp: handshake: reading verdict from %s: %w", conn.RemoteAddr(), err)
+		return -1, nil, fmt.Errorf("tcp: handshake: reading verdict from %s: %w", conn.RemoteAddr(), err)
 	}
 	if int(v[0]) < len(verdicts) && verdicts[v[0]] != nil {
-		return -1, fmt.Errorf("tcp: handshake: %s (rank %d): %w", conn.RemoteAddr(), server, verdicts[v[0]])
+		return -1, nil, fmt.Errorf("tcp: handshake: %s (rank %d): %w", conn.RemoteAddr(), server, verdicts[v[0]])
 	}
 	if v[0] != 0 {
 		text := make([]byte, binary.LittleEndian.Uint16(v[1:]))
 		if _, err := io.ReadFull(conn, text); err != nil {
-			return -1, fmt.Errorf("tcp: handshake: %w: %s (rank %d)", ErrRefused, conn.RemoteAddr(), server)
+			return -1, nil, fmt.Errorf("tcp: handshake: %w: %s (rank %d)", ErrRefused, conn.RemoteAddr(), server)
 		}
-		return -1, fmt.Errorf("tcp: handshake: %w: %s (rank %d): %s", ErrRefused, conn.RemoteAddr(), server, text)
+		return -1, nil, fmt.Errorf("tcp: handshake: %w: %s (rank %d): %s", ErrRefused, conn.RemoteAddr(), server, text)
 	}
 	if err := conn.SetDeadline(time.Time{}); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
-	return int(server), nil
+	return int(server), handshakeMAC(secret, sessionLabel, tag, me, server, nc, ns), nil
 }
