@@ -31,6 +31,11 @@ def _torch_major():
 
 
 TORCH_MAJOR = _torch_major()
+if TORCH_MAJOR >= 2:
+    # torch 2.x's TCPStore defaults to its libuv server, which Debian 13's
+    # torch is built without; the other one works with every build. The
+    # ranks the tests start inherit it.
+    os.environ.setdefault("USE_LIBUV", "0")
 
 
 def _existing_library():

@@ -16,7 +16,7 @@ from conftest import TORCH_MAJOR
 pytestmark = pytest.mark.skipif(TORCH_MAJOR < 2, reason="torch 2.x only (this interpreter has 1.x)")
 
 # Debian 13's torch is built without libuv; USE_LIBUV=0 selects TCPStore's
-# other server (harmless where libuv is there).
+# other server (conftest sets it too; stated here for the reader).
 ENV = {"USE_LIBUV": "0"}
 
 
