@@ -98,6 +98,20 @@ def ddp(r, n, pg, gloo, out):
     for name, (kw, tol) in cases.items():
         out["ddp " + name] = rel(run(pg, **kw), run(gloo, **kw))
         assert out["ddp " + name] <= tol, (name, out["ddp " + name])
+    def no_sync(group):  # two micro-batches per step, the first without communication
+        m = model()
+        d = torch.nn.parallel.DistributedDataParallel(m, process_group=group, bucket_cap_mb=0.001)
+        opt = torch.optim.SGD(d.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(200 + r)
+        for _ in range(3):
+            opt.zero_grad()
+            with d.no_sync():
+                d(torch.randn(8, 16, generator=g)).sum().backward()
+            d(torch.randn(8, 16, generator=g)).sum().backward()
+            opt.step()
+        return flat(m)
+    out["ddp no_sync"] = rel(no_sync(pg), no_sync(gloo))
+    assert out["ddp no_sync"] <= 1e-5, out
     out["ddp gocoll allreduce_hook"] = rel(run(pg, gt.allreduce_hook), run(gloo))
     assert out["ddp gocoll allreduce_hook"] <= 1e-5, out
     # the bf16 hook is CUDA-only in torch 2.6 (it refuses gloo alike)
@@ -108,18 +122,19 @@ def fsdp(r, n, pg, gloo, out):
     """FullyShardedDataParallel on CPU: each sharding strategy on gocoll
     and on gloo from the same weights and data; the full state dict after
     training agrees."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import ShardingStrategy, StateDictType
+    from torch.distributed.fsdp import ShardingStrategy
 
     def run(group, strategy):
         f = FSDP(model(), process_group=group, device_id=torch.device("cpu"),
                  sharding_strategy=strategy, use_orig_params=True)
         train(f, f.parameters(), r)
-        with FSDP.state_dict_type(f, StateDictType.FULL_STATE_DICT):
-            sd = f.state_dict()
-        return torch.cat([sd[k].reshape(-1) for k in sorted(sd)]) if r == 0 else torch.zeros(1)
+        sd = get_model_state_dict(f, options=StateDictOptions(full_state_dict=True))
+        return torch.cat([sd[k].reshape(-1) for k in sorted(sd)])
 
-    for s in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP, ShardingStrategy.NO_SHARD):
+    # (NO_SHARD is deprecated in 2.6 in favour of DDP, tested above)
+    for s in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP):
         key = "fsdp " + s.name
         out[key] = rel(run(pg, s), run(gloo, s))
         assert out[key] <= 1e-5, (key, out[key])
@@ -157,10 +172,53 @@ def functional(r, n, pg, gloo):
     for t, (k, salt) in zip(got, ((2, 7), (1, 8))):
         want = torch.stack([val(q, (n * k,), salt=salt) for q in range(n)]).max(0).values
         same(funcol.wait_tensor(t), want[r * k:(r + 1) * k], "reduce_scatter_tensor_coalesced max")
+    # all_reduce_coalesced with every op (the coalescing manager's fast path)
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX):
+        got = []
+        for g in (pg, gloo):
+            ts = [val(r, (3,), torch.float64, salt=14), val(r, (2, 2), torch.float64, salt=15)]
+            with dist._coalescing_manager(g):
+                for t in ts:
+                    dist.all_reduce(t, op=op, group=g)
+            got.append(torch.cat([t.reshape(-1) for t in ts]))
+        same(got[0], got[1], "all_reduce_coalesced %s" % op)
+    # object collectives (pickled into byte tensors on the group's device)
+    objs = [{"rank": r, "s": "x" * r}, [r] * (r + 1)]
+    for name, fn in (("all_gather_object", lambda g: _all_gather_object(objs[r % 2], g)),
+                     ("broadcast_object_list", lambda g: _broadcast_object_list(objs, r, g)),
+                     ("scatter_object_list", lambda g: _scatter_object_list(n, r, g)),
+                     ("gather_object", lambda g: _gather_object(objs[0], n, r, g))):
+        a, b = fn(pg), fn(gloo)
+        assert a == b, (name, a, b)
     # autograd through a functional collective
     w = val(r, (4,), salt=9).requires_grad_()
     funcol.all_gather_tensor_autograd(w, 0, pg).sum().backward()
     same(w.grad, torch.full((4,), float(n)), "all_gather_tensor_autograd grad")
+
+
+def _all_gather_object(obj, g):
+    out = [None] * dist.get_world_size(g)
+    dist.all_gather_object(out, obj, group=g)
+    return out
+
+
+def _broadcast_object_list(objs, r, g):
+    lst = list(objs) if r == 1 else [None, None]
+    dist.broadcast_object_list(lst, src=1, group=g)
+    return lst
+
+
+def _scatter_object_list(n, r, g):
+    out = [None]
+    dist.scatter_object_list(out, [{"to": q, "pad": "y" * q} for q in range(n)] if r == 2 else None,
+                             src=2, group=g)
+    return out
+
+
+def _gather_object(obj, n, r, g):
+    out = [None] * n if r == 0 else None
+    dist.gather_object(dict(obj, rank=r), out, dst=0, group=g)
+    return out
 
 
 def meshes(r, n, pg, gloo, out):
@@ -216,45 +274,67 @@ def meshes(r, n, pg, gloo, out):
 
 
 def checkpoint(r, n, pg, gloo, out, ckpt):
-    """torch.distributed.checkpoint over gocoll: a sharded FSDP state dict
-    saved on gocoll loads into a model sharded over gloo and back, equal
-    to the weights that were saved; a plain state dict round-trips too."""
+    """torch.distributed.checkpoint over gocoll: the sharded state of an
+    FSDP model and its optimizer saved over gocoll loads into a model
+    sharded over gloo and over gocoll, equal to what was saved; saved over
+    gloo instead, the data files are the same bytes as with async_save over
+    gocoll; a plain state dict round-trips."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import StateDictType
 
     def sharded(group, steps):
         f = FSDP(model(), process_group=group, device_id=torch.device("cpu"), use_orig_params=True)
-        if steps:
-            train(f, f.parameters(), r, steps)
-        return f
+        opt = torch.optim.Adam(f.parameters(), lr=0.01)
+        g = torch.Generator().manual_seed(300 + r)
+        for _ in range(steps):
+            opt.zero_grad()
+            f(torch.randn(8, 16, generator=g)).square().mean().backward()
+            opt.step()
+        return f, opt
 
     def full(f):
         with FSDP.summon_full_params(f):
             return flat(f)
 
-    src = sharded(pg, 3)
-    with FSDP.state_dict_type(src, StateDictType.SHARDED_STATE_DICT):
-        dcp.save({"model": src.state_dict()}, checkpoint_id=os.path.join(ckpt, "a"), process_group=pg)
+    def state(f, opt):
+        m, o = get_state_dict(f, opt)
+        return {"model": m, "optim": o}
+
+    def files(name):
+        d = os.path.join(ckpt, name)
+        return {k: open(os.path.join(d, k), "rb").read() for k in sorted(os.listdir(d))}
+
+    src, src_opt = sharded(pg, 3)
+    saved = full(src)
+    dcp.save(state(src, src_opt), checkpoint_id=os.path.join(ckpt, "a"), process_group=pg)
     for group in (gloo, pg):
-        dst = sharded(group, 0)
-        with FSDP.state_dict_type(dst, StateDictType.SHARDED_STATE_DICT):
-            sd = {"model": dst.state_dict()}
-            dcp.load(sd, checkpoint_id=os.path.join(ckpt, "a"), process_group=group)
-            dst.load_state_dict(sd["model"])
-        same(full(dst), full(src), "checkpoint loaded over " + dist.get_backend(group))
-    # saved over gloo, loaded over gocoll: the same bytes
-    with FSDP.state_dict_type(src, StateDictType.SHARDED_STATE_DICT):
-        dcp.save({"model": src.state_dict()}, checkpoint_id=os.path.join(ckpt, "b"), process_group=gloo)
-    names = sorted(os.listdir(os.path.join(ckpt, "a")))
-    assert names == sorted(os.listdir(os.path.join(ckpt, "b"))), names
+        dst, dst_opt = sharded(group, 0)
+        sd = state(dst, dst_opt)
+        dcp.load(sd, checkpoint_id=os.path.join(ckpt, "a"), process_group=group)
+        set_state_dict(dst, dst_opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        same(full(dst), saved, "checkpoint loaded over " + dist.get_backend(group))
+    # the optimizer's state came back too: one more step is the same step
+    for f, o in ((src, src_opt), (dst, dst_opt)):
+        o.zero_grad()
+        f(val(r, (8, 16), salt=16)).square().mean().backward()
+        o.step()
+    same(full(dst), full(src), "a step after loading")
+    dcp.save(state(src, src_opt), checkpoint_id=os.path.join(ckpt, "b"), process_group=gloo)
+    dcp.async_save(state(src, src_opt), checkpoint_id=os.path.join(ckpt, "c"),
+                   process_group=pg).result()
+    dist.barrier()
+    # (.metadata names the checkpoint's own path)
+    data = {k: v for k, v in files("b").items() if k.endswith(".distcp")}
+    assert data and data == {k: v for k, v in files("c").items() if k.endswith(".distcp")}, \
+        "saved over gloo and over gocoll (async) differ"
     plain = {"w": val(0, (7,), salt=13), "step": 3}
-    dcp.save(plain, checkpoint_id=os.path.join(ckpt, "c"), process_group=pg)
+    dcp.save(plain, checkpoint_id=os.path.join(ckpt, "d"), process_group=pg)
     back = {"w": torch.zeros(7), "step": 0}
-    dcp.load(back, checkpoint_id=os.path.join(ckpt, "c"), process_group=pg)
+    dcp.load(back, checkpoint_id=os.path.join(ckpt, "d"), process_group=pg)
     same(back["w"], plain["w"], "plain checkpoint")
     assert back["step"] == 3, back
-    out["checkpoint files"] = names
+    out["checkpoint files"] = sorted(files("c"))
 
 
 def groups(r, n, pg, gloo, out):
@@ -274,6 +354,14 @@ def groups(r, n, pg, gloo, out):
             w.wait()
         same(a, val(prv, (3,), salt=20), "batch_isend_irecv from prev")
         same(b, val(nxt, (2,), torch.int64, salt=21), "batch_isend_irecv from next")
+    # tagged, received in another order than sent (gloo matches tags alike)
+    got = {t: torch.empty(t + 1) for t in (5, 6, 7)}
+    ops = [dist.P2POp(dist.isend, val(r, (t + 1,), salt=t), nxt, pg, tag=t) for t in (5, 6, 7)]
+    ops += [dist.P2POp(dist.irecv, got[t], prv, pg, tag=t) for t in (7, 5, 6)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    for t, x in got.items():
+        same(x, val(prv, (t + 1,), salt=t), "batch_isend_irecv tag %d" % t)
     # the coalescing manager: the fast path (captured, one coalesced call),
     # and with the device given (each call issued, one work for all; gloo
     # refuses that form)
