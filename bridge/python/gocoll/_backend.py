@@ -1,10 +1,15 @@
 """gocoll as a torch.distributed backend: ``dist.init_process_group("gocoll")``.
 
-Pure Python over the ctypes bridge, using what torch 1.13 exposes:
-``Backend.register_backend(name, creator)`` and the pybind11 trampolines of
-``torch._C._distributed_c10d.ProcessGroup`` and ``Work``, through which the
-C++ side (DDP's reducer, ``_broadcast_coalesced``, parameter verification)
-calls the methods defined here.
+Pure Python over the ctypes bridge, using what torch 1.13 and 2.x expose:
+``Backend.register_backend(name, creator, ...)`` and the pybind11
+trampolines of ``torch._C._distributed_c10d.ProcessGroup`` and ``Work``,
+through which the C++ side (DDP's reducer, ``_broadcast_coalesced``,
+parameter verification; in 2.x the functional collectives and
+``wait_tensor``) calls the methods defined here. torch 2.x still takes a
+``ProcessGroup`` subclass from a creator as the group itself ("old
+behavior for PythonProcessGroups"), so one class serves both; what 2.x
+adds (group names, the coalesced tensor forms, ``_device_types``) is
+defined here too and unused on 1.13.
 
 Rendezvous goes through the c10d store torch hands the creator (already
 prefixed per group by torch): rank 0 of the group makes a unique id and
@@ -766,7 +771,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """torch's monitored_barrier on this group (``gocoll.torch.monitored_barrier``
-        calls it: torch 1.13's ``dist.monitored_barrier`` accepts gloo only).
+        calls it: torch's ``dist.monitored_barrier`` accepts gloo only).
         Rank 0 names the ranks that did not arrive within ``timeout`` (default:
         the group's) in a :class:`gocoll.Timeout` and aborts the group's
         communicator; see :meth:`gocoll.Comm.monitored_barrier`."""

@@ -13,7 +13,7 @@
 - Importing this module registers the torch.distributed backend "gocoll"
   (:class:`ProcessGroupGocoll`): ``dist.init_process_group("gocoll")``;
   :func:`monitored_barrier` is ``dist.monitored_barrier`` for its groups
-  (torch 1.13's accepts gloo only).
+  (torch's accepts gloo only, in 1.13 and 2.6 alike).
 
 Every rank must run the same model and call these in the same order: the
 collectives they issue must be identical on every rank.
@@ -463,8 +463,8 @@ __all__ += ["Options", "ProcessGroupGocoll"]
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
-    """``torch.distributed.monitored_barrier`` for every backend: torch 1.13's
-    accepts gloo groups only, so this calls a gocoll group's own
+    """``torch.distributed.monitored_barrier`` for every backend: torch's
+    (1.13 and 2.6) accepts gloo groups only, so this calls a gocoll group's own
     :meth:`ProcessGroupGocoll.monitored_barrier` (rank 0 raises
     :class:`gocoll.Timeout` naming the ranks that did not arrive within
     ``timeout``) and hands other groups to torch."""

@@ -22,7 +22,6 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import expect_raises, main, report  # noqa: E402
 
-import gocoll  # noqa: E402
 import gocoll.torch as gt  # noqa: E402
 
 torch.set_num_threads(1)  # the same sums on both backends' runs
