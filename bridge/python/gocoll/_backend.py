@@ -1,10 +1,15 @@
 """gocoll as a torch.distributed backend: ``dist.init_process_group("gocoll")``.
 
-Pure Python over the ctypes bridge, using what torch 1.13 exposes:
-``Backend.register_backend(name, creator)`` and the pybind11 trampolines of
-``torch._C._distributed_c10d.ProcessGroup`` and ``Work``, through which the
-C++ side (DDP's reducer, ``_broadcast_coalesced``, parameter verification)
-calls the methods defined here.
+Pure Python over the ctypes bridge, using what torch 1.13 and 2.x expose:
+``Backend.register_backend(name, creator, ...)`` and the pybind11
+trampolines of ``torch._C._distributed_c10d.ProcessGroup`` and ``Work``,
+through which the C++ side (DDP's reducer, ``_broadcast_coalesced``,
+parameter verification; in 2.x the functional collectives and
+``wait_tensor``) calls the methods defined here. torch 2.x still takes a
+``ProcessGroup`` subclass from a creator as the group itself ("old
+behavior for PythonProcessGroups"), so one class serves both; what 2.x
+adds (group names, the coalesced tensor forms, ``_device_types``) is
+defined here too and unused on 1.13.
 
 Rendezvous goes through the c10d store torch hands the creator (already
 prefixed per group by torch): rank 0 of the group makes a unique id and
@@ -28,6 +33,7 @@ Things torch 1.13 forces on the design, found by experiment:
 """
 
 import datetime
+import inspect
 import os
 import threading
 import time
@@ -47,14 +53,41 @@ _RED = (("SUM", "sum"), ("PRODUCT", "prod"), ("MIN", "min"), ("MAX", "max"), ("A
 
 
 def register():
-    """Register the "gocoll" backend with torch.distributed (idempotent)."""
+    """Register the "gocoll" backend with torch.distributed (idempotent).
+
+    With ``extended_api`` torch hands the creator the group's name and
+    global ranks (both 1.13 and 2.x) and the ``pg_options`` of
+    ``init_process_group``/``new_group``; ``devices=["cpu"]`` (2.x only)
+    tells torch 2.x that gocoll is a CPU backend, so it neither warns nor
+    assumes CUDA."""
     if BACKEND.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND, _create)
+    kwargs = {"extended_api": True}
+    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+        kwargs["devices"] = ["cpu"]
+    dist.Backend.register_backend(BACKEND, _create, **kwargs)
 
 
-def _create(store, rank, size, timeout):
-    return ProcessGroupGocoll(store, rank, size, timeout)
+class Options:
+    """``pg_options`` of a gocoll group (``init_process_group(...,
+    pg_options=gocoll.torch.Options(algo="allreduce=ring"))``, also
+    ``new_group``): the group's communicator settings, as
+    :func:`gocoll.init` takes them; ``timeout`` stays the group's own."""
+
+    def __init__(self, algo=None, debug=None):
+        self.algo = algo
+        self.debug = debug
+
+    def __repr__(self):
+        return "gocoll.torch.Options(algo=%r, debug=%r)" % (self.algo, self.debug)
+
+
+def _create(opts, pg_options=None):
+    if pg_options is not None and not isinstance(pg_options, Options):
+        raise TypeError("gocoll: pg_options must be a gocoll.torch.Options, got %s"
+                        % type(pg_options).__name__)
+    return ProcessGroupGocoll(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                              group_name=opts.group_id, options=pg_options)
 
 
 def _seconds(timeout):
@@ -288,13 +321,16 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
     ``new_group(ranks, backend="gocoll")``; use ``.comm`` for gocoll's own
     API on the same communicator."""
 
-    def __init__(self, store, rank, size, timeout):
+    def __init__(self, store, rank, size, timeout, group_name="", options=None):
         super().__init__(rank, size)
         self._grank = rank
         self._timeout = timeout
+        self._group_name = group_name or ""
+        self._group_desc = ""
         self._live = {}
         self._live_lock = threading.Lock()
         self._seq = 0  # collectives issued (_get_sequence_number_for_group)
+        self._coalesced = None  # works issued inside _start/_end_coalescing
         # A store may see several groups made under one prefix (destroy and
         # init again): every member counts itself in, so the n-th creation
         # reads the n-th key. Creation is collective, so no member of
@@ -314,7 +350,9 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
                 raise _torch_flavour(errors.Timeout)(
                     "gocoll: init_process_group on rank %d: rank 0 did not publish the unique id "
                     "in the store within %s: %s" % (rank, timeout, e), op="init") from e
-        self.comm = _init(rank=rank, size=size, unique_id=bytes(uid), timeout=_comm_timeout(timeout))
+        settings = {} if options is None else {"algo": options.algo, "debug": options.debug}
+        self.comm = _init(rank=rank, size=size, unique_id=bytes(uid), timeout=_comm_timeout(timeout),
+                          **settings)
 
     def getBackendName(self):
         return BACKEND
@@ -331,12 +369,59 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
         equal on every rank that issued the same ones, as gloo's."""
         return self._seq
 
-    def _start_coalescing(self):
-        """batch_isend_irecv's bracket: nothing to do, since gocoll's sends
-        and receives are non-blocking and progress independently."""
+    # torch 2.x names its groups (functional collectives, DeviceMesh and
+    # destroy_process_group look them up by name). A Python group has no
+    # C++ backend to hold the name, so it is kept here: the C++ calls
+    # (setGroupName, getGroupName through the trampoline) and the Python
+    # ones (_set_group_name, group_name) all reach these.
 
-    def _end_coalescing(self, reqs):
-        """See _start_coalescing; the requests complete on their own."""
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupName(self):
+        if not self._group_name:
+            raise RuntimeError("gocoll: ProcessGroup name not set (the group was not made by "
+                               "torch.distributed)")
+        return self._group_name
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return self._group_desc
+
+    _set_group_name = setGroupName
+    _set_group_desc = setGroupDesc
+    group_name = property(getGroupName)
+    group_desc = property(getGroupDesc)
+
+    @property
+    def _device_types(self):
+        """torch 2.x asks a group which devices its backends serve (FSDP's
+        sharded state dict, the default device of object collectives,
+        async checkpoints); a Python group has no C++ backend to say so."""
+        return [torch.device("cpu")]
+
+    def _start_coalescing(self, device=None):
+        """The bracket of batch_isend_irecv (1.13, no argument) and of
+        torch 2.x's coalescing manager (the device). gocoll's operations are
+        non-blocking and progress independently, so nothing is held back:
+        the bracket only notes what is issued inside it."""
+        self._coalesced = []
+
+    def _end_coalescing(self, reqs_or_device=None):
+        """See _start_coalescing. 1.13 passes the requests, which complete
+        on their own; 2.x passes the device and waits on the work returned,
+        which completes once every operation issued in the bracket did."""
+        issued, self._coalesced = self._coalesced, None
+        if isinstance(reqs_or_device, (list, tuple)) or issued is None:
+            return None
+        works = [w for w, _ in issued]
+
+        def finish():  # each work's own step (copying out of staging)
+            for w in works:
+                w.wait()
+        return _Work(self, "coalesced", [g for _, gs in issued for g in gs], [], post=finish)
 
     def __repr__(self):
         return "<ProcessGroupGocoll rank %d of %d>" % (self.rank(), self.size())
@@ -387,7 +472,10 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
             raise self._named(e, op) from None
         if op not in ("send", "recv"):
             self._seq += 1
-        return _Work(self, op, gworks, result, post)
+        work = _Work(self, op, gworks, result, post)
+        if self._coalesced is not None:
+            self._coalesced.append((work, list(gworks)))
+        return work
 
     def _redop(self, opts, op):
         red = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
@@ -488,17 +576,37 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         op = "all_gather_into_tensor"
+        return self._issue(op, lambda: self._gather_into(output, input, op), [output])
 
-        def go():
-            _check_dense(output, op, "output")
-            _check_dense(input, op, "input")
-            if output.numel() != input.numel() * self.size():
-                raise errors.InvalidArgument(
-                    "gocoll: %s: output has %d elements, want world size (%d) x input (%d)"
-                    % (op, output.numel(), self.size(), input.numel()))
-            o, back = self._staged(output)
-            return [self.comm.all_gather_into_tensor(o, input.contiguous(), async_op=True)], back
-        return self._issue(op, go, [output])
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """torch 2.x: several all_gather_into_tensor at once (functional
+        collectives, the coalescing manager)."""
+        op = "all_gather_into_tensor_coalesced"
+        return self._issue(op, lambda: self._each(op, self._gather_into, outputs, inputs),
+                           list(outputs))
+
+    def _gather_into(self, output, input, op):
+        _check_dense(output, op, "output")
+        _check_dense(input, op, "input")
+        if output.numel() != input.numel() * self.size():
+            raise errors.InvalidArgument(
+                "gocoll: %s: output has %d elements, want world size (%d) x input (%d)"
+                % (op, output.numel(), self.size(), input.numel()))
+        o, back = self._staged(output)
+        return [self.comm.all_gather_into_tensor(o, input.contiguous(), async_op=True)], back
+
+    def _each(self, op, one, outputs, inputs, *args):
+        """The works and copy-back steps of ``one(output, input, op, *args)``
+        for every pair: the coalesced forms as one torch Work."""
+        if len(outputs) != len(inputs):
+            raise errors.InvalidArgument("gocoll: %s: %d outputs for %d inputs"
+                                         % (op, len(outputs), len(inputs)))
+        works, steps = [], []
+        for o, i in zip(outputs, inputs):
+            ws, back = one(o, i, op, *args)
+            works += ws
+            steps.append(back)
+        return works, self._chain(*steps)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op = "reduce_scatter"
@@ -516,18 +624,25 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = "reduce_scatter_tensor"
+        return self._issue(op, lambda: self._scatter_from(output, input, op, opts), [output])
 
-        def go():
-            _check_dense(output, op, "output")
-            _check_dense(input, op, "input")
-            if input.numel() != output.numel() * self.size():
-                raise errors.InvalidArgument(
-                    "gocoll: %s: input has %d elements, want world size (%d) x output (%d)"
-                    % (op, input.numel(), self.size(), output.numel()))
-            o, back = self._staged(output)
-            return [self.comm.reduce_scatter_tensor(o, input.contiguous(), self._redop(opts, op),
-                                                    async_op=True)], back
-        return self._issue(op, go, [output])
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """torch 2.x: several reduce_scatter_tensor at once (functional
+        collectives, the coalescing manager)."""
+        op = "reduce_scatter_tensor_coalesced"
+        return self._issue(op, lambda: self._each(op, self._scatter_from, outputs, inputs, opts),
+                           list(outputs))
+
+    def _scatter_from(self, output, input, op, opts):
+        _check_dense(output, op, "output")
+        _check_dense(input, op, "input")
+        if input.numel() != output.numel() * self.size():
+            raise errors.InvalidArgument(
+                "gocoll: %s: input has %d elements, want world size (%d) x output (%d)"
+                % (op, input.numel(), self.size(), output.numel()))
+        o, back = self._staged(output)
+        return [self.comm.reduce_scatter_tensor(o, input.contiguous(), self._redop(opts, op),
+                                                async_op=True)], back
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         op = "all_to_all_single"
@@ -656,7 +771,7 @@ class ProcessGroupGocoll(_c10d.ProcessGroup):
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """torch's monitored_barrier on this group (``gocoll.torch.monitored_barrier``
-        calls it: torch 1.13's ``dist.monitored_barrier`` accepts gloo only).
+        calls it: torch's ``dist.monitored_barrier`` accepts gloo only).
         Rank 0 names the ranks that did not arrive within ``timeout`` (default:
         the group's) in a :class:`gocoll.Timeout` and aborts the group's
         communicator; see :meth:`gocoll.Comm.monitored_barrier`."""

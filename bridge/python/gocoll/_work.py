@@ -168,7 +168,12 @@ class Work:
 
 class _Waiter:
     """One daemon thread per communicator that waits on works in order and
-    runs their callbacks (ctypes releases the GIL while it waits)."""
+    runs their callbacks (ctypes releases the GIL while it waits).
+
+    A callback may itself issue an operation and wait for its future
+    (torch's PowerSGD hook does, in the ``then`` callbacks of its
+    allreduces): a work put from this thread is therefore waited for on a
+    thread of its own, or the waiter would wait for itself."""
 
     def __init__(self, comm):
         import queue
@@ -178,6 +183,10 @@ class _Waiter:
         self._t.start()
 
     def put(self, work, callback):
+        if threading.current_thread() is self._t:
+            threading.Thread(target=self._run, args=(work, callback), daemon=True,
+                             name=self._t.name + "-nested").start()
+            return
         self._q.put((work, callback))
 
     def stop(self):
@@ -190,12 +199,15 @@ class _Waiter:
             item = self._q.get()
             if item is None:
                 return
-            work, callback = item
-            try:
-                work.wait()
-            except BaseException:
-                pass  # the callback inspects work.exception()
-            try:
-                callback(work)
-            except BaseException as e:  # never kill the waiter
-                print("gocoll: completion callback raised %r" % (e,), file=sys.stderr)
+            self._run(*item)
+
+    @staticmethod
+    def _run(work, callback):
+        try:
+            work.wait()
+        except BaseException:
+            pass  # the callback inspects work.exception()
+        try:
+            callback(work)
+        except BaseException as e:  # never kill the waiter
+            print("gocoll: completion callback raised %r" % (e,), file=sys.stderr)

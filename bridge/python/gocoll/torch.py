@@ -13,7 +13,7 @@
 - Importing this module registers the torch.distributed backend "gocoll"
   (:class:`ProcessGroupGocoll`): ``dist.init_process_group("gocoll")``;
   :func:`monitored_barrier` is ``dist.monitored_barrier`` for its groups
-  (torch 1.13's accepts gloo only).
+  (torch's accepts gloo only, in 1.13 and 2.6 alike).
 
 Every rank must run the same model and call these in the same order: the
 collectives they issue must be identical on every rank.
@@ -21,6 +21,7 @@ collectives they issue must be identical on every rank.
 
 import contextlib
 import ctypes
+import inspect
 import threading
 
 import torch
@@ -454,16 +455,16 @@ class DistributedOptimizer:
 # The torch.distributed backend: importing this module registers "gocoll", so
 # that dist.init_process_group("gocoll") and new_group(backend="gocoll") work.
 
-from ._backend import ProcessGroupGocoll  # noqa: E402
+from ._backend import Options, ProcessGroupGocoll  # noqa: E402
 from ._backend import register as _register_backend  # noqa: E402
 
 _register_backend()
-__all__.append("ProcessGroupGocoll")
+__all__ += ["Options", "ProcessGroupGocoll"]
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
-    """``torch.distributed.monitored_barrier`` for every backend: torch 1.13's
-    accepts gloo groups only, so this calls a gocoll group's own
+    """``torch.distributed.monitored_barrier`` for every backend: torch's
+    (1.13 and 2.6) accepts gloo groups only, so this calls a gocoll group's own
     :meth:`ProcessGroupGocoll.monitored_barrier` (rank 0 raises
     :class:`gocoll.Timeout` naming the ranks that did not arrive within
     ``timeout``) and hands other groups to torch."""
@@ -475,3 +476,58 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
 
 __all__.append("monitored_barrier")
+
+
+def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None, group_desc=None):
+    """``torch.distributed.split_group`` for gocoll groups: torch 2.5+'s
+    refuses every group not bound to a CUDA device (gloo's too), so this
+    makes the same groups with ``new_group``. Every rank of ``parent_pg``
+    (default: the default group) calls it with the same ``split_ranks``, a
+    list of disjoint lists of ``parent_pg``'s group ranks; each rank gets
+    the group it is in, or None.
+
+    With the default group as parent every split is a ``new_group`` that
+    all ranks make in turn (torch 1.13 and 2.x); with a subgroup as parent,
+    each rank makes its own split only (``use_local_synchronization``,
+    torch 2.1+), so a split of the same global ranks can be made once."""
+    import torch.distributed as dist
+    c10d = dist.distributed_c10d
+    default = c10d._get_default_group()
+    parent = default if parent_pg is None else parent_pg
+    if not split_ranks:
+        raise ValueError("gocoll.torch.split_group: split_ranks must list the groups' ranks")
+    to_global = {g: q for q, g in c10d._world.pg_group_ranks[parent].items()}
+    me = dist.get_rank()
+    seen, splits = set(), []
+    for ranks in split_ranks:
+        ranks = sorted(ranks)
+        if not ranks or len(set(ranks)) != len(ranks) or seen.intersection(ranks):
+            raise ValueError("gocoll.torch.split_group: each split must be a non-empty list of "
+                             "distinct ranks, in no other split: %r" % (split_ranks,))
+        missing = [q for q in ranks if q not in to_global]
+        if missing:
+            raise ValueError("gocoll.torch.split_group: ranks %s are not in the parent group (size "
+                             "%d)" % (missing, parent.size()))
+        seen.update(ranks)
+        splits.append([to_global[q] for q in ranks])
+    kwargs = {"timeout": timeout, "pg_options": pg_options}
+    if group_desc is not None:
+        kwargs["group_desc"] = group_desc
+    if parent is default:
+        mine = None
+        for ranks in splits:
+            g = dist.new_group(ranks, **kwargs)
+            if me in ranks:
+                mine = g
+        return mine
+    if "use_local_synchronization" not in inspect.signature(dist.new_group).parameters:
+        raise NotImplementedError("gocoll.torch.split_group of a subgroup needs torch 2.1+ "
+                                  "(new_group's use_local_synchronization); split the default "
+                                  "group, or call new_group on every rank")
+    for ranks in splits:
+        if me in ranks:
+            return dist.new_group(ranks, use_local_synchronization=True, **kwargs)
+    return None
+
+
+__all__.append("split_group")

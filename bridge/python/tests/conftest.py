@@ -20,6 +20,24 @@ sys.path.insert(0, BRIDGE)
 from gocoll import _lib  # noqa: E402  (does not load the library)
 
 
+def _torch_major():
+    """The major version of the torch this interpreter (and so every rank
+    it starts) has, 0 without torch; without importing it."""
+    import importlib.metadata
+    try:
+        return int(importlib.metadata.version("torch").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return 0
+
+
+TORCH_MAJOR = _torch_major()
+if TORCH_MAJOR >= 2:
+    # torch 2.x's TCPStore defaults to its libuv server, which Debian 13's
+    # torch is built without; the other one works with every build. The
+    # ranks the tests start inherit it.
+    os.environ.setdefault("USE_LIBUV", "0")
+
+
 def _existing_library():
     for path, _origin in _lib.candidate_paths():
         if os.sep in path and os.path.exists(path):

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from conftest import TORCH_MAJOR
 from launch import BRIDGE, free_port_pair, run_cmd, run_ranks
 
 TOL = 1e-5
@@ -18,7 +19,7 @@ def test_training_equivalence_4_ranks(library):
     for r in res:
         out = r.result
         for key in ("dg_vs_single", "ddp_hook_vs_single", "ddp_gloo_vs_single", "dg_vs_ddp_gloo",
-                    "ddp_hook_vs_ddp_gloo", "unused_vs_single"):
+                    "ddp_hook_vs_ddp_gloo", "unused_vs_single", "unused_none_vs_single"):
             assert out[key] <= TOL, (r.rank, key, out[key])
         assert out["dg_rank_spread"] == 0.0
         # buckets were started while backward was still running
@@ -31,6 +32,8 @@ def test_distributed_gradients_details(library):
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/torchrun"), reason="Debian's torchrun not installed")
+@pytest.mark.skipif(TORCH_MAJOR >= 2, reason="torch 1.x's torchrun flags and rendezvous; on 2.x "
+                    "test_torch2.py::test_train_mlp_example")
 @pytest.mark.parametrize("mode", ["dg", "ddp-hook"])
 def test_torchrun_example(library, mode, tmp_path):
     port = free_port_pair()

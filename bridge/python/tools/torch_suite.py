@@ -11,6 +11,11 @@ file again, in every rank.
     GOCOLL_LIBRARY=$PWD/build/out/lib/libgocoll.so PYTHONPATH=bridge/python \\
         /usr/bin/python3 bridge/python/tools/torch_suite.py [unittest args, e.g. -k any_source]
 
+torch 2.6 in a Debian 13 tree (build/deps.sh trixie DIR):
+
+    GOCOLL_LIBRARY=$PWD/build/out/lib/libgocoll.so bridge/python/tools/in_tree.sh DIR \\
+        python3 bridge/python/tools/torch_suite.py
+
 BACKEND (default gocoll) and WORLD_SIZE (default 3) are read from the
 environment, as torch's script reads them; TEMP_DIR defaults to a fresh
 temporary directory. The whole suite takes minutes (each test starts
@@ -31,6 +36,9 @@ if "TEMP_DIR" not in os.environ:
     os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="gocoll-torch-suite-")
 # The ranks must not wait the default 5 minutes on a test that went wrong.
 os.environ.setdefault("GOCOLL_TIMEOUT", "120s")
+# torch 2.x's TCPStore defaults to its libuv server, which Debian 13's torch
+# lacks; the other one works with every build (1.13 ignores the variable).
+os.environ.setdefault("USE_LIBUV", "0")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -30,10 +30,22 @@ def expect_raises(exc_types, fn, *args, contains=None, **kwargs):
     raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc_types))
 
 
+def hard_exit(code):
+    """os._exit(code), after removing the directory torch makes in the temp
+    dir when torch.distributed.nn is imported (torch 2.x's DDP imports it):
+    only an orderly exit removes it, and the tests' temp dir must end
+    empty."""
+    inst = sys.modules.get("torch.distributed.nn.jit.instantiator")
+    tmp = getattr(inst, "_TEMP_DIR", None)
+    if tmp is not None:
+        tmp.cleanup()
+    os._exit(code)
+
+
 def main(fn):
     try:
         fn()
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
-        os._exit(1)
+        hard_exit(1)

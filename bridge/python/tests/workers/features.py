@@ -237,6 +237,15 @@ def check_work_api(c):
     got = c.all_reduce(t, async_op=True).get_future().wait()
     assert isinstance(got, list) and got[0] is t and torch.all(t == 3), got
     assert c.barrier(async_op=True).get_future().wait() == []
+    # A future's callback that issues an operation and waits for its
+    # future (torch's PowerSGD hook does): the waiter thread runs the
+    # callback, so the inner future must complete without it.
+    u = torch.ones(2)
+
+    def inner(_):
+        return c.all_reduce(u, async_op=True).get_future().wait()[0] * 10
+    chained = c.all_reduce(torch.ones(1), async_op=True).get_future().then(inner)
+    assert torch.equal(chained.wait(), torch.full((2,), 20.0)), chained.wait()
     # An error through the future: a real error carrying gocoll's message
     # (on a communicator of its own, which the mismatch ends).
     sub = c.split(0)

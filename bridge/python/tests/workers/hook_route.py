@@ -24,7 +24,7 @@ from torch import nn
 
 import gocoll
 import gocoll.torch as gt
-from common import expect_raises, main, rank_size, report
+from common import expect_raises, hard_exit, main, rank_size, report
 
 BEFORE = 3  # steps both ranks take before rank 1 stays away (DDP rebuilt its buckets by then)
 
@@ -157,7 +157,7 @@ def sigint(r, backend):
         out["peer"] = "%s: %s" % (type(e).__name__, e)
         store.set("test/peer-done", "1")
     report(out)
-    os._exit(0)  # the aborted communicator and gloo's group need no goodbye
+    hard_exit(0)  # the aborted communicator and gloo's group need no goodbye
 
 
 MODES = {

@@ -6,7 +6,11 @@ compared with one process training on the concatenated batch:
   ddp_gloo  plain DDP over gloo
   unused    DistributedGradients on a model whose second head is used only
             by rank 0 on even steps (parameters without gradients must not
-            hang the job)
+            hang the job): with gradients zeroed (a parameter no rank used
+            gets a zero average, as in one process), and with gradients set
+            to None (torch 2.x's zero_grad default) and
+            find_unused_parameters, where such a parameter keeps None and
+            the optimizer skips it, as in one process
 
 gloo's store takes MASTER_PORT, gocoll's rendezvous MASTER_PORT+1."""
 
@@ -60,14 +64,14 @@ def uses_head2(rank, step):
     return rank == 0 and step % 2 == 0
 
 
-def reference(n, two_heads=False):
+def reference(n, two_heads=False, set_to_none=False):
     """One process, concatenated batch. With two heads, the loss is the mean
     of the ranks' losses, each rank using head2 as it would."""
     m = make_model(two_heads)
     opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
     for step in range(STEPS):
         x, y = batch(step, n)
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=set_to_none)
         if two_heads:
             loss = sum(nn.functional.mse_loss(m(x[q * PER_RANK:(q + 1) * PER_RANK], uses_head2(q, step)),
                                               y[q * PER_RANK:(q + 1) * PER_RANK]) for q in range(n)) / n
@@ -83,17 +87,17 @@ def local(step, rank, n):
     return x[rank * PER_RANK:(rank + 1) * PER_RANK], y[rank * PER_RANK:(rank + 1) * PER_RANK]
 
 
-def train_dg(comm, rank, n, two_heads=False):
+def train_dg(comm, rank, n, two_heads=False, set_to_none=False):
     m = make_model(two_heads)
     gt.broadcast_parameters(m, comm, root=0)
-    dg = gt.DistributedGradients(m, comm, bucket_cap_mb=BUCKET_MB)
+    dg = gt.DistributedGradients(m, comm, bucket_cap_mb=BUCKET_MB, find_unused_parameters=set_to_none)
     assert len(dg.buckets) > 1, dg.buckets
     assert dg.uses_gocoll_memory
     opt = gt.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM), dg)
     launched_in_backward = 0
     for step in range(STEPS):
         x, y = local(step, rank, n)
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=set_to_none)
         loss = nn.functional.mse_loss(m(x, two_heads and uses_head2(rank, step)), y)
         loss.backward()
         launched_in_backward += dg._next
@@ -153,6 +157,8 @@ def work():
     out["ddp_hook_vs_ddp_gloo"] = rel_err(m_hook, m_gloo)
     m2, _ = train_dg(comm, rank, n, two_heads=True)
     out["unused_vs_single"] = rel_err(m2, ref2)
+    m3, _ = train_dg(comm, rank, n, two_heads=True, set_to_none=True)
+    out["unused_none_vs_single"] = rel_err(m3, reference(n, two_heads=True, set_to_none=True))
     # every rank ends with identical parameters
     flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
     mx, mn = flat.clone(), flat.clone()
