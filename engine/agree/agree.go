@@ -329,34 +329,9 @@ func (n *Node) Recv(from int, m Msg) []Out {
 	}
 	switch m.Kind {
 	case Prepare:
-		if m.Ballot < n.promised {
-			n.send(from, Msg{Kind: Nack, Ballot: n.promised})
-			break
-		}
-		if slices.Contains(m.Set, n.me) {
-			n.exclude()
-			break
-		}
-		n.follow(from, m.Ballot)
-		for _, s := range m.Set {
-			if s != n.me && slices.Contains(n.members, s) {
-				n.susp[s] = true
-			}
-		}
-		n.send(from, Msg{Kind: Promise, Ballot: m.Ballot, Set: n.Suspects(), Acc: slices.Clone(n.acc), AccBallot: n.accB})
+		n.onPrepare(from, m)
 	case Propose:
-		if m.Ballot < n.promised {
-			n.send(from, Msg{Kind: Nack, Ballot: n.promised})
-			break
-		}
-		if !slices.Contains(m.Set, n.me) {
-			n.exclude()
-			break
-		}
-		n.follow(from, m.Ballot)
-		n.acc, n.accB = slices.Clone(m.Set), m.Ballot
-		n.fenceOutside(m.Set)
-		n.send(from, Msg{Kind: Ack, Ballot: m.Ballot})
+		n.onPropose(from, m)
 	case Commit:
 		n.decide(m.Set)
 	case Excluded:
@@ -374,43 +349,9 @@ func (n *Node) Recv(from int, m Msg) []Out {
 		}
 		n.queried[from] = true
 	case Nack:
-		if n.leading && m.Ballot > n.ballot {
-			// A member follows a coordinator with a higher ballot (it
-			// suspected this one): wait for that one's messages.
-			n.leading = false
-			n.promised = max(n.promised, m.Ballot)
-			n.leader = int(m.Ballot & 0xffffffff)
-			if n.susp[n.leader] {
-				n.leader = -1
-				n.next()
-			}
-		}
+		n.onNack(m)
 	case Promise:
-		if !n.leading || n.phase != 1 || m.Ballot != n.ballot || !n.waiting[from] {
-			break
-		}
-		delete(n.waiting, from)
-		n.heard++
-		for _, s := range m.Set {
-			if s != n.me && slices.Contains(n.members, s) {
-				n.susp[s] = true
-			}
-		}
-
-		if m.Decided {
-			n.decide(m.Acc)
-			break
-		}
-		if m.Acc != nil && m.AccBallot > n.bestB {
-			n.best, n.bestB = slices.Clone(m.Acc), m.AccBallot
-		}
-		// Suspicions gathered from this answer may make others unneeded.
-		for p := range n.waiting {
-			if n.susp[p] {
-				delete(n.waiting, p)
-			}
-		}
-		n.advance()
+		n.onPromise(from, m)
 	case Ack:
 		if !n.leading || n.phase != 2 || m.Ballot != n.ballot || !n.waiting[from] {
 			break
@@ -420,6 +361,87 @@ func (n *Node) Recv(from int, m Msg) []Out {
 		n.advance()
 	}
 	return n.flush()
+}
+
+// onPrepare: a coordinator's first phase, as a member.
+func (n *Node) onPrepare(from int, m Msg) {
+	if m.Ballot < n.promised {
+		n.send(from, Msg{Kind: Nack, Ballot: n.promised})
+		return
+	}
+	if slices.Contains(m.Set, n.me) {
+		n.exclude()
+		return
+	}
+	n.follow(from, m.Ballot)
+	n.suspectAll(m.Set)
+	n.send(from, Msg{Kind: Promise, Ballot: m.Ballot, Set: n.Suspects(), Acc: slices.Clone(n.acc), AccBallot: n.accB})
+}
+
+// onPropose: a coordinator's second phase, as a member.
+func (n *Node) onPropose(from int, m Msg) {
+	if m.Ballot < n.promised {
+		n.send(from, Msg{Kind: Nack, Ballot: n.promised})
+		return
+	}
+	if !slices.Contains(m.Set, n.me) {
+		n.exclude()
+		return
+	}
+	n.follow(from, m.Ballot)
+	n.acc, n.accB = slices.Clone(m.Set), m.Ballot
+	n.fenceOutside(m.Set)
+	n.send(from, Msg{Kind: Ack, Ballot: m.Ballot})
+}
+
+// onNack: a member promised a higher ballot than the one this member
+// leads.
+func (n *Node) onNack(m Msg) {
+	if !n.leading || m.Ballot <= n.ballot {
+		return
+	}
+	// A member follows a coordinator with a higher ballot (it suspected
+	// this one): wait for that one's messages.
+	n.leading = false
+	n.promised = max(n.promised, m.Ballot)
+	n.leader = int(m.Ballot & 0xffffffff)
+	if n.susp[n.leader] {
+		n.leader = -1
+		n.next()
+	}
+}
+
+// onPromise: a member's answer to this coordinator's first phase.
+func (n *Node) onPromise(from int, m Msg) {
+	if !n.leading || n.phase != 1 || m.Ballot != n.ballot || !n.waiting[from] {
+		return
+	}
+	delete(n.waiting, from)
+	n.heard++
+	n.suspectAll(m.Set)
+	if m.Decided {
+		n.decide(m.Acc)
+		return
+	}
+	if m.Acc != nil && m.AccBallot > n.bestB {
+		n.best, n.bestB = slices.Clone(m.Acc), m.AccBallot
+	}
+	// Suspicions gathered from this answer may make others unneeded.
+	for p := range n.waiting {
+		if n.susp[p] {
+			delete(n.waiting, p)
+		}
+	}
+	n.advance()
+}
+
+// suspectAll adopts another member's suspicions.
+func (n *Node) suspectAll(set []int) {
+	for _, s := range set {
+		if s != n.me && slices.Contains(n.members, s) {
+			n.susp[s] = true
+		}
+	}
 }
 
 // answerDone answers a member after this one finished: with the decision,
