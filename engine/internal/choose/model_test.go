@@ -44,7 +44,10 @@ func walkedWhole(c cost.Cluster, bw float64) *Model {
 func TestModelMatchesWalk(t *testing.T) {
 	clusters := []cost.Cluster{{Hosts: 32, PerHost: 8}}
 	colls := []sched.Coll{sched.AllReduce, sched.Reduce, sched.Broadcast, sched.AllGather, sched.ReduceScatter, sched.Barrier}
-	if !testing.Short() {
+	switch {
+	case raceEnabled: // no goroutine to watch: fewer walks
+		clusters, colls = []cost.Cluster{{Hosts: 32, PerHost: 4}}, colls[:3]
+	case !testing.Short():
 		clusters = append(clusters, cost.Cluster{Hosts: 128, PerHost: 8})
 	}
 	rates := []float64{0}
@@ -102,7 +105,11 @@ func TestModelAtScale(t *testing.T) {
 // cluster is walked whole and, at 1,024 ranks, passes the budget at
 // 64 MiB, where the size rules choose.
 func TestModelBounded(t *testing.T) {
-	for _, coll := range []sched.Coll{sched.AllReduce, sched.Reduce, sched.Broadcast, sched.AllGather, sched.ReduceScatter, sched.Barrier} {
+	colls := []sched.Coll{sched.AllReduce, sched.Reduce, sched.Broadcast, sched.AllGather, sched.ReduceScatter, sched.Barrier}
+	if raceEnabled {
+		colls = colls[:3]
+	}
+	for _, coll := range colls {
 		for _, b := range []int{4 << 10, 1 << 20, 64 << 20} {
 			var work []int64
 			for _, h := range []int{256, 1024, 8192} {
