@@ -107,6 +107,13 @@ const (
 	// with the hosts (the fold of sched's halving–doubling, the trees'
 	// shapes) and the fit is near (docs/scale.md).
 	Log
+	// Depth: a tree one level deeper per doubling of the hosts, each
+	// level alike (the double binary tree): T = a + b·log2 H, through the
+	// two larger of fitHosts (8 and 16 hosts where H is a power of two).
+	// Its first levels across hosts are not alike (a tree over 4 hosts
+	// crosses them differently), which a third point would read as a
+	// transient and extrapolate wrong.
+	Depth
 )
 
 // Keep is what stays the same between a cluster and the small ones its
@@ -180,7 +187,7 @@ func GrowthOf(coll sched.Coll, algo string) Growth {
 	case algo == "pipeline" && coll == sched.Broadcast:
 		return Growth{Form: Linear, PipeFrom: seg, PipePerRank: seg}
 	case algo == "dbtree" && coll == sched.AllReduce:
-		return Growth{Form: Log, PipeFrom: pipe, Slope: treeFull}
+		return Growth{Form: Depth, PipeFrom: pipe, Slope: treeFull}
 	case algo == "rd" && (coll == sched.AllReduce || coll == sched.Barrier),
 		algo == "hd" && (coll == sched.AllReduce || coll == sched.Reduce || coll == sched.ReduceScatter),
 		algo == "tree" && (coll == sched.Reduce || coll == sched.Broadcast),
@@ -335,7 +342,7 @@ func (j *job) grow(c Cluster, p sched.Params, g Growth) ([]float64, error) {
 			ta[i] += (tb[i] - ta[i]) * float64(c.Hosts-a.Hosts) / float64(b.Hosts-a.Hosts)
 		}
 		return ta, nil
-	case Linear, Log:
+	case Linear, Log, Depth:
 		if c.Hosts <= fitHosts(c.Hosts)[2] {
 			break
 		}
@@ -344,28 +351,44 @@ func (j *job) grow(c Cluster, p sched.Params, g Growth) ([]float64, error) {
 	return j.walk(c, p)
 }
 
-// fit is the Linear or Log form: the basis's coefficients through walks
-// of fitHosts hosts, evaluated at c's.
+// fit is the Linear, Log or Depth form: the basis's coefficients through
+// walks of fitHosts hosts, evaluated at c's.
 func (j *job) fit(c Cluster, p sched.Params, g Growth) ([]float64, error) {
 	basis := func(h float64) [3]float64 {
-		if g.Form == Linear {
+		switch g.Form {
+		case Linear:
 			return [3]float64{1, h, math.Log2(h)}
+		case Depth:
+			return [3]float64{1, math.Log2(h), 0}
 		}
 		return [3]float64{1, math.Log2(h), 1 / h}
 	}
-	var a [3][3]float64
+	hosts := fitHosts(c.Hosts)
 	var ts [3][]float64
-	for k, h := range fitHosts(c.Hosts) {
+	for k, h := range hosts {
+		if g.Form == Depth && k == 0 {
+			continue
+		}
 		s := Cluster{h, c.PerHost}
 		t, err := j.walk(s, scaled(p, c, s, g.Keep))
 		if err != nil {
 			return nil, err
 		}
-		a[k], ts[k] = basis(float64(h)), t
+		ts[k] = t
 	}
 	at := basis(float64(c.Hosts))
 	out := make([]float64, len(j.pj.figs))
 	for i := range out {
+		if g.Form == Depth {
+			// Through the two points, in log2 H.
+			b := (ts[2][i] - ts[1][i]) / (math.Log2(float64(hosts[2])) - math.Log2(float64(hosts[1])))
+			out[i] = ts[2][i] + b*(at[1]-math.Log2(float64(hosts[2])))
+			continue
+		}
+		var a [3][3]float64
+		for k, h := range hosts {
+			a[k] = basis(float64(h))
+		}
 		coef, err := solve3(a, [3]float64{ts[0][i], ts[1][i], ts[2][i]})
 		if err != nil {
 			return nil, err

@@ -68,9 +68,10 @@ func call(f family, c Cluster, bytes int) sched.Params {
 // the ones the projection walks, at both rates: exactly up to blocks
 // rounded to whole elements. The exceptions: the double binary tree past
 // 2 MiB, where a deep tree's pipeline fills later than the line from
-// 2 MiB says (within 10 % below 32 MiB, 0.5 % from there), and the fitted
-// forms on hosts that are no power of two (within 5 % on 48 hosts;
-// docs/scale.md).
+// 2 MiB says (within 10 % below 32 MiB, 0.5 % from there), the fitted
+// forms on hosts that are no power of two (within 5 % on 48 hosts), and
+// halving–doubling far beyond its fit, whose segments per round change
+// with its blocks (within 2 % on 256 hosts; docs/scale.md).
 func TestProjectMatchesDirect(t *testing.T) {
 	type point struct {
 		c     Cluster
@@ -80,7 +81,10 @@ func TestProjectMatchesDirect(t *testing.T) {
 	points := []point{{Cluster{32, 2}, []int{256, 4 << 10, 1 << 20, 64 << 20}, 0}}
 	if !testing.Short() {
 		points = append(points, point{Cluster{32, 8}, []int{4 << 10, 1 << 20, 4 << 20, 64 << 20}, 0},
-			point{Cluster{48, 4}, []int{4 << 10, 1 << 20}, 0.05})
+			point{Cluster{48, 4}, []int{4 << 10, 1 << 20}, 0.05},
+			// Far beyond the fits, the forms whose whole walk stays
+			// cheap: a wrong slope in log2 H shows here.
+			point{Cluster{256, 8}, []int{4 << 10, 2 << 20, 64 << 20}, 0.02})
 	}
 	pj := NewProjector(twoRates()...)
 	for _, pt := range points {
@@ -88,6 +92,9 @@ func TestProjectMatchesDirect(t *testing.T) {
 			g := GrowthOf(f.coll, f.name)
 			if g.Form == Whole {
 				t.Fatalf("%s/%s: no growth", f.coll, f.name)
+			}
+			if pt.c.Ranks() > 1024 && g.Form != Log && g.Form != Depth {
+				continue
 			}
 			for _, b := range pt.sizes {
 				if f.coll == sched.Barrier && b != pt.sizes[0] {
@@ -104,11 +111,11 @@ func TestProjectMatchesDirect(t *testing.T) {
 				}
 				tol := 0.001
 				switch {
-				case pt.near > 0 && (g.Form == Log || g.Form == Linear):
+				case pt.near > 0 && (g.Form == Log || g.Form == Linear || g.Form == Depth):
 					tol = pt.near
-				case g.Form == Log && g.PipeFrom > 0 && b > g.PipeFrom && b < 32<<20:
+				case g.Form == Depth && b > g.PipeFrom && b < 32<<20:
 					tol = 0.1
-				case g.Form == Log && g.PipeFrom > 0 && b > g.PipeFrom:
+				case g.Form == Depth && b > g.PipeFrom:
 					tol = 0.005
 				}
 				for i := range want.Seconds {
