@@ -138,15 +138,15 @@ type Growth struct {
 	// segments, one more round per segment, each round alike once the
 	// pipeline is full. Project predicts that vector by the form and adds
 	// the rest at the slope of a full pipeline, walked on pipeHosts hosts
-	// between Slope + PipePerRank·R bytes and twice that (Slope 0:
-	// PipeFrom). The slope is the same on any cluster of pipeHosts hosts
-	// or more; how soon a pipeline fills may not be (a deeper tree fills
-	// later), which the line does not see.
+	// from Slope + PipePerRank·R bytes (Slope 0: PipeFrom) to that plus
+	// the first vector. The slope is the same on any cluster of pipeHosts
+	// hosts or more; how soon a pipeline fills may not be (a deeper tree
+	// fills later), which the line does not see.
 	PipeFrom, Slope, PipePerRank int
 }
 
-// fitHosts are the host counts a Linear or Log form on h hosts is fitted
-// on: three points for three coefficients, of 4 hosts or more (a double
+// fitHosts are the host counts a Linear, Log or Depth form on h hosts is
+// fitted on: three points for three coefficients, of 4 hosts or more (a double
 // binary tree over two hosts crosses them differently from one over
 // many). Where the ranks are not a power of two, halving–doubling and
 // recursive doubling first fold the ranks beyond the largest power of
@@ -263,7 +263,7 @@ type walkKey struct {
 	count int
 }
 
-// pipeline is T(L) = T(L0) + (L-L0)/L1·(T_s(2·L1) - T_s(L1)) (Growth's
+// pipeline is T(L) = T(L0) + (L-L0)/L0·(T_s(L1+L0) - T_s(L1)) (Growth's
 // PipeFrom and Slope), the slope walked on at most pipeHosts hosts.
 func (j *job) pipeline(c Cluster, p sched.Params, g Growth, l, l0, l1 int) ([]float64, error) {
 	t0, err := j.grow(c, withVector(p, c.Ranks(), l0), g)
@@ -275,11 +275,11 @@ func (j *job) pipeline(c Cluster, p sched.Params, g Growth, l, l0, l1 int) ([]fl
 	if err != nil {
 		return nil, err
 	}
-	b, err := j.walk(s, withVector(p, s.Ranks(), 2*l1))
+	b, err := j.walk(s, withVector(p, s.Ranks(), l1+l0))
 	if err != nil {
 		return nil, err
 	}
-	k := float64(l-l0) / float64(l1)
+	k := float64(l-l0) / float64(l0)
 	for i := range t0 {
 		t0[i] += k * (b[i] - a[i])
 	}
