@@ -475,7 +475,7 @@ func (pj *Projector) viewsOf(c Cluster) ([]*view, error) {
 		if err != nil {
 			return nil, err
 		}
-		vs = append(vs, newView(&Model{Graph: g, ReduceRate: f.Rates.ReduceRate, CopyRate: f.Rates.CopyRate, Call: f.Rates.Call, Message: f.Rates.Message}))
+		vs = append(vs, newView(f.Model(g)))
 	}
 	// Only the small clusters come back; a large one walked whole (a
 	// form without a rule) is not kept.

@@ -244,7 +244,7 @@ func (mc *Model) predictOne(a *Entry, p sched.Params, limit int64) ([]float64, i
 			if err != nil {
 				return nil, 0, err
 			}
-			mc.direct = append(mc.direct, &cost.Model{Graph: g, ReduceRate: f.Rates.ReduceRate, CopyRate: f.Rates.CopyRate, Call: f.Rates.Call, Message: f.Rates.Message})
+			mc.direct = append(mc.direct, f.Model(g))
 		}
 	}
 	preds, err := cost.PredictEach(sch, mc.direct, limit)
