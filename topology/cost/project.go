@@ -9,10 +9,10 @@ import (
 )
 
 // Projection: a schedule's time on a large cluster from walks of small
-// ones. A walk visits every rank every round and pulls every operation,
-// which for a ring over N ranks is Θ(N²) and for the log-depth schedules
-// Θ(N log N) plus N per round of a pipeline: minutes to hours at 65,536
-// ranks, and more than a first call may spend at 1,024. But on a Cluster
+// ones. A walk pulls every operation of every rank, which for a ring over
+// N ranks is Θ(N²) and for the log-depth schedules Θ(N log N): minutes to
+// hours at 65,536 ranks, and more than a first call may spend at 1,024
+// (millions of operations for one allreduce size). But on a Cluster
 // (identical hosts, ranks numbered host by host) the engine's schedules
 // grow in a few known ways (Form): their steps are alike, so the time of
 // H hosts is the time of a few small clusters walked whole, combined by
