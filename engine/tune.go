@@ -29,10 +29,10 @@ import (
 // of choose.TuneSizes the model's contenders run one untimed and tuneReps
 // timed calls each, in rounds; a second allreduce (MAX) makes every rank hold the
 // slowest rank's time of each call, from which every rank decides alike
-// (choose.Decide) and predicts the next size's cost, stopping before it
-// would pass tuneBudget. Rank 0 writes the table to the cache. An error in
-// any call fails the communicator's creation, as any failed call of the
-// setup does.
+// (choose.Decide) and predicts the next size's cost (the first size's by
+// the cost model), stopping before it would pass tuneBudget. Rank 0 writes
+// the table to the cache. An error in any call fails the communicator's
+// creation, as any failed call of the setup does.
 
 const (
 	tuneReps = 3
@@ -167,7 +167,16 @@ func (c *Comm) measure(m *choose.Measured, file *TuneTable, budget time.Duration
 		if len(cs) < 2 {
 			continue
 		}
-		if last > 0 && spent+float64((tuneReps+1)*len(cs))*last*float64(size)/float64(lastSize) > budget.Seconds() {
+		// What timing this size would take: from the last size timed
+		// (4× the size, 4× the time) or, before any, from the model's
+		// prediction at the slowest rate it predicts at, which bounds the
+		// first size too on many ranks or a slow link. Every rank
+		// computes the same, so all stop at the same size.
+		est := float64(tuneReps+1) * c.choice.Predicted(size, shape, cs)
+		if last > 0 {
+			est = float64((tuneReps+1)*len(cs)) * last * float64(size) / float64(lastSize)
+		}
+		if spent+est > budget.Seconds() {
 			break
 		}
 		// Round by round, every contender once per round (an untimed

@@ -31,6 +31,13 @@ type Figures struct {
 // DefaultFigures are the calibrated defaults.
 func DefaultFigures() Figures { return Figures{topology.DefaultParams(), DefaultRates()} }
 
+// Model is the model of g with f's rates (g's links are the caller's:
+// built with f.Links, or another graph priced at these rates).
+func (f Figures) Model(g *topology.Graph) *Model {
+	r := f.Rates
+	return &Model{Graph: g, ReduceRate: r.ReduceRate, CopyRate: r.CopyRate, Call: r.Call, Message: r.Message}
+}
+
 // Result is a sample with its prediction.
 type Result struct {
 	Sample
@@ -76,8 +83,7 @@ func Evaluate(samples []Sample, f Figures, schedules []sched.Entry) ([]Result, e
 		if err != nil {
 			return nil, err
 		}
-		m := &Model{Graph: g, ReduceRate: f.Rates.ReduceRate, CopyRate: f.Rates.CopyRate, Call: f.Rates.Call, Message: f.Rates.Message}
-		pr, err := m.Predict(sch)
+		pr, err := f.Model(g).Predict(sch)
 		if err != nil {
 			return nil, err
 		}

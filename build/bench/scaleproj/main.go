@@ -12,10 +12,10 @@
 //	    [-per-host 8,16] [-bytes 4K,1M,64M] [-nic 10gbit] [-nic-latency 10us]
 //	    [-models measured.json]
 //
-// The flat ring and the hierarchical form beyond -direct-max ranks are
-// projected from a cluster of -small-hosts hosts with the same blocks
-// (project.go, "periodic"), marked † in the tables; everything else is
-// the cost model's walk of the whole schedule.
+// Beyond -direct-max ranks every algorithm is projected from small
+// clusters by the way it grows, as the engine's choice predicts it
+// (topology/cost/project.go, cost.Projector), marked † in the tables;
+// up to there, the cost model's walk of the whole schedule.
 package main
 
 import (
@@ -38,7 +38,7 @@ type options struct {
 	algos                 []string
 	nic, nicLatency       float64
 	nicName               string
-	directMax, smallHosts int
+	directMax             int
 	out, models           string
 	jobs                  int
 	args                  []string // as given, for the report
@@ -46,13 +46,13 @@ type options struct {
 
 // point is one projected allreduce.
 type point struct {
-	Algo     string  `json:"algo"`
-	Ranks    int     `json:"ranks"`
-	PerHost  int     `json:"per_host"`
-	Bytes    int     `json:"bytes"`
-	Seconds  float64 `json:"seconds"`
-	BusBW    float64 `json:"busbw_GBps"`
-	Periodic bool    `json:"periodic"`
+	Algo      string  `json:"algo"`
+	Ranks     int     `json:"ranks"`
+	PerHost   int     `json:"per_host"`
+	Bytes     int     `json:"bytes"`
+	Seconds   float64 `json:"seconds"`
+	BusBW     float64 `json:"busbw_GBps"`
+	Projected bool    `json:"projected"`
 }
 
 func main() {
@@ -76,8 +76,7 @@ func parseFlags(args []string) (*options, error) {
 	nic := fs.String("nic", "10gbit", "inter-host link bandwidth (per host)")
 	lat := fs.Duration("nic-latency", 10*time.Microsecond, "inter-host link latency, on top of the calibrated per-message software cost")
 	o := &options{args: args}
-	fs.IntVar(&o.directMax, "direct-max", 1024, "ring and hier beyond this many ranks are projected from -small-hosts hosts")
-	fs.IntVar(&o.smallHosts, "small-hosts", 16, "hosts of the cluster the periodic projection walks")
+	fs.IntVar(&o.directMax, "direct-max", 1024, "beyond this many ranks the schedules are projected from small clusters, not walked whole")
 	fs.StringVar(&o.out, "out", "scale-sim", "output path without extension (.md and .png are written)")
 	fs.StringVar(&o.models, "models", "", `JSON file of measured figures: {"init": InitParams, "shrink": ShrinkParams} (model.go)`)
 	fs.IntVar(&o.jobs, "j", 1, "predictions run at once")
@@ -106,8 +105,8 @@ func parseFlags(args []string) (*options, error) {
 	}
 	o.nicName, o.nicLatency = *nic, lat.Seconds()
 	o.algos = strings.Split(*algos, ",")
-	if o.jobs < 1 || o.smallHosts < 2 || o.directMax < 1 {
-		return nil, fmt.Errorf("-j %d, -small-hosts %d, -direct-max %d: want ≥ 1, ≥ 2, ≥ 1", o.jobs, o.smallHosts, o.directMax)
+	if o.jobs < 1 || o.directMax < 1 {
+		return nil, fmt.Errorf("-j %d, -direct-max %d: want ≥ 1, ≥ 1", o.jobs, o.directMax)
 	}
 	return o, nil
 }
@@ -170,21 +169,18 @@ func (o *options) project(log io.Writer) ([]point, error) {
 			defer wg.Done()
 			for i := range work {
 				p := &pts[i]
-				c := cluster{hosts: p.Ranks / p.PerHost, perHost: p.PerHost, f: f}
+				c := cluster{cost.Cluster{Hosts: p.Ranks / p.PerHost, PerHost: p.PerHost}, f}
 				t0 := time.Now()
 				var err error
-				if p.Periodic = (p.Algo == "ring" || p.Algo == "hier") && p.Ranks > o.directMax; p.Periodic {
-					p.Seconds, err = c.periodic(p.Algo, p.Bytes, o.smallHosts)
-				} else {
-					p.Seconds, err = c.predict(p.Algo, p.Bytes)
-				}
+				p.Projected = p.Ranks > o.directMax
+				p.Seconds, err = c.predict(p.Algo, p.Bytes, p.Projected)
 				if err != nil {
 					errs[i] = err
 					continue
 				}
 				p.BusBW = busBW(p.Bytes, p.Ranks, p.Seconds) / 1e9
 				mu.Lock()
-				fmt.Fprintf(log, "%s %d×%d %s: %s (%.1fs)\n", p.Algo, c.hosts, c.perHost, size(p.Bytes), seconds(p.Seconds), time.Since(t0).Seconds())
+				fmt.Fprintf(log, "%s %d×%d %s: %s (%.1fs)\n", p.Algo, c.Hosts, c.PerHost, size(p.Bytes), seconds(p.Seconds), time.Since(t0).Seconds())
 				mu.Unlock()
 			}
 		}()

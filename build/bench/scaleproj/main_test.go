@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// A small projection end to end: tables (one periodic column), the
+// A small projection end to end: tables (projected points), the
 // figure, and the models' tables from a -models file.
 func TestRunSmall(t *testing.T) {
 	dir := t.TempDir()
@@ -24,7 +24,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	out := filepath.Join(dir, "proj")
 	o, err := parseFlags([]string{"-ranks", "16,32", "-per-host", "8", "-bytes", "4K", "-algos", "ring,dbtree,hier",
-		"-direct-max", "16", "-small-hosts", "2", "-models", models, "-out", out})
+		"-direct-max", "16", "-models", models, "-out", out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestFlags(t *testing.T) {
 		{"-bytes", "4X"},
 		{"-ranks", "0"},
 		{"-nic", "fast"},
-		{"-small-hosts", "1"},
+		{"-direct-max", "0"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v: no error", args)

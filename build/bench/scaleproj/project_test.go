@@ -7,47 +7,27 @@ import (
 	"github.com/gocoll/gocoll/topology/cost"
 )
 
-// The periodic form of the ring and the hierarchical allreduce (see
-// cluster.periodic) agrees with the cost model's walk of the whole
-// schedule within 0.1 % (exactly where blocks are whole elements; 256 B
-// over 512 ranks is not), on 32 hosts from 4 (8 from 2 under -short),
-// for the sizes of the projection and a smaller one, on both link speeds.
-func TestPeriodicMatchesDirect(t *testing.T) {
-	hosts, small := 32, 4
-	if testing.Short() {
-		hosts, small = 8, 2
-	}
+// scaleproj's projection is the engine's (cost.Projector): the same
+// numbers as the walk of the whole schedule on a cluster beyond the small
+// ones it walks (topology/cost's TestProjectMatchesDirect holds every
+// schedule the engine compares to it).
+func TestProjectionMatchesWalk(t *testing.T) {
 	f := cost.DefaultFigures()
-	for _, nic := range []float64{10e9 / 8, 100e9 / 8} {
-		f.Links.NICBandwidth, f.Links.NICLatency = nic, 10e-6
-		for _, perHost := range []int{8, 16} {
-			c := cluster{hosts: hosts, perHost: perHost, f: f}
-			for _, algo := range []string{"ring", "hier"} {
-				for _, bytes := range []int{256, 4 << 10, 1 << 20, 64 << 20} {
-					direct, err := c.predict(algo, bytes)
-					if err != nil {
-						t.Fatal(err)
-					}
-					per, err := c.periodic(algo, bytes, small)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if e := per/direct - 1; math.Abs(e) > 0.001 {
-						t.Errorf("%s, %d×%d, %d B, NIC %.0f GB/s: periodic %.6g s, direct %.6g s (%+.2f%%)", algo, hosts, perHost, bytes, nic/1e9, per, direct, 100*e)
-					}
-				}
-			}
+	f.Links.NICBandwidth, f.Links.NICLatency = 10e9/8, 10e-6
+	c := cluster{cost.Cluster{Hosts: 24, PerHost: 2}, f}
+	for _, algo := range []string{"ring", "hier", "rd", "hd", "dbtree"} {
+		walked, err := c.predict(algo, 1<<20, false)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-}
-
-func TestPeriodicRefusesUnevenBlocks(t *testing.T) {
-	c := cluster{hosts: 24, perHost: 8, f: cost.DefaultFigures()}
-	if _, err := c.periodic("ring", 4<<10, 16); err == nil {
-		t.Fatal("1,024 elements over 24 hosts scaled to 16 hosts: no error")
-	}
-	if _, err := c.periodic("dbtree", 4<<10, 8); err == nil {
-		t.Fatal("a periodic dbtree: no error")
+		projected, err := c.predict(algo, 1<<20, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 24 hosts are no power of two: the fitted forms are near.
+		if e := projected/walked - 1; math.Abs(e) > 0.1 {
+			t.Errorf("%s: projected %.6g s, walked %.6g s (%+.2f%%)", algo, projected, walked, 100*e)
+		}
 	}
 }
 

@@ -22,7 +22,7 @@ func (o *options) writeTables(md *strings.Builder, pts []point) {
 	fmt.Fprintf(md, "Allreduce (float32 sum) projected by the cost model. Network: one NIC per host of %s, %s latency, to a non-blocking switch. ", o.nicName, seconds(o.nicLatency))
 	fmt.Fprintf(md, "Calibrated on this machine (topology.DefaultParams, cost.DefaultRates): shared memory %.1f GB/s and %s a message, %s software per message, folds %.0f GB/s, copies %.0f GB/s.\n\n",
 		f.Links.ShmBandwidth/1e9, seconds(f.Links.ShmLatency), seconds(f.Rates.Message), f.Rates.ReduceRate/1e9, f.Rates.CopyRate/1e9)
-	fmt.Fprintf(md, "Each cell: time (bus bandwidth GB/s); **bold**: the fastest; †: projected from %d hosts (ring and hier beyond %d ranks, see build/bench/scaleproj/project.go).\n\n", o.smallHosts, o.directMax)
+	fmt.Fprintf(md, "Each cell: time (bus bandwidth GB/s); **bold**: the fastest; †: beyond %d ranks, projected from small clusters as the engine's choice predicts (cost.Projector, topology/cost/project.go); otherwise the walk of the whole schedule.\n\n", o.directMax)
 	for _, r := range o.perHost {
 		for _, b := range o.bytes {
 			fmt.Fprintf(md, "**%d ranks per host, %s**\n\n| ranks | hosts |", r, size(b))
@@ -46,7 +46,7 @@ func (o *options) writeTables(md *strings.Builder, pts []point) {
 				fmt.Fprintf(md, "| %s | %s |", thousands(n), thousands(n/r))
 				for i, p := range row {
 					cell := fmt.Sprintf("%s (%s)", seconds(p.Seconds), gbps(p.BusBW))
-					if p.Periodic {
+					if p.Projected {
 						cell += " †"
 					}
 					if i == best {

@@ -69,8 +69,8 @@ func TestModel(t *testing.T) {
 	if m := NewModel(sched.Params{N: 4, Hosts: [][]int{{0, 1, 2, 3}}}, 0); m != nil {
 		t.Error("a model on one host")
 	}
-	if m := NewModel(sched.Params{N: 2 * (modelMaxRanks/2 + 1), Hosts: schedtest.HostsOf(2, modelMaxRanks/2+1, false)}, 0); m != nil {
-		t.Error("a model above modelMaxRanks")
+	if m := NewModel(sched.Params{N: 2 * (directMaxRanks/2 + 1), Hosts: schedtest.HostsOf(2, directMaxRanks/2+1, true)}, 0); m != nil {
+		t.Error("a model of a placement walked whole above directMaxRanks")
 	}
 	ch := &Chooser{Model: NewModel(base, 0)}
 	if ch.Model == nil {

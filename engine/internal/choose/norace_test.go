@@ -1,0 +1,5 @@
+//go:build !race
+
+package choose
+
+const raceEnabled = false
