@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// summary is a run's line on the console.
+func summary(r *Record, vs []Violation) string {
+	verdict := "ok"
+	if len(vs) > 0 {
+		var names []string
+		for _, v := range vs {
+			names = append(names, v.Invariant)
+		}
+		verdict = fmt.Sprintf("VIOLATED %s (log %s)", strings.Join(dedup(names), ", "), filepath.Join(r.Dir, "run.log"))
+	}
+	what := r.Schedule.String()
+	if len(r.Schedule.Faults) == 0 { // rebuilt from a log: its schedule line says it
+		what = r.Schedule.Scenario
+	}
+	return fmt.Sprintf("seed %d %s %s [%.1f s]: %s", r.Schedule.Seed, r.Schedule.Workload, what, r.Elapsed.Seconds(), verdict)
+}
+
+func dedup(s []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// fired says what each fault of a run did, in one cell.
+func fired(r *Record) string {
+	var parts []string
+	for i := range r.Schedule.Faults {
+		what := "never fired (its trigger was not seen)"
+		for _, f := range r.Fired {
+			if f.Index == i {
+				what = fmt.Sprintf("%.2f s: %s", f.At.Seconds(), f.Detail)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%d. %s", i+1, what))
+	}
+	return strings.Join(parts, "<br>")
+}
+
+type runMeta struct {
+	began    time.Time
+	wall     time.Duration
+	load     [2]string
+	cfg      *Config
+	workload string
+	netns    bool
+	rate     string
+}
+
+// replay is the command that runs the same schedule again.
+func replay(m runMeta, seed uint64) string {
+	s := fmt.Sprintf("build/chaos -seed %d -np %d -timeout %v", seed, m.cfg.NP, m.cfg.Timeout)
+	if m.workload != "any" {
+		s += " -workload " + m.workload
+	}
+	if m.netns {
+		s += " -netns -rate " + m.rate
+	}
+	return s
+}
+
+func writeReport(path string, m runMeta, refs map[string]*Record, results []result) error {
+	var b strings.Builder
+	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	failed := 0
+	for _, r := range results {
+		if len(r.vs) > 0 {
+			failed++
+		}
+	}
+	fmt.Fprintf(&b, "# Chaos runs, %s\n\n", m.began.Format("2006-01-02 15:04"))
+	fmt.Fprintf(&b, "`build/chaos` (build/bench/chaos; docs/elastic.md, \"Chaos harness\") at commit %s: **%d runs, %d with violations**, %.0f s of wall time.\n\n",
+		strings.TrimSpace(string(commit)), len(results), failed, m.wall.Seconds())
+	where := "one host, loopback (TCP control mesh, shared memory between ranks)"
+	if m.netns {
+		where = fmt.Sprintf("2 emulated hosts (network namespaces, links at %s)", m.rate)
+	}
+	fmt.Fprintf(&b, "- Jobs: %d ranks on %s, GOCOLL_TIMEOUT=%v; sgd: `sgd -np %d %s`; C: build/bench/chaos/c/client.c, %d checked allreduces.\n",
+		m.cfg.NP, where, m.cfg.Timeout, m.cfg.NP, strings.Join(m.cfg.sgdArgs(), " "), m.cfg.Calls)
+	fmt.Fprintf(&b, "- Machine: %d CPUs (%s), load average %s at the start, %s at the end (shared with other work: times are not performance figures).\n",
+		runtime.NumCPU(), runtime.GOARCH, strings.TrimSpace(m.load[0]), strings.TrimSpace(m.load[1]))
+	for _, w := range []string{"sgd", "c"} {
+		if r := refs[w]; r != nil {
+			fmt.Fprintf(&b, "- Uninterrupted %s run: %.1f s", w, r.Elapsed.Seconds())
+			if r.WantHash != "" {
+				fmt.Fprintf(&b, ", weights sha256 %s", r.WantHash)
+			}
+			b.WriteString(".\n")
+		}
+	}
+	fmt.Fprintf(&b, "- Replay a run: the command in its row's section below (the seed draws the workload, the scenario, the faults and their triggers).\n\n")
+	b.WriteString("| seed | workload | scenario | what fired | s | verdict |\n|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		v := "ok"
+		if len(r.vs) > 0 {
+			var names []string
+			for _, x := range r.vs {
+				names = append(names, x.Invariant)
+			}
+			v = "**" + strings.Join(dedup(names), ", ") + "**"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.1f | %s |\n", r.rec.Schedule.Seed, r.rec.Schedule.Workload, r.rec.Schedule.Scenario,
+			strings.ReplaceAll(fired(r.rec), "|", "\\|"), r.rec.Elapsed.Seconds(), v)
+	}
+	if failed > 0 {
+		b.WriteString("\n## Violations\n")
+	}
+	for _, r := range results {
+		if len(r.vs) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n### Seed %d: %s, %s\n\n", r.rec.Schedule.Seed, r.rec.Schedule.Workload, r.rec.Schedule.Scenario)
+		fmt.Fprintf(&b, "Replay: `%s`. Schedule: %s. Log: `%s`.\n\n", replay(m, r.rec.Schedule.Seed), r.rec.Schedule, filepath.Join(r.rec.Dir, "run.log"))
+		for _, v := range r.vs {
+			fmt.Fprintf(&b, "- **%s**: %s\n", v.Invariant, v.What)
+			if len(v.Evidence) > 0 {
+				b.WriteString("\n  ```\n")
+				for _, e := range v.Evidence[:min(len(v.Evidence), 14)] {
+					fmt.Fprintf(&b, "  %s\n", e)
+				}
+				b.WriteString("  ```\n")
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
