@@ -261,8 +261,8 @@ func checkHealthy(r *Record) []Violation {
 			end = max(end, p.Ended)
 		}
 	}
-	var out, unseen []string
-	var ev []string
+	var out, unseen, leftOut []string
+	var ev, leftEv []string
 	for _, p := range r.Procs {
 		if !r.healthy(p) {
 			continue
@@ -280,11 +280,20 @@ func checkHealthy(r *Record) []Violation {
 			if _, ok := views[p.Pid]; !ok && !p.Joiner {
 				unseen = append(unseen, fmt.Sprintf("%s (pid %d)", p.Name, p.Pid))
 			}
+			fallthrough
+		default:
+			if lo := r.leftOutLines(p); len(lo) > 0 {
+				leftOut = append(leftOut, fmt.Sprintf("%s (pid %d)", p.Name, p.Pid))
+				leftEv = append(leftEv, lo...)
+			}
 		}
 	}
 	var vs []Violation
 	if len(out) > 0 {
 		vs = append(vs, Violation{InvHealthy, fmt.Sprintf("%d healthy process(es) did not finish: %s", len(out), strings.Join(out, ", ")), sortedUnique(ev)})
+	}
+	if len(leftOut) > 0 {
+		vs = append(vs, Violation{InvHealthy, fmt.Sprintf("healthy process(es) left out by a shrink, though they finished: %s", strings.Join(leftOut, ", ")), sortedUnique(leftEv)})
 	}
 	if len(unseen) > 0 {
 		vs = append(vs, Violation{InvHealthy, "finished in no view the harness could see: " + strings.Join(unseen, ", "), nil})

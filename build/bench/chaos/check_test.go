@@ -46,7 +46,7 @@ const hashA = "ad2136cd999e6f5a062bb605d52ee1f2125c762423fcec4543c5e1fc4322ec96"
 // "c1"; then the launcher prints hash and exits with exit.
 func sgdRun(shrunk [3]string, hash, exit string, extra ...string) []string {
 	ls := []string{
-		"harness|chaos: run seed=7 workload=sgd scenario=kill timeout=5s want=" + hashA,
+		"harness|chaos: run seed=7 workload=sgd transport=auto scenario=kill timeout=5s want=" + hashA,
 		"launcher|sgd: rank 0 is pid 100", "launcher|sgd: rank 1 is pid 101",
 		"launcher|sgd: rank 2 is pid 102", "launcher|sgd: rank 3 is pid 103",
 	}
@@ -97,7 +97,7 @@ func TestCheck(t *testing.T) {
 		{"a clean recovery", sgdRun(agreed(3), hashA, "0"), "", ""},
 		{"other weights", sgdRun(agreed(3), strings.Repeat("0", 64), "0"), InvHash, "weights 0000000000000000"},
 		{"no weights", sgdRun(agreed(3), "", "exit status 1", "launcher|sgd: -np 4: rank 3: signal: killed"), InvHash + ", " + InvExit, "did not finish"},
-		{"survivors of one communicator split", sgdRun(split, hashA, "0"), InvOneView, "split: 1 rank(s) went on as 1 ranks leaving out [1 2 3]; 2 rank(s) went on as 3 ranks leaving out [3]"},
+		{"survivors of one communicator split", sgdRun(split, hashA, "0"), InvOneView + ", " + InvHealthy, "split: 1 rank(s) went on as 1 ranks leaving out [1 2 3]; 2 rank(s) went on as 3 ranks leaving out [3]"},
 		{"a healthy rank failed", sgdRun(agreed(3), hashA, "exit status 1", "launcher|sgd: -np 4: rank 2: exit status 1"), InvHealthy + ", " + InvExit, "rank 2 (pid 102, exit: exit status 1)"},
 		{"a hang", append(sgdRun(agreed(3), "", "signal: killed"), "harness|chaos: the job did not end within 1m0s: dumping stacks and killing it"), InvBounded, "still running after 1m0s"},
 		{"leftovers", append(sgdRun(agreed(3), hashA, "0"), "harness|chaos: left in /dev/shm: /x/shm/gocoll-1 (4096 bytes)", "harness|chaos: left behind: pid 104 (state S): sgd"),
@@ -122,7 +122,7 @@ func TestCheck(t *testing.T) {
 // pause, and the three others shrink; then each rank prints its DONE
 // line (dones[r], "" for none) and exits (exits[r]).
 func cRun(pause string, dones, exits [4]string) []string {
-	ls := []string{"harness|chaos: run seed=2 workload=c scenario=stop-past-timeout timeout=5s want="}
+	ls := []string{"harness|chaos: run seed=2 workload=c transport=tcp scenario=stop-past-timeout timeout=5s want="}
 	for r := range 4 {
 		ls = append(ls, fmt.Sprintf("launcher|chaos: rank %d is pid %d", r, 200+r))
 	}
@@ -179,7 +179,7 @@ func TestCheckViews(t *testing.T) {
 // harness: the paused coordinator's shrink leaves everyone else out.
 func TestCheckRealShrinkSplit(t *testing.T) {
 	rec := runLog(t,
-		"harness|chaos: run seed=12 workload=sgd scenario=stop-past-timeout timeout=5s want="+hashA,
+		"harness|chaos: run seed=12 workload=sgd transport=auto scenario=stop-past-timeout timeout=5s want="+hashA,
 		"launcher|sgd: rank 0 is pid 15188", "launcher|sgd: rank 1 is pid 15190",
 		`launcher|[rank 1] time=2026-12-02T01:37:02.779Z level=INFO msg=shrunk host=vm pid=15190 rank=1 nranks=8 comm=396d4fff07fb1670 new_rank=0 new_size=7 left_out=[0] attempts=1 agreed_ms=5005.173 total_ms=5423.15`,
 		`launcher|[rank 0] time=2026-12-02T01:37:04.991Z level=INFO msg=shrunk host=vm pid=15188 rank=0 nranks=8 comm=396d4fff07fb1670 new_rank=0 new_size=1 left_out="[1 2 3 4 5 6 7]" attempts=1 agreed_ms=16.509 total_ms=17.312`,

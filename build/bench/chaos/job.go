@@ -98,9 +98,10 @@ func newJob(cfg *Config, s Schedule, dir string) (*job, error) {
 
 func (j *job) since() time.Duration { return time.Since(j.start) }
 
-// say puts a line of the harness's own into the record.
+// say puts a line of the harness's own into the record (one line).
 func (j *job) say(format string, a ...any) {
-	j.handle(Line{T: j.since(), Src: "harness", Text: fmt.Sprintf(format, a...)})
+	text := strings.ReplaceAll(strings.TrimSpace(fmt.Sprintf(format, a...)), "\n", "; ")
+	j.handle(Line{T: j.since(), Src: "harness", Text: text})
 }
 
 // loop runs the job until its launcher is done or the bound passes.
@@ -282,7 +283,7 @@ func (j *job) addProc(p *Proc) {
 		j.byPid[p.Pid] = old
 		return
 	}
-	p.Started = j.since()
+	p.Started = j.lastT
 	j.rec.Procs = append(j.rec.Procs, p)
 	j.byPid[p.Pid] = p
 	j.byNm[p.Name] = p
@@ -290,7 +291,7 @@ func (j *job) addProc(p *Proc) {
 
 func (j *job) exited(name, how string) {
 	if p := j.byNm[name]; p != nil && p.Exit == "" {
-		p.Exit, p.Ended, p.gone = how, j.since(), true
+		p.Exit, p.Ended, p.gone = how, j.lastT, true
 	}
 }
 

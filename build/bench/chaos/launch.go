@@ -44,7 +44,7 @@ func cleanEnv(extra ...string) []string {
 
 // jobEnv is what every process of a job gets.
 func (j *job) jobEnv() []string {
-	return cleanEnv("GOCOLL_TIMEOUT="+j.cfg.Timeout.String(), "GOCOLL_DEBUG=INFO",
+	return cleanEnv("GOCOLL_TIMEOUT="+j.cfg.Timeout.String(), "GOCOLL_DEBUG=INFO", "GOCOLL_TRANSPORT="+j.rec.Schedule.Transport,
 		"TMPDIR="+filepath.Join(j.dir, "tmp"), "GOTRACEBACK=all")
 }
 

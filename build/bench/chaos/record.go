@@ -17,7 +17,7 @@ import (
 // the same record from the file, so that a run can be checked again
 // (chaos -check run.log) and the checks tested on real logs.
 var (
-	reRunHeader = regexp.MustCompile(`^chaos: run seed=(\d+) workload=(\S+) scenario=(\S+) timeout=(\S+) want=(\S*)$`)
+	reRunHeader = regexp.MustCompile(`^chaos: run seed=(\d+) workload=(\S+) transport=(\S+) scenario=(\S+) timeout=(\S+) want=(\S*)$`)
 	reFaultDone = regexp.MustCompile(`^chaos: fault (\d+) \(.*\): (SIGKILL|SIGSTOP|flood|link of host \d+) \(?([a-z]+ \d+) \(pid (\d+)`)
 	reFor       = regexp.MustCompile(` for (\S+)$`)
 	reHung      = regexp.MustCompile(`^chaos: the job did not end within (\S+):`)
@@ -30,9 +30,9 @@ func (j *job) harnessLine(text string) {
 	r := j.rec
 	if m := reRunHeader.FindStringSubmatch(text); m != nil {
 		seed, _ := strconv.ParseUint(m[1], 10, 64)
-		r.Schedule.Seed, r.Schedule.Workload, r.Schedule.Scenario = seed, m[2], m[3]
-		r.Timeout, _ = time.ParseDuration(m[4])
-		r.WantHash = m[5]
+		r.Schedule.Seed, r.Schedule.Workload, r.Schedule.Transport, r.Schedule.Scenario = seed, m[2], m[3], m[4]
+		r.Timeout, _ = time.ParseDuration(m[5])
+		r.WantHash = m[6]
 	} else if m := reFaultDone.FindStringSubmatch(text); m != nil {
 		p := j.byNm[m[3]]
 		if p == nil {
@@ -74,7 +74,7 @@ func (j *job) header() {
 	if scen == "" {
 		scen = "-"
 	}
-	j.say("chaos: run seed=%d workload=%s scenario=%s timeout=%v want=%s", s.Seed, s.Workload, scen, j.cfg.Timeout, j.rec.WantHash)
+	j.say("chaos: run seed=%d workload=%s transport=%s scenario=%s timeout=%v want=%s", s.Seed, s.Workload, s.Transport, scen, j.cfg.Timeout, j.rec.WantHash)
 	j.say("chaos: schedule %s", s)
 }
 
@@ -102,6 +102,9 @@ func recordFromLog(path string) (*Record, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
 		m := reLogLine.FindStringSubmatch(sc.Text())
 		if m == nil {
 			return nil, fmt.Errorf("%s: not a line of a run's log: %q", path, sc.Text())

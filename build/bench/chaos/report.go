@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -24,7 +26,7 @@ func summary(r *Record, vs []Violation) string {
 	if len(r.Schedule.Faults) == 0 { // rebuilt from a log: its schedule line says it
 		what = r.Schedule.Scenario
 	}
-	return fmt.Sprintf("seed %d %s %s [%.1f s]: %s", r.Schedule.Seed, r.Schedule.Workload, what, r.Elapsed.Seconds(), verdict)
+	return fmt.Sprintf("seed %d %s, %s [%.1f s]: %s", r.Schedule.Seed, r.Schedule.Job(), what, r.Elapsed.Seconds(), verdict)
 }
 
 func dedup(s []string) []string {
@@ -55,13 +57,14 @@ func fired(r *Record) string {
 }
 
 type runMeta struct {
-	began    time.Time
-	wall     time.Duration
-	load     [2]string
-	cfg      *Config
-	workload string
-	netns    bool
-	rate     string
+	began     time.Time
+	wall      time.Duration
+	load      [2]string
+	cfg       *Config
+	workload  string
+	transport string
+	netns     bool
+	rate      string
 }
 
 // replay is the command that runs the same schedule again.
@@ -69,6 +72,9 @@ func replay(m runMeta, seed uint64) string {
 	s := fmt.Sprintf("build/chaos -seed %d -np %d -timeout %v", seed, m.cfg.NP, m.cfg.Timeout)
 	if m.workload != "any" {
 		s += " -workload " + m.workload
+	}
+	if m.transport != "any" {
+		s += " -transport " + m.transport
 	}
 	if m.netns {
 		s += " -netns -rate " + m.rate
@@ -96,9 +102,9 @@ func writeReport(path string, m runMeta, refs map[string]*Record, results []resu
 		m.cfg.NP, where, m.cfg.Timeout, m.cfg.NP, strings.Join(m.cfg.sgdArgs(), " "), m.cfg.Calls)
 	fmt.Fprintf(&b, "- Machine: %d CPUs (%s), load average %s at the start, %s at the end (shared with other work: times are not performance figures).\n",
 		runtime.NumCPU(), runtime.GOARCH, strings.TrimSpace(m.load[0]), strings.TrimSpace(m.load[1]))
-	for _, w := range []string{"sgd", "c"} {
+	for _, w := range slices.Sorted(maps.Keys(refs)) {
 		if r := refs[w]; r != nil {
-			fmt.Fprintf(&b, "- Uninterrupted %s run: %.1f s", w, r.Elapsed.Seconds())
+			fmt.Fprintf(&b, "- Uninterrupted %s run: %.1f s", r.Schedule.Job(), r.Elapsed.Seconds())
 			if r.WantHash != "" {
 				fmt.Fprintf(&b, ", weights sha256 %s", r.WantHash)
 			}
@@ -106,7 +112,7 @@ func writeReport(path string, m runMeta, refs map[string]*Record, results []resu
 		}
 	}
 	fmt.Fprintf(&b, "- Replay a run: the command in its row's section below (the seed draws the workload, the scenario, the faults and their triggers).\n\n")
-	b.WriteString("| seed | workload | scenario | what fired | s | verdict |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| seed | job | scenario | what fired | s | verdict |\n|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		v := "ok"
 		if len(r.vs) > 0 {
@@ -116,7 +122,7 @@ func writeReport(path string, m runMeta, refs map[string]*Record, results []resu
 			}
 			v = "**" + strings.Join(dedup(names), ", ") + "**"
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.1f | %s |\n", r.rec.Schedule.Seed, r.rec.Schedule.Workload, r.rec.Schedule.Scenario,
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.1f | %s |\n", r.rec.Schedule.Seed, r.rec.Schedule.Job(), r.rec.Schedule.Scenario,
 			strings.ReplaceAll(fired(r.rec), "|", "\\|"), r.rec.Elapsed.Seconds(), v)
 	}
 	if failed > 0 {
@@ -126,7 +132,7 @@ func writeReport(path string, m runMeta, refs map[string]*Record, results []resu
 		if len(r.vs) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "\n### Seed %d: %s, %s\n\n", r.rec.Schedule.Seed, r.rec.Schedule.Workload, r.rec.Schedule.Scenario)
+		fmt.Fprintf(&b, "\n### Seed %d: %s, %s\n\n", r.rec.Schedule.Seed, r.rec.Schedule.Job(), r.rec.Schedule.Scenario)
 		fmt.Fprintf(&b, "Replay: `%s`. Schedule: %s. Log: `%s`.\n\n", replay(m, r.rec.Schedule.Seed), r.rec.Schedule, filepath.Join(r.rec.Dir, "run.log"))
 		for _, v := range r.vs {
 			fmt.Fprintf(&b, "- **%s**: %s\n", v.Invariant, v.What)

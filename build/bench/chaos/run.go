@@ -178,7 +178,7 @@ func freePort(h *hosts) (int, error) {
 func runOne(cfg *Config, s Schedule, wantHash string, bound time.Duration) (*Record, error) {
 	dir := filepath.Join(cfg.Out, fmt.Sprintf("seed-%d", s.Seed))
 	if len(s.Faults) == 0 {
-		dir = filepath.Join(cfg.Out, "uninterrupted-"+s.Workload)
+		dir = filepath.Join(cfg.Out, "uninterrupted-"+s.Workload+"-"+s.Transport)
 	}
 	os.RemoveAll(dir)
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {

@@ -74,18 +74,20 @@ type Fault struct {
 // Schedule is everything one run does, a pure function of the seed and
 // the planning settings: the same seed replays it.
 type Schedule struct {
-	Seed     uint64
-	Workload string // "sgd" or "c"
-	Scenario string
-	Faults   []Fault
+	Seed      uint64
+	Workload  string // "sgd" or "c"
+	Transport string // GOCOLL_TRANSPORT: "auto" (shared memory inside a host) or "tcp"
+	Scenario  string
+	Faults    []Fault
 }
 
 // planConfig is what a schedule depends on besides the seed.
 type planConfig struct {
-	Workload string         // "sgd", "c", or "any": drawn from the seed
-	Timeout  time.Duration  // GOCOLL_TIMEOUT of the job
-	Steps    map[string]int // progress units of a run per workload (sgd steps, C calls); faults start in its first half
-	Netns    bool           // emulated hosts: slow links can be drawn; floods cannot (the harness cannot reach the hosts)
+	Workload  string         // "sgd", "c", or "any": drawn from the seed
+	Transport string         // "auto", "tcp", or "any": drawn from the seed
+	Timeout   time.Duration  // GOCOLL_TIMEOUT of the job
+	Steps     map[string]int // progress units of a run per workload (sgd steps, C calls); faults start in its first half
+	Netns     bool           // emulated hosts: slow links can be drawn; floods cannot (the harness cannot reach the hosts)
 }
 
 // scenario builds the faults of one named scenario; at is the progress
@@ -177,9 +179,14 @@ func mixed(r *rand.Rand, p planConfig, at int) []Fault {
 // plan draws the schedule of seed.
 func plan(seed uint64, p planConfig) Schedule {
 	r := rand.New(rand.NewPCG(seed, 0x6368616f73)) // "chaos"
-	s := Schedule{Seed: seed, Workload: p.Workload}
-	if s.Workload == "any" || s.Workload == "" {
-		s.Workload = []string{"sgd", "c"}[r.IntN(2)]
+	// Both are drawn whatever is asked, so that a seed's faults do not
+	// depend on -workload and -transport.
+	s := Schedule{Seed: seed, Workload: []string{"sgd", "c"}[r.IntN(2)], Transport: []string{"auto", "tcp"}[r.IntN(2)]}
+	if p.Workload != "any" && p.Workload != "" {
+		s.Workload = p.Workload
+	}
+	if p.Transport != "any" && p.Transport != "" {
+		s.Transport = p.Transport
 	}
 	var pool []scenario
 	for _, sc := range scenarios {
@@ -283,6 +290,9 @@ func (f Fault) String() string {
 	}
 	return b.String()
 }
+
+// Job says what ran: "sgd over tcp".
+func (s Schedule) Job() string { return s.Workload + " over " + s.Transport }
 
 func (s Schedule) String() string {
 	parts := make([]string, len(s.Faults))

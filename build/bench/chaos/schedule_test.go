@@ -7,7 +7,7 @@ import (
 )
 
 func testPlan(netns bool) planConfig {
-	return planConfig{Workload: "any", Timeout: 5 * time.Second, Steps: map[string]int{"sgd": 384, "c": 800}, Netns: netns}
+	return planConfig{Workload: "any", Transport: "any", Timeout: 5 * time.Second, Steps: map[string]int{"sgd": 384, "c": 800}, Netns: netns}
 }
 
 // A seed is its schedule: the same seed gives the same schedule, another
@@ -98,5 +98,27 @@ func TestScheduleString(t *testing.T) {
 	want := "kill-then-pause-coordinator: kill non-coordinator#3 at step 45 +11ms; stop coordinator on failed +8ms for 7.5s"
 	if got := s.String(); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// -workload and -transport choose the job, never the faults; both
+// transports are drawn.
+func TestPlanJobDoesNotMoveFaults(t *testing.T) {
+	any, fixed := testPlan(false), testPlan(false)
+	fixed.Workload, fixed.Transport = "c", "tcp"
+	transports := map[string]bool{}
+	for seed := uint64(0); seed < 100; seed++ {
+		a, b := plan(seed, any), plan(seed, fixed)
+		transports[a.Transport] = true
+		if b.Workload != "c" || b.Transport != "tcp" {
+			t.Fatalf("seed %d: asked for c over tcp, got %s", seed, b.Job())
+		}
+		a.Faults[0].When.N, b.Faults[0].When.N = 0, 0
+		if !reflect.DeepEqual(a.Faults, b.Faults) || a.Scenario != b.Scenario {
+			t.Fatalf("seed %d: %v against %v", seed, a, b)
+		}
+	}
+	if len(transports) != 2 {
+		t.Errorf("transports drawn: %v", transports)
 	}
 }
