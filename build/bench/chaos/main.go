@@ -54,7 +54,7 @@ func main() {
 	flag.DurationVar(&cfg.Bound, "bound", 0, "kill a run after this long and report a hang (0: from the uninterrupted run and the schedule)")
 	flag.StringVar(&cfg.Out, "out", "build/out/chaos", "run directories (logs) go here; a failing run's is kept")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep every run's directory")
-	flag.IntVar(&cfg.Epochs, "epochs", 3, "sgd epochs of 128 steps")
+	flag.IntVar(&cfg.Epochs, "epochs", 8, "sgd epochs of 128 steps")
 	flag.IntVar(&cfg.Calls, "calls", 800, "C client allreduces per run")
 	netns := flag.Bool("netns", false, "run the jobs on 2 emulated hosts (root): slow links can be drawn, floods cannot")
 	rate := flag.String("rate", "1gbit", "with -netns: the hosts' link rate")
