@@ -255,10 +255,16 @@ func checkHealthy(r *Record) []Violation {
 		return nil
 	}
 	views := r.finalViews()
+	// When the members were done (sgd's launcher does not say when a
+	// rank exits 0: the run's end then).
 	var end time.Duration
 	for _, p := range r.Procs {
-		if !p.Joiner {
+		switch {
+		case p.Joiner:
+		case p.Ended > 0:
 			end = max(end, p.Ended)
+		default:
+			end = max(end, r.Elapsed)
 		}
 	}
 	var out, unseen, leftOut []string
@@ -268,12 +274,15 @@ func checkHealthy(r *Record) []Violation {
 			continue
 		}
 		switch {
-		case p.Joiner && !p.Admitted && p.Started > end-4*r.Timeout:
-			// Started too close to the end to be admitted: not a fault.
+		case p.Joiner && !p.Admitted && (strings.HasPrefix(p.Exit, "signal") || p.Ended >= end):
+			// Still waiting when the members finished (its launcher
+			// then kills it): not admitted in time, not a fault. One
+			// that gave up while the job ran is.
 		case !r.finished(p):
 			out = append(out, fmt.Sprintf("%s (pid %d, exit: %s)", p.Name, p.Pid, orUnknown(p.Exit)))
 			if len(out) <= 3 {
 				ev = append(ev, r.leftOutLines(p)...)
+				ev = append(ev, r.launcherSays(p)...)
 				ev = append(ev, r.tail(p, 3)...)
 			}
 		case len(views) > 0:
@@ -305,6 +314,22 @@ func checkHealthy(r *Record) []Violation {
 func sortedUnique(ev []string) []string {
 	sort.Strings(ev)
 	return slices.Compact(ev)
+}
+
+// launcherSays are the launcher's lines about p (its start, its end).
+func (r *Record) launcherSays(p *Proc) []string {
+	name := p.Name
+	if k, ok := strings.CutPrefix(p.Name, "new "); ok {
+		name = "replacement " + k
+	}
+	var out []string
+	for _, l := range r.Lines {
+		if _, text := splitPrefix(l.Text); l.Src == "launcher" && text == l.Text &&
+			(strings.Contains(text, ": "+name+" ") || strings.Contains(text, ": "+p.Name+" ")) {
+			out = append(out, evid(l))
+		}
+	}
+	return out
 }
 
 func orUnknown(s string) string {

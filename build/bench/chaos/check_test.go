@@ -99,6 +99,10 @@ func TestCheck(t *testing.T) {
 		{"no weights", sgdRun(agreed(3), "", "exit status 1", "launcher|sgd: -np 4: rank 3: signal: killed"), InvHash + ", " + InvExit, "did not finish"},
 		{"survivors of one communicator split", sgdRun(split, hashA, "0"), InvOneView + ", " + InvHealthy, "split: 1 rank(s) went on as 1 ranks leaving out [1 2 3]; 2 rank(s) went on as 3 ranks leaving out [3]"},
 		{"a healthy rank failed", sgdRun(agreed(3), hashA, "exit status 1", "launcher|sgd: -np 4: rank 2: exit status 1"), InvHealthy + ", " + InvExit, "rank 2 (pid 102, exit: exit status 1)"},
+		{"a replacement that gave up", sgdRun(agreed(3), hashA, "0", "launcher|sgd: replacement 0 for rank 3 is pid 104",
+			"launcher|sgd: replacement 0 failed (exit status 1); the job goes on without it"), InvHealthy, "new 0 (pid 104, exit: exit status 1)"},
+		{"a replacement not admitted before the end", sgdRun(agreed(3), hashA, "0", "launcher|sgd: replacement 0 for rank 3 is pid 104",
+			"launcher|sgd: replacement 0 failed (signal: killed); the job goes on without it"), "", ""},
 		{"a hang", append(sgdRun(agreed(3), "", "signal: killed"), "harness|chaos: the job did not end within 1m0s: dumping stacks and killing it"), InvBounded, "still running after 1m0s"},
 		{"leftovers", append(sgdRun(agreed(3), hashA, "0"), "harness|chaos: left in /dev/shm: /x/shm/gocoll-1 (4096 bytes)", "harness|chaos: left behind: pid 104 (state S): sgd"),
 			InvLeftover + ", " + InvShm, "1 process(es)"},
@@ -200,5 +204,27 @@ func TestFields(t *testing.T) {
 	}
 	if fmt.Sprint(ints(f["left_out"])) != "[1 2]" || fields("step 4 loss 2.3") != nil {
 		t.Errorf("ints %v; a plain line parsed as %v", ints(f["left_out"]), fields("step 4 loss 2.3"))
+	}
+}
+
+// The report names each failing seed, its replay command, the invariant
+// and the evidence.
+func TestReport(t *testing.T) {
+	split := agreed(3)
+	split[0] = `new_rank=0 new_size=1 left_out="[1 2 3]" attempts=1`
+	ok, bad := runLog(t, sgdRun(agreed(3), hashA, "0")...), runLog(t, sgdRun(split, hashA, "0")...)
+	bad.Schedule.Seed = 8
+	results := []result{{ok, check(ok)}, {bad, check(bad)}}
+	path := filepath.Join(t.TempDir(), "r.md")
+	m := runMeta{cfg: &Config{NP: 4, Timeout: 5e9, Epochs: 8, Calls: 800}, workload: "any", transport: "any"}
+	if err := writeReport(path, m, map[string]*Record{}, results); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	for _, want := range []string{"**2 runs, 1 with violations**", "| kill | 2 runs, 1 violated |", "### Seed 8: sgd over auto, kill",
+		"Replay: `build/chaos -seed 8 -np 4 -timeout 5s`", "- **one view**: the survivors of communicator c0 split", `left_out="[1 2 3]"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the report lacks %q:\n%s", want, b)
+		}
 	}
 }

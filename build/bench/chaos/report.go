@@ -56,6 +56,53 @@ func fired(r *Record) string {
 	return strings.Join(parts, "<br>")
 }
 
+// neverFired counts the faults whose trigger never came.
+func neverFired(results []result) int {
+	n := 0
+	for _, r := range results {
+		n += len(r.rec.Schedule.Faults) - len(r.rec.Fired)
+	}
+	return n
+}
+
+// scenarioTable: runs and runs with violations per scenario and job.
+func scenarioTable(results []result) string {
+	type cell struct{ runs, bad int }
+	cells := map[[2]string]*cell{}
+	jobs := map[string]bool{}
+	for _, r := range results {
+		k := [2]string{r.rec.Schedule.Scenario, r.rec.Schedule.Job()}
+		jobs[k[1]] = true
+		if cells[k] == nil {
+			cells[k] = &cell{}
+		}
+		cells[k].runs++
+		if len(r.vs) > 0 {
+			cells[k].bad++
+		}
+	}
+	cols := slices.Sorted(maps.Keys(jobs))
+	var b strings.Builder
+	b.WriteString("| scenario | " + strings.Join(cols, " | ") + " |\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
+	for _, sc := range scenarios {
+		var row []string
+		seen := false
+		for _, j := range cols {
+			c := cells[[2]string{sc.name, j}]
+			if c == nil {
+				row = append(row, "")
+				continue
+			}
+			seen = true
+			row = append(row, fmt.Sprintf("%d runs, %d violated", c.runs, c.bad))
+		}
+		if seen {
+			fmt.Fprintf(&b, "| %s | %s |\n", sc.name, strings.Join(row, " | "))
+		}
+	}
+	return b.String()
+}
+
 type runMeta struct {
 	began     time.Time
 	wall      time.Duration
@@ -111,7 +158,11 @@ func writeReport(path string, m runMeta, refs map[string]*Record, results []resu
 			b.WriteString(".\n")
 		}
 	}
-	fmt.Fprintf(&b, "- Replay a run: the command in its row's section below (the seed draws the workload, the scenario, the faults and their triggers).\n\n")
+	fmt.Fprintf(&b, "- Replay a run: the command in its row's section below (the seed draws the workload, the scenario, the faults and their triggers).\n")
+	if n := neverFired(results); n > 0 {
+		fmt.Fprintf(&b, "- %d fault(s) never fired: their trigger's log line did not come (the engine logs no \"shrink\" or \"agreed\" line at INFO yet; a joiner's phase needs a joiner).\n", n)
+	}
+	b.WriteString("\n" + scenarioTable(results) + "\n")
 	b.WriteString("| seed | job | scenario | what fired | s | verdict |\n|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		v := "ok"
