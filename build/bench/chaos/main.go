@@ -60,6 +60,7 @@ func main() {
 	rate := flag.String("rate", "1gbit", "with -netns: the hosts' link rate")
 	report := flag.String("report", "", "write the Markdown report here")
 	list := flag.Bool("list", false, "print the seeds' schedules and run nothing")
+	repeat := flag.Int("repeat", 1, "run each seed this many times (the same schedule; whether a race is hit may vary)")
 	recheck := flag.String("check", "", "check the run whose log (run.log) is here again, and run nothing")
 	flag.Parse()
 	if *recheck != "" {
@@ -71,6 +72,15 @@ func main() {
 	}
 	if *ci {
 		seeds = ciSeeds
+	}
+	if *repeat > 1 {
+		var rep []uint64
+		for _, s := range seeds {
+			for range *repeat {
+				rep = append(rep, s)
+			}
+		}
+		seeds = rep
 	}
 	if *list {
 		pc := planConfig{Workload: *workload, Transport: *transport, Timeout: cfg.Timeout, Steps: cfg.steps(), Netns: *netns}
@@ -117,14 +127,16 @@ func run(cfg *Config, seeds []uint64, pc planConfig, rate, report string) int {
 	load0 := loadAvg()
 	refs := map[string]*Record{}
 	var results []result
+	tries := map[uint64]int{}
 	for _, seed := range seeds {
+		tries[seed]++
 		s := plan(seed, pc)
 		ref, err := reference(cfg, refs, s.Workload, s.Transport)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return 2
 		}
-		rec, err := runOne(cfg, s, refHash(ref), bound(cfg, ref, s))
+		rec, err := runOne(cfg, s, tries[seed], refHash(ref), bound(cfg, ref, s))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "chaos: seed %d: %v\n", seed, err)
 			return 2
@@ -192,7 +204,7 @@ func reference(cfg *Config, refs map[string]*Record, workload, transport string)
 	var rec *Record
 	for try := 1; ; try++ {
 		var err error
-		if rec, err = runOne(cfg, Schedule{Workload: workload, Transport: transport, Scenario: "uninterrupted"}, "", max(cfg.Bound, 10*time.Minute)); err != nil {
+		if rec, err = runOne(cfg, Schedule{Workload: workload, Transport: transport, Scenario: "uninterrupted"}, 1, "", max(cfg.Bound, 10*time.Minute)); err != nil {
 			return nil, err
 		}
 		rec.WantHash = refHash(rec)

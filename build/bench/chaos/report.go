@@ -94,7 +94,7 @@ func scenarioTable(results []result) string {
 				continue
 			}
 			seen = true
-			row = append(row, fmt.Sprintf("%d runs, %d violated", c.runs, c.bad))
+			row = append(row, fmt.Sprintf("%d run%s, %d violated", c.runs, map[bool]string{true: "s"}[c.runs != 1], c.bad))
 		}
 		if seen {
 			fmt.Fprintf(&b, "| %s | %s |\n", sc.name, strings.Join(row, " | "))

@@ -173,10 +173,13 @@ func freePort(h *hosts) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// runOne runs schedule s and returns its record; wantHash is the
-// uninterrupted run's (sgd), bound the run's limit.
-func runOne(cfg *Config, s Schedule, wantHash string, bound time.Duration) (*Record, error) {
+// runOne runs schedule s (its try-th time) and returns its record;
+// wantHash is the uninterrupted run's (sgd), bound the run's limit.
+func runOne(cfg *Config, s Schedule, try int, wantHash string, bound time.Duration) (*Record, error) {
 	dir := filepath.Join(cfg.Out, fmt.Sprintf("seed-%d", s.Seed))
+	if try > 1 {
+		dir += fmt.Sprintf(".%d", try)
+	}
 	if len(s.Faults) == 0 {
 		dir = filepath.Join(cfg.Out, "uninterrupted-"+s.Workload+"-"+s.Transport)
 	}
