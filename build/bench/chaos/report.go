@@ -126,6 +126,9 @@ func replay(m runMeta, seed uint64) string {
 	if m.netns {
 		s += " -netns -rate " + m.rate
 	}
+	if m.cfg.Epochs != 8 || m.cfg.Calls != 800 { // the flags' defaults: the run's length moves the first trigger
+		s += fmt.Sprintf(" -epochs %d -calls %d", m.cfg.Epochs, m.cfg.Calls)
+	}
 	return s
 }
 
