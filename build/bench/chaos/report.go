@@ -20,13 +20,26 @@ func summary(r *Record, vs []Violation) string {
 		for _, v := range vs {
 			names = append(names, v.Invariant)
 		}
-		verdict = fmt.Sprintf("VIOLATED %s (log %s)", strings.Join(dedup(names), ", "), filepath.Join(r.Dir, "run.log"))
+		verdict = fmt.Sprintf("VIOLATED %s (log %s)", strings.Join(dedup(names), ", "), rel(filepath.Join(r.Dir, "run.log")))
 	}
 	what := r.Schedule.String()
 	if len(r.Schedule.Faults) == 0 { // rebuilt from a log: its schedule line says it
 		what = r.Schedule.Scenario
 	}
 	return fmt.Sprintf("seed %d %s, %s [%.1f s]: %s", r.Schedule.Seed, r.Schedule.Job(), what, r.Elapsed.Seconds(), verdict)
+}
+
+// rel is path relative to the working directory (the repository's root
+// under build/chaos), when it is below it.
+func rel(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	if r, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return path
 }
 
 func dedup(s []string) []string {
@@ -145,11 +158,13 @@ func writeReport(path string, m runMeta, refs map[string]*Record, results []resu
 	fmt.Fprintf(&b, "`build/chaos` (build/bench/chaos; docs/elastic.md, \"Chaos harness\") at commit %s: **%d runs, %d with violations**, %.0f s of wall time.\n\n",
 		strings.TrimSpace(string(commit)), len(results), failed, m.wall.Seconds())
 	where := "one host, loopback (TCP control mesh, shared memory between ranks)"
+	sgd := fmt.Sprintf("`sgd -np %d %s`", m.cfg.NP, strings.Join(m.cfg.sgdArgs(), " "))
 	if m.netns {
 		where = fmt.Sprintf("2 emulated hosts (network namespaces, links at %s)", m.rate)
+		sgd = fmt.Sprintf("`sgd %s`, one process per rank started by the harness (which respawns as -np would)", strings.Join(m.cfg.sgdArgs(), " "))
 	}
-	fmt.Fprintf(&b, "- Jobs: %d ranks on %s, GOCOLL_TIMEOUT=%v; sgd: `sgd -np %d %s`; C: build/bench/chaos/c/client.c, %d checked allreduces.\n",
-		m.cfg.NP, where, m.cfg.Timeout, m.cfg.NP, strings.Join(m.cfg.sgdArgs(), " "), m.cfg.Calls)
+	fmt.Fprintf(&b, "- Jobs: %d ranks on %s, GOCOLL_TIMEOUT=%v; sgd: %s; C: build/bench/chaos/c/client.c, %d checked allreduces.\n",
+		m.cfg.NP, where, m.cfg.Timeout, sgd, m.cfg.Calls)
 	fmt.Fprintf(&b, "- Machine: %d CPUs (%s), load average %s at the start, %s at the end (shared with other work: times are not performance figures).\n",
 		runtime.NumCPU(), runtime.GOARCH, strings.TrimSpace(m.load[0]), strings.TrimSpace(m.load[1]))
 	for _, w := range slices.Sorted(maps.Keys(refs)) {
@@ -187,7 +202,7 @@ func writeReport(path string, m runMeta, refs map[string]*Record, results []resu
 			continue
 		}
 		fmt.Fprintf(&b, "\n### Seed %d: %s, %s\n\n", r.rec.Schedule.Seed, r.rec.Schedule.Job(), r.rec.Schedule.Scenario)
-		fmt.Fprintf(&b, "Replay: `%s`. Schedule: %s. Log: `%s`.\n\n", replay(m, r.rec.Schedule.Seed), r.rec.Schedule, filepath.Join(r.rec.Dir, "run.log"))
+		fmt.Fprintf(&b, "Replay: `%s`. Schedule: %s. Log: `%s`.\n\n", replay(m, r.rec.Schedule.Seed), r.rec.Schedule, rel(filepath.Join(r.rec.Dir, "run.log")))
 		for _, v := range r.vs {
 			fmt.Fprintf(&b, "- **%s**: %s\n", v.Invariant, v.What)
 			if len(v.Evidence) > 0 {
