@@ -186,6 +186,12 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 	}
 	l, err := connect(ctx, c.rank, size, tag, ns.secret, ns.host, s.growExchange(inst, joiners, size), c.opts)
 	if err != nil {
+		if !errors.Is(err, ErrPeerLost) {
+			// A member or joiner that could not be reached: a peer
+			// failure to recover from (shrink, then grow again), not a
+			// usage error.
+			err = fmt.Errorf("%w: %w", ErrPeerLost, err)
+		}
 		return nil, c.growError(err)
 	}
 	grown, err := adopt(c.rank, size, l, &netSplitter{secret: ns.secret, tag: tag, host: ns.host}, c.opts)

@@ -155,12 +155,14 @@ func (c *Comm) ShrinkWith(exclude []int, opts Options) (*Comm, error) {
 	// mesh tells a dead rank from a live one at the agreement's first
 	// message to it (nobody listens).
 	suspects := slices.Clone(exclude)
+	c.log.Info("shrink", "exclude", exclude, "timeout", c.opts.Timeout)
 	view, err := s.agree(ctx, suspects)
 	for attempt := 1; ; attempt++ {
 		if err != nil {
 			return nil, c.shrinkError(err)
 		}
 		agreed := time.Now()
+		c.log.Info("agreed", "view_size", len(view), "attempt", attempt)
 		if c.opts.hooks.crashAt(c.rank, "agreed") {
 			return nil, c.crashForTest()
 		}

@@ -162,9 +162,9 @@ func (j *rankProcs) wait(grace time.Duration) (failed []string) {
 			case e.rank >= n && e.err != nil:
 				j.say("sgd: replacement %d failed (%v); the job goes on without it\n", e.rank-n, e.err)
 			case e.rank >= n:
-			case e.err != nil && j.el.On && killed(e.err):
+			case e.err != nil && j.el.On && (killed(e.err) || leftOut(e.err)):
 				dead++
-				j.say("sgd: rank %d died (%v); the job goes on without it\n", e.rank, e.err)
+				j.say("sgd: rank %d died or was left out (%v); the job goes on without it\n", e.rank, e.err)
 				if dead == n {
 					failed = append(failed, "every rank died")
 				}
@@ -255,6 +255,13 @@ func joinJob(jobFile string, opts engine.Options) (*engine.Comm, string, error) 
 }
 
 // killed says whether a child's exit error is a death by a signal.
+// leftOut says whether a rank exited because the others went on without
+// it (exitLeftOut).
+func leftOut(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == exitLeftOut
+}
+
 func killed(err error) bool {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {

@@ -156,10 +156,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
+// exitLeftOut is a rank's exit status when the others went on without
+// it (stopped past the timeout, or of a view superseded meanwhile): the
+// job did not fail, this rank is no longer in it.
+const exitLeftOut = 3
+
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "sgd:", err)
+		}
+		if errors.Is(err, engine.ErrExcluded) {
+			os.Exit(exitLeftOut)
 		}
 		os.Exit(1)
 	}

@@ -144,7 +144,10 @@ func JoinJob(path string, replaces int, secret []byte, opts engine.Options) (*en
 	if timeout <= 0 {
 		timeout = engine.DefaultTimeout
 	}
-	deadline := time.Now().Add(timeout)
+	// The job may first have to shrink (up to eight timeouts: Shrink's
+	// bound) and recover before it grows: waiting one timeout gave a
+	// replacement up while the job it was to join still recovered.
+	deadline := time.Now().Add(10 * timeout)
 	var last error
 	for time.Now().Before(deadline) {
 		j, err := readJob(path)
