@@ -299,183 +299,216 @@ func reply(conns []net.Conn, payload []byte) {
 	wg.Wait()
 }
 
-// serve owns the job's state.
+// serve owns the job's state: it hands each event to the rendezvous,
+// until the rendezvous is over.
 func (r *Root) serve() {
-	var (
-		nranks     int  // 0 until the first join
-		first      = -1 // the rank that set nranks
-		members    = map[int]*member{}
-		joined     bool   // round 0 complete
-		round      uint32 // current round after join
-		left       []int  // ranks that closed their connection after joining
-		duplicates []string
-		timer      = time.NewTimer(r.timeout)
-	)
-	defer timer.Stop()
-
-	memberConns := func(pred func(*member) bool) []net.Conn {
-		var cs []net.Conn
-		for _, m := range members {
-			if pred == nil || pred(m) {
-				cs = append(cs, m.conn)
-			}
-		}
-		return cs
-	}
-	reject := func(c net.Conn, text string) {
-		r.refused.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
-		reply([]net.Conn{c}, errorReply(ErrRankConflict, text))
-		c.Close()
-	}
-	fail := func(conns []net.Conn, cause error, text string) {
-		r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, cause, text)
-		r.logger.Warn("bootstrap: rendezvous failed", "reason", text)
-		reply(conns, errorReply(cause, "root at "+r.Addr()+": "+text))
-	}
-	missing := func(pred func(*member) bool) []int {
-		var ms []int
-		for i := range nranks {
-			if m := members[i]; m == nil || !pred(m) {
-				ms = append(ms, i)
-			}
-		}
-		return ms
-	}
-	complete := func() {
-		blobs := make([][]byte, nranks)
-		for i, m := range members {
-			blobs[i] = m.blob
-			m.blob, m.submitted = nil, false
-		}
-		reply(memberConns(nil), encodeTable(blobs))
-	}
-
-loop:
-	for {
+	z := &rendezvous{r: r, members: map[int]*member{}, first: -1, timer: time.NewTimer(r.timeout)}
+	defer z.timer.Stop()
+	for done := false; !done; {
 		select {
 		case <-r.closed:
 			if r.err == nil {
 				r.err = errors.New("bootstrap: root closed")
 			}
-			break loop
-
-		case <-timer.C:
-			if !joined {
-				text := fmt.Sprintf("ranks %s never joined within %v (%d of %d arrived)", formatRanks(missing(func(*member) bool { return true })), r.timeout, len(members), nranks)
-				if nranks == 0 {
-					text = fmt.Sprintf("no rank joined within %v", r.timeout)
-				}
-				if len(duplicates) > 0 {
-					text += "; rejected duplicates: " + strings.Join(duplicates, ", ")
-				}
-				// A missing rank whose connections failed authentication
-				// has a wrong secret: a setup error, not a slow rank, and
-				// every rank should say so alike.
-				cause := ErrRankMissing
-				var badSecret []int
-				for _, q := range missing(func(*member) bool { return true }) {
-					if r.authFailed(q) {
-						badSecret = append(badSecret, q)
-					}
-				}
-				if nranks == 0 && r.authFailed(-1) {
-					badSecret = append(badSecret, -1)
-				}
-				if len(badSecret) > 0 {
-					cause = ErrAuth
-					text += "; connections claiming to be ranks " + formatRanks(badSecret) + " failed authentication (a wrong GOCOLL_SECRET or unique id?)"
-				}
-				fail(memberConns(nil), cause, text)
-			} else {
-				fail(memberConns(func(m *member) bool { return m.submitted }), ErrRankMissing,
-					fmt.Sprintf("round %d: ranks %s did not take part within %v", round, formatRanks(missing(func(m *member) bool { return m.submitted })), r.timeout))
-			}
-			break loop
-
+			done = true
+		case <-z.timer.C:
+			z.expire()
+			done = true
 		case e := <-r.events:
 			switch e.kind {
 			case evJoin:
-				switch {
-				case joined:
-					reject(e.conn, fmt.Sprintf("rank %d arrived after the job had joined", e.rank))
-				case e.nranks < 1 || e.nranks > MaxRanks:
-					reject(e.conn, fmt.Sprintf("rank %d says nranks=%d (the root serves 1 to %d ranks)", e.rank, e.nranks, MaxRanks))
-				case nranks != 0 && e.nranks != nranks:
-					fail(append(memberConns(nil), e.conn), ErrSizeMismatch, fmt.Sprintf("ranks disagree on the job size: rank %d says nranks=%d, rank %d said %d", e.rank, e.nranks, first, nranks))
-					break loop
-				case e.rank >= e.nranks:
-					reject(e.conn, fmt.Sprintf("rank %d is out of range for nranks=%d", e.rank, e.nranks))
-				case members[e.rank] != nil:
-					old := members[e.rank].addr
-					duplicates = append(duplicates, fmt.Sprintf("rank %d from %s (already joined from %s)", e.rank, e.conn.RemoteAddr(), old))
-					reject(e.conn, fmt.Sprintf("rank %d already joined from %s", e.rank, old))
-				default:
-					if nranks == 0 {
-						nranks, first = e.nranks, e.rank
-					}
-					members[e.rank] = &member{conn: e.conn, addr: e.conn.RemoteAddr().String(), blob: e.blob, submitted: true}
-					r.logger.Debug("bootstrap: rank joined", "rank", e.rank, "remote", e.conn.RemoteAddr().String(), "joined", len(members), "nranks", nranks)
-					if len(members) == nranks {
-						r.ln.Close() // the job is complete: nobody else may join
-						r.removeSecretFile()
-						complete()
-						joined, round = true, 1
-						timer.Stop()
-					}
-				}
-
+				done = z.join(e)
 			case evRound:
-				m := members[e.rank]
-				if m == nil || m.conn != e.conn {
-					e.conn.Close()
-					continue
-				}
-				switch {
-				case e.round != round:
-					fail(memberConns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d is at round %d, the root at round %d", e.rank, e.round, round))
-					break loop
-				case len(left) > 0:
-					text := fmt.Sprintf("round %d: ranks %s have left the job", round, formatRanks(left))
-					r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, ErrRankLeft, text)
-					reply([]net.Conn{m.conn}, errorReply(ErrRankLeft, "root at "+r.Addr()+": "+text))
-					continue
-				case m.submitted:
-					fail(memberConns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d sent round %d twice", e.rank, round))
-					break loop
-				}
-				if len(memberConns(func(m *member) bool { return m.submitted })) == 0 {
-					timer.Reset(r.timeout) // first arrival in this round
-				}
-				m.blob, m.submitted = e.blob, true
-				if len(missing(func(m *member) bool { return m.submitted })) == 0 {
-					complete()
-					round++
-					timer.Stop()
-				}
-
+				done = z.contribute(e)
 			case evGone:
-				m := members[e.rank]
-				if m == nil || m.conn != e.conn {
-					continue // a rejected connection
-				}
-				delete(members, e.rank)
-				if !joined {
-					// It may dial again; nothing was promised to it yet.
-					r.logger.Warn("bootstrap: rank left before the job joined", "rank", e.rank, "err", e.err)
-					continue
-				}
-				left = append(left, e.rank)
-				if waiting := memberConns(func(m *member) bool { return m.submitted }); len(waiting) > 0 {
-					fail(waiting, ErrRankLeft, fmt.Sprintf("round %d: rank %d left the job (%v)", round, e.rank, e.err))
-					break loop
-				}
-				if len(members) == 0 {
-					break loop // every rank closed its connection: the job is over
-				}
+				done = z.gone(e)
 			}
 		}
 	}
 	r.shutdown()
+}
+
+// rendezvous is the root's state of the job: who joined, which round is
+// gathered, who submitted to it, who left.
+type rendezvous struct {
+	r          *Root
+	nranks     int // 0 until the first join
+	first      int // the rank that set nranks
+	members    map[int]*member
+	joined     bool   // round 0 complete
+	round      uint32 // current round after join
+	left       []int  // ranks that closed their connection after joining
+	duplicates []string
+	timer      *time.Timer
+}
+
+// conns are the members' connections that pred holds for (all: nil).
+func (z *rendezvous) conns(pred func(*member) bool) []net.Conn {
+	var cs []net.Conn
+	for _, m := range z.members {
+		if pred == nil || pred(m) {
+			cs = append(cs, m.conn)
+		}
+	}
+	return cs
+}
+
+func submitted(m *member) bool { return m.submitted }
+func anyMember(*member) bool   { return true }
+
+// missing are the ranks of the job that pred does not hold for.
+func (z *rendezvous) missing(pred func(*member) bool) []int {
+	var ms []int
+	for i := range z.nranks {
+		if m := z.members[i]; m == nil || !pred(m) {
+			ms = append(ms, i)
+		}
+	}
+	return ms
+}
+
+// reject refuses one connection, telling it why.
+func (z *rendezvous) reject(c net.Conn, text string) {
+	z.r.refused.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
+	reply([]net.Conn{c}, errorReply(ErrRankConflict, text))
+	c.Close()
+}
+
+// fail ends the rendezvous, telling conns why.
+func (z *rendezvous) fail(conns []net.Conn, cause error, text string) {
+	z.r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, cause, text)
+	z.r.logger.Warn("bootstrap: rendezvous failed", "reason", text)
+	reply(conns, errorReply(cause, "root at "+z.r.Addr()+": "+text))
+}
+
+// complete sends every member the table of the round.
+func (z *rendezvous) complete() {
+	blobs := make([][]byte, z.nranks)
+	for i, m := range z.members {
+		blobs[i] = m.blob
+		m.blob, m.submitted = nil, false
+	}
+	reply(z.conns(nil), encodeTable(blobs))
+}
+
+// expire: the timeout passed before the join or a round completed.
+func (z *rendezvous) expire() {
+	if z.joined {
+		z.fail(z.conns(submitted), ErrRankMissing,
+			fmt.Sprintf("round %d: ranks %s did not take part within %v", z.round, formatRanks(z.missing(submitted)), z.r.timeout))
+		return
+	}
+	text := fmt.Sprintf("ranks %s never joined within %v (%d of %d arrived)", formatRanks(z.missing(anyMember)), z.r.timeout, len(z.members), z.nranks)
+	if z.nranks == 0 {
+		text = fmt.Sprintf("no rank joined within %v", z.r.timeout)
+	}
+	if len(z.duplicates) > 0 {
+		text += "; rejected duplicates: " + strings.Join(z.duplicates, ", ")
+	}
+	// A missing rank whose connections failed authentication has a wrong
+	// secret: a setup error, not a slow rank, and every rank should say
+	// so alike.
+	cause := ErrRankMissing
+	var badSecret []int
+	for _, q := range z.missing(anyMember) {
+		if z.r.authFailed(q) {
+			badSecret = append(badSecret, q)
+		}
+	}
+	if z.nranks == 0 && z.r.authFailed(-1) {
+		badSecret = append(badSecret, -1)
+	}
+	if len(badSecret) > 0 {
+		cause = ErrAuth
+		text += "; connections claiming to be ranks " + formatRanks(badSecret) + " failed authentication (a wrong GOCOLL_SECRET or unique id?)"
+	}
+	z.fail(z.conns(nil), cause, text)
+}
+
+// join takes a rank's join; true ends the rendezvous.
+func (z *rendezvous) join(e event) bool {
+	switch {
+	case z.joined:
+		z.reject(e.conn, fmt.Sprintf("rank %d arrived after the job had joined", e.rank))
+	case e.nranks < 1 || e.nranks > MaxRanks:
+		z.reject(e.conn, fmt.Sprintf("rank %d says nranks=%d (the root serves 1 to %d ranks)", e.rank, e.nranks, MaxRanks))
+	case z.nranks != 0 && e.nranks != z.nranks:
+		z.fail(append(z.conns(nil), e.conn), ErrSizeMismatch, fmt.Sprintf("ranks disagree on the job size: rank %d says nranks=%d, rank %d said %d", e.rank, e.nranks, z.first, z.nranks))
+		return true
+	case e.rank >= e.nranks:
+		z.reject(e.conn, fmt.Sprintf("rank %d is out of range for nranks=%d", e.rank, e.nranks))
+	case z.members[e.rank] != nil:
+		old := z.members[e.rank].addr
+		z.duplicates = append(z.duplicates, fmt.Sprintf("rank %d from %s (already joined from %s)", e.rank, e.conn.RemoteAddr(), old))
+		z.reject(e.conn, fmt.Sprintf("rank %d already joined from %s", e.rank, old))
+	default:
+		if z.nranks == 0 {
+			z.nranks, z.first = e.nranks, e.rank
+		}
+		z.members[e.rank] = &member{conn: e.conn, addr: e.conn.RemoteAddr().String(), blob: e.blob, submitted: true}
+		z.r.logger.Debug("bootstrap: rank joined", "rank", e.rank, "remote", e.conn.RemoteAddr().String(), "joined", len(z.members), "nranks", z.nranks)
+		if len(z.members) == z.nranks {
+			z.r.ln.Close() // the job is complete: nobody else may join
+			z.r.removeSecretFile()
+			z.complete()
+			z.joined, z.round = true, 1
+			z.timer.Stop()
+		}
+	}
+	return false
+}
+
+// contribute takes a member's contribution to a later round; true ends
+// the rendezvous.
+func (z *rendezvous) contribute(e event) bool {
+	m := z.members[e.rank]
+	if m == nil || m.conn != e.conn {
+		e.conn.Close()
+		return false
+	}
+	switch {
+	case e.round != z.round:
+		z.fail(z.conns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d is at round %d, the root at round %d", e.rank, e.round, z.round))
+		return true
+	case len(z.left) > 0:
+		text := fmt.Sprintf("round %d: ranks %s have left the job", z.round, formatRanks(z.left))
+		z.r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, ErrRankLeft, text)
+		reply([]net.Conn{m.conn}, errorReply(ErrRankLeft, "root at "+z.r.Addr()+": "+text))
+		return false
+	case m.submitted:
+		z.fail(z.conns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d sent round %d twice", e.rank, z.round))
+		return true
+	}
+	if len(z.conns(submitted)) == 0 {
+		z.timer.Reset(z.r.timeout) // first arrival in this round
+	}
+	m.blob, m.submitted = e.blob, true
+	if len(z.missing(submitted)) == 0 {
+		z.complete()
+		z.round++
+		z.timer.Stop()
+	}
+	return false
+}
+
+// gone: a member's connection ended; true ends the rendezvous.
+func (z *rendezvous) gone(e event) bool {
+	m := z.members[e.rank]
+	if m == nil || m.conn != e.conn {
+		return false // a rejected connection
+	}
+	delete(z.members, e.rank)
+	if !z.joined {
+		// It may dial again; nothing was promised to it yet.
+		z.r.logger.Warn("bootstrap: rank left before the job joined", "rank", e.rank, "err", e.err)
+		return false
+	}
+	z.left = append(z.left, e.rank)
+	if waiting := z.conns(submitted); len(waiting) > 0 {
+		z.fail(waiting, ErrRankLeft, fmt.Sprintf("round %d: rank %d left the job (%v)", z.round, e.rank, e.err))
+		return true
+	}
+	return len(z.members) == 0 // every rank closed its connection: the job is over
 }
 
 func (r *Root) shutdown() {
