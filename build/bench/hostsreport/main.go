@@ -47,14 +47,6 @@ type cell struct {
 	bytes      int
 }
 
-type row struct {
-	cell
-	label string
-	busbw float64
-	medUs float64
-	ok    bool
-}
-
 func readCSV(path string) ([][]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -79,149 +71,29 @@ func median(v []float64) float64 {
 }
 
 func run(rawPath, linksPath, rate, metaPath, out string) error {
-	recs, err := readCSV(rawPath)
+	sum, err := readRaw(rawPath)
 	if err != nil {
 		return err
 	}
-	var rows []row
-	for _, r := range recs {
-		if len(r) < 14 || r[13] == "UNSUPPORTED" {
-			continue
-		}
-		bytes, _ := strconv.Atoi(r[5])
-		med, _ := strconv.ParseFloat(r[7], 64)
-		bus, _ := strconv.ParseFloat(r[12], 64)
-		rows = append(rows, row{cell{r[0], r[3], bytes}, r[2], bus, med, r[13] != "FAIL"})
-	}
-	lrecs, err := readCSV(linksPath)
+	linkRates, err := readLinks(linksPath)
 	if err != nil {
 		return err
 	}
-	linkRates := map[string][]float64{}
-	for _, r := range lrecs[1:] {
-		if v, err := strconv.ParseFloat(r[2], 64); err == nil && v > 0 {
-			linkRates[r[0]] = append(linkRates[r[0]], v/1e9)
-		}
-	}
-	// Medians over rounds.
-	type key struct {
-		cell
-		label string
-	}
-	vals := map[key][]float64{}
-	times := map[key][]float64{}
-	bad := map[key]bool{}
-	var labels []string
-	var cells []cell
-	for _, r := range rows {
-		k := key{r.cell, r.label}
-		vals[k] = append(vals[k], r.busbw)
-		times[k] = append(times[k], r.medUs)
-		bad[k] = bad[k] || !r.ok
-		if !slices.Contains(labels, r.label) {
-			labels = append(labels, r.label)
-		}
-		if !slices.Contains(cells, r.cell) {
-			cells = append(cells, r.cell)
-		}
-	}
-	sort.Slice(cells, func(i, j int) bool {
-		a, b := cells[i], cells[j]
-		if a.config != b.config {
-			return a.config < b.config
-		}
-		if a.op != b.op {
-			return a.op < b.op
-		}
-		return a.bytes < b.bytes
-	})
-	sort.Slice(labels, func(i, j int) bool { return labels[i] < labels[j] })
 	var md strings.Builder
-	fmt.Fprintf(&md, "# gocoll vs Gloo across emulated hosts (build/hosts)\n\n")
-	unlimited := rate == "unlimited" || rate == "0"
-	links := fmt.Sprintf("every host link is limited to %s each way with `tc tbf`", rate)
-	if unlimited {
-		links = "the host links are not limited (no tc): each veth carries what the cores can push, so the CPU, not the link, is the limit"
+	if err := intro(&md, rate, metaPath); err != nil {
+		return err
 	}
-	fmt.Fprintf(&md, "Hosts are network namespaces joined by a bridge; %s; ranks of one host share a tmpfs on /dev/shm, hosts share only TCP. Cells: busbw GB/s, median over rounds of each run's median iteration (barrier, then one op; the max over ranks). Float32, sum.\n\n", links)
-	if unlimited {
-		fmt.Fprintf(&md, "Link rate L: measured before every round with every host streaming TCP to the next at once (`build/bench/tcpstream`, 1 MiB writes); L is the median over links and rounds. A CPU-bound rate drifts with the machine's load, hence the measurement per round.\n\n")
-	} else {
-		fmt.Fprintf(&md, "Link rate L: measured in the same run with every host streaming TCP to the next at once (median over links).\n\n")
-	}
-	if metaPath != "" {
-		b, err := os.ReadFile(metaPath)
-		if err != nil {
-			return err
-		}
-		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			if l != "" {
-				fmt.Fprintf(&md, "- %s\n", l)
-			}
-		}
-		fmt.Fprintln(&md)
-	}
-	fmt.Fprintf(&md, "Bounds: ring = L (one rank per host, or a flat ring's busiest link); hierarchical = L·(2(n−1)/n)/(2(H−1)/H) for allreduce, L·((n−1)/n)/((H−1)/H) for allgather and reduce-scatter (each host sends and receives the data once), L for broadcast.\n\n")
 	var flagged []string
 	configs := []string{}
-	for _, c := range cells {
+	for _, c := range sum.cells {
 		if !slices.Contains(configs, c.config) {
 			configs = append(configs, c.config)
 		}
 	}
 	for _, cfg := range configs {
-		var h, r int
-		fmt.Sscanf(cfg, "%dx%d", &h, &r)
-		n := h * r
-		l := median(linkRates[cfg])
-		fmt.Fprintf(&md, "## %d hosts × %d ranks (n = %d), L = %.4f GB/s (links: %s)\n\n", h, r, n, l, fmtList(linkRates[cfg]))
-		fmt.Fprintf(&md, "| op | size |")
-		for _, lb := range labels {
-			fmt.Fprintf(&md, " %s |", lb)
-		}
-		withBase := slices.Contains(labels, baseLabel)
-		fmt.Fprintf(&md, " gocoll / Gloo | gocoll / ring bound | gocoll / hierarchical bound |")
-		if withBase {
-			fmt.Fprintf(&md, " gocoll / base |")
-		}
-		fmt.Fprintf(&md, "\n|---|---:|")
-		for range labels {
-			fmt.Fprintf(&md, "---:|")
-		}
-		fmt.Fprintf(&md, "---:|---:|---:|")
-		if withBase {
-			fmt.Fprintf(&md, "---:|")
-		}
-		fmt.Fprintln(&md)
-		for _, c := range cells {
-			if c.config != cfg {
-				continue
-			}
-			fmt.Fprintf(&md, "| %s | %s |", c.op, size(c.bytes))
-			for _, lb := range labels {
-				k := key{c, lb}
-				v := median(vals[k])
-				mark := ""
-				if bad[k] {
-					mark = " (check failed)"
-				}
-				fmt.Fprintf(&md, " %.4f (%s)%s |", v, us(median(times[k])), mark)
-			}
-			g := median(vals[key{c, "gocoll"}])
-			fmt.Fprintf(&md, " %s | %s | %s |", ratio(g, median(vals[key{c, "gloo"}])), ratio(g, l), ratio(g, hierBound(c.op, l, h, n)))
-			if withBase {
-				r := ratio(g, median(vals[key{c, baseLabel}]))
-				if slower(times[key{c, "gocoll"}], times[key{c, baseLabel}]) {
-					r += " **"
-					flagged = append(flagged, fmt.Sprintf("%s %s %s %s×", cfg, c.op, size(c.bytes), ratio(g, median(vals[key{c, baseLabel}]))))
-				}
-				fmt.Fprintf(&md, " %s |", r)
-			}
-			fmt.Fprintln(&md)
-		}
-		fmt.Fprintln(&md)
+		flagged = append(flagged, sum.configTable(&md, cfg, median(linkRates[cfg]), linkRates[cfg])...)
 	}
-	if slices.Contains(labels, baseLabel) {
+	if slices.Contains(sum.labels, baseLabel) {
 		fmt.Fprintf(&md, "gocoll / base: busbw of this tree over that of `%s` (BASE=, the before of a before/after run, same rounds). `**`: slower than the base beyond the run-to-run spread (gocoll's median time above the base's by more than the larger of the two spreads over rounds, max/min − 1; by more than 20%% with one round).\n\n", baseLabel)
 		if len(flagged) == 0 {
 			fmt.Fprintf(&md, "Slower than the base beyond the spread: none.\n")
@@ -232,7 +104,159 @@ func run(rawPath, linksPath, rate, metaPath, out string) error {
 	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
-	return plotAll(filepath.Join(out, "results.png"), configs, cells, labels, func(c cell, lb string) float64 { return median(vals[key{c, lb}]) }, linkRates)
+	return plotAll(filepath.Join(out, "results.png"), configs, sum.cells, sum.labels, func(c cell, lb string) float64 { return median(sum.vals[key{c, lb}]) }, linkRates)
+}
+
+// key is one library's cell.
+type key struct {
+	cell
+	label string
+}
+
+// summary is the raw rows gathered by cell and library, over rounds.
+type summary struct {
+	vals, times map[key][]float64 // busbw, median time (µs): one per round
+	bad         map[key]bool      // a round's check failed
+	labels      []string          // the libraries, sorted
+	cells       []cell            // sorted by configuration, op, size
+}
+
+// readRaw reads build/hosts' raw.csv into a summary.
+func readRaw(path string) (*summary, error) {
+	recs, err := readCSV(path)
+	if err != nil {
+		return nil, err
+	}
+	sum := &summary{vals: map[key][]float64{}, times: map[key][]float64{}, bad: map[key]bool{}}
+	for _, r := range recs {
+		if len(r) < 14 || r[13] == "UNSUPPORTED" {
+			continue
+		}
+		bytes, _ := strconv.Atoi(r[5])
+		med, _ := strconv.ParseFloat(r[7], 64)
+		bus, _ := strconv.ParseFloat(r[12], 64)
+		k := key{cell{r[0], r[3], bytes}, r[2]}
+		sum.vals[k] = append(sum.vals[k], bus)
+		sum.times[k] = append(sum.times[k], med)
+		sum.bad[k] = sum.bad[k] || r[13] == "FAIL"
+		if !slices.Contains(sum.labels, k.label) {
+			sum.labels = append(sum.labels, k.label)
+		}
+		if !slices.Contains(sum.cells, k.cell) {
+			sum.cells = append(sum.cells, k.cell)
+		}
+	}
+	sort.Slice(sum.cells, func(i, j int) bool {
+		a, b := sum.cells[i], sum.cells[j]
+		if a.config != b.config {
+			return a.config < b.config
+		}
+		if a.op != b.op {
+			return a.op < b.op
+		}
+		return a.bytes < b.bytes
+	})
+	sort.Strings(sum.labels)
+	return sum, nil
+}
+
+// readLinks reads links.csv: each configuration's measured link rates, GB/s.
+func readLinks(path string) (map[string][]float64, error) {
+	lrecs, err := readCSV(path)
+	if err != nil {
+		return nil, err
+	}
+	rates := map[string][]float64{}
+	for _, r := range lrecs[1:] {
+		if v, err := strconv.ParseFloat(r[2], 64); err == nil && v > 0 {
+			rates[r[0]] = append(rates[r[0]], v/1e9)
+		}
+	}
+	return rates, nil
+}
+
+// intro writes what the report measured, and how.
+func intro(md *strings.Builder, rate, metaPath string) error {
+	fmt.Fprintf(md, "# gocoll vs Gloo across emulated hosts (build/hosts)\n\n")
+	unlimited := rate == "unlimited" || rate == "0"
+	links := fmt.Sprintf("every host link is limited to %s each way with `tc tbf`", rate)
+	if unlimited {
+		links = "the host links are not limited (no tc): each veth carries what the cores can push, so the CPU, not the link, is the limit"
+	}
+	fmt.Fprintf(md, "Hosts are network namespaces joined by a bridge; %s; ranks of one host share a tmpfs on /dev/shm, hosts share only TCP. Cells: busbw GB/s, median over rounds of each run's median iteration (barrier, then one op; the max over ranks). Float32, sum.\n\n", links)
+	if unlimited {
+		fmt.Fprintf(md, "Link rate L: measured before every round with every host streaming TCP to the next at once (`build/bench/tcpstream`, 1 MiB writes); L is the median over links and rounds. A CPU-bound rate drifts with the machine's load, hence the measurement per round.\n\n")
+	} else {
+		fmt.Fprintf(md, "Link rate L: measured in the same run with every host streaming TCP to the next at once (median over links).\n\n")
+	}
+	if metaPath != "" {
+		b, err := os.ReadFile(metaPath)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if l != "" {
+				fmt.Fprintf(md, "- %s\n", l)
+			}
+		}
+		fmt.Fprintln(md)
+	}
+	fmt.Fprintf(md, "Bounds: ring = L (one rank per host, or a flat ring's busiest link); hierarchical = L·(2(n−1)/n)/(2(H−1)/H) for allreduce, L·((n−1)/n)/((H−1)/H) for allgather and reduce-scatter (each host sends and receives the data once), L for broadcast.\n\n")
+	return nil
+}
+
+// configTable writes one configuration's table (link rate l, measured as
+// rates) and returns its cells slower than the base.
+func (sum *summary) configTable(md *strings.Builder, cfg string, l float64, rates []float64) (flagged []string) {
+	var h, r int
+	fmt.Sscanf(cfg, "%dx%d", &h, &r)
+	n := h * r
+	fmt.Fprintf(md, "## %d hosts × %d ranks (n = %d), L = %.4f GB/s (links: %s)\n\n", h, r, n, l, fmtList(rates))
+	fmt.Fprintf(md, "| op | size |")
+	for _, lb := range sum.labels {
+		fmt.Fprintf(md, " %s |", lb)
+	}
+	withBase := slices.Contains(sum.labels, baseLabel)
+	fmt.Fprintf(md, " gocoll / Gloo | gocoll / ring bound | gocoll / hierarchical bound |")
+	if withBase {
+		fmt.Fprintf(md, " gocoll / base |")
+	}
+	fmt.Fprintf(md, "\n|---|---:|")
+	for range sum.labels {
+		fmt.Fprintf(md, "---:|")
+	}
+	fmt.Fprintf(md, "---:|---:|---:|")
+	if withBase {
+		fmt.Fprintf(md, "---:|")
+	}
+	fmt.Fprintln(md)
+	for _, c := range sum.cells {
+		if c.config != cfg {
+			continue
+		}
+		fmt.Fprintf(md, "| %s | %s |", c.op, size(c.bytes))
+		for _, lb := range sum.labels {
+			k := key{c, lb}
+			mark := ""
+			if sum.bad[k] {
+				mark = " (check failed)"
+			}
+			fmt.Fprintf(md, " %.4f (%s)%s |", median(sum.vals[k]), us(median(sum.times[k])), mark)
+		}
+		g := median(sum.vals[key{c, "gocoll"}])
+		fmt.Fprintf(md, " %s | %s | %s |", ratio(g, median(sum.vals[key{c, "gloo"}])), ratio(g, l), ratio(g, hierBound(c.op, l, h, n)))
+		if withBase {
+			rb := ratio(g, median(sum.vals[key{c, baseLabel}]))
+			if slower(sum.times[key{c, "gocoll"}], sum.times[key{c, baseLabel}]) {
+				rb += " **"
+				flagged = append(flagged, fmt.Sprintf("%s %s %s %s×", cfg, c.op, size(c.bytes), ratio(g, median(sum.vals[key{c, baseLabel}]))))
+			}
+			fmt.Fprintf(md, " %s |", rb)
+		}
+		fmt.Fprintln(md)
+	}
+	fmt.Fprintln(md)
+	return flagged
 }
 
 // baseLabel is the label build/hosts gives the BASE= build of gocoll.
