@@ -123,7 +123,7 @@ func member(c *engine.Comm, opts Options) (*State, error) {
 // step dieAt. It returns the final state of every rank that finished.
 func runJob(t *testing.T, n, victim int, dieAt uint64, jobFile string) map[int][]byte {
 	t.Helper()
-	comms, _ := tcpRanks(t, n, engine.Options{Transport: "tcp", Timeout: 10 * time.Second})
+	comms, _ := tcpRanks(t, n, engine.Options{Transport: "tcp", Timeout: 10 * time.Second, DumpDir: t.TempDir()})
 	var mu sync.Mutex
 	final := map[int][]byte{}
 	errs := make([]error, n)
@@ -199,7 +199,7 @@ func TestRunSameState(t *testing.T) {
 // joins. Before, the left-out rank rewrote the file and replacements
 // joined it.
 func TestSupersededViewStops(t *testing.T) {
-	opts := engine.Options{Transport: "tcp", Timeout: 10 * time.Second}
+	opts := engine.Options{Transport: "tcp", Timeout: 10 * time.Second, DumpDir: t.TempDir()}
 	jobFile := filepath.Join(t.TempDir(), "job")
 	comms, _ := tcpRanks(t, 3, opts)
 	defer func() {
@@ -320,7 +320,7 @@ func TestSwapJob(t *testing.T) {
 // state of an uninterrupted run. Before, the bad joiner ended the job.
 func TestGrowRefusesBadJoiner(t *testing.T) {
 	want := runJob(t, 2, -1, 0, "")[0]
-	opts := engine.Options{Transport: "tcp", Timeout: 10 * time.Second}
+	opts := engine.Options{Transport: "tcp", Timeout: 10 * time.Second, DumpDir: t.TempDir()}
 	jobFile := filepath.Join(t.TempDir(), "job")
 	comms, secret := tcpRanks(t, 2, opts)
 	defer func() {
@@ -415,7 +415,7 @@ func TestGrowRefusesBadJoiner(t *testing.T) {
 // failed admission); the grown one is the State's, for the next
 // recovery.
 func TestGrowThenFailedRecoveryFreesOld(t *testing.T) {
-	opts := engine.Options{Transport: "tcp", Timeout: 10 * time.Second}
+	opts := engine.Options{Transport: "tcp", Timeout: 10 * time.Second, DumpDir: t.TempDir()}
 	jobFile := filepath.Join(t.TempDir(), "job")
 	comms, secret := tcpRanks(t, 2, opts)
 	defer func() {
