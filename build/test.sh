@@ -85,10 +85,11 @@ step gofmt gofmt_clean
 step no-binaries no_binaries_tracked
 step cgo-only-in-capi no_cgo_outside_capi
 step vet go vet ./...
-# The race detector watches goroutines: engine/kernel and engine/sched are
+# The race detector watches goroutines: engine/kernel, engine/sched and
+# engine/agree (a state machine without goroutines, by design) are
 # single-goroutine computations (go-test runs them in full), so it skips
 # them.
-race_pkgs=$(go list ./engine/... | grep -v -e '/engine/kernel$' -e '/engine/sched$')
+race_pkgs=$(go list ./engine/... | grep -v -e '/engine/kernel$' -e '/engine/sched$' -e '/engine/agree$')
 step race go test -race -short -count=1 -timeout 15m $race_pkgs
 step deps later deps "$deps_pid"
 case "$failures" in *" deps"*)

@@ -370,7 +370,7 @@ func TestShrinkPausedCoordinator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	const timeout = 3 * time.Second
+	const timeout = 2 * time.Second
 	for _, c := range []struct {
 		pause time.Duration
 		size  int

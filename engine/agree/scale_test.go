@@ -917,7 +917,7 @@ func TestScaleCrashStopMajority(t *testing.T) {
 // the other and, when stuck, on its own (false suspicion): at most one
 // view is decided.
 func TestScalePartition(t *testing.T) {
-	seeds, n := scaleSeeds(t, 2, 4)
+	seeds, n := scaleSeeds(t, 2, 1)
 	if testing.Short() && os.Getenv("GOCOLL_TEST_AGREE_N") == "" {
 		// A side without a quorum ends one coordinator timeout after
 		// another (each ends with ErrNoQuorum and answers nothing): n²

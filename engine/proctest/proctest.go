@@ -153,7 +153,14 @@ func RunInTempDir(m *testing.M) int {
 	defer os.RemoveAll(tmp)
 	os.Setenv("TMPDIR", tmp)
 	// The tables that communicators across hosts cache (GOCOLL_TUNE) go
-	// there too, not into the user's cache dir.
+	// there too, not into the user's cache dir; but go build, which tests
+	// run for their binaries, keeps the user's build cache (its default
+	// follows XDG_CACHE_HOME; an empty one rebuilds every dependency).
+	if os.Getenv("GOCACHE") == "" {
+		if dir, err := os.UserCacheDir(); err == nil {
+			os.Setenv("GOCACHE", filepath.Join(dir, "go-build"))
+		}
+	}
 	os.Setenv("XDG_CACHE_HOME", filepath.Join(tmp, "cache"))
 	return m.Run()
 }
