@@ -20,6 +20,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +42,7 @@ type options struct {
 	directMax             int
 	out, models           string
 	jobs                  int
+	allreduce             bool     // project the allreduce (else the models only)
 	args                  []string // as given, for the report
 }
 
@@ -80,6 +82,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.out, "out", "scale-sim", "output path without extension (.md and .png are written)")
 	fs.StringVar(&o.models, "models", "", `JSON file of measured figures: {"init": InitParams, "shrink": ShrinkParams} (model.go)`)
 	fs.IntVar(&o.jobs, "j", 1, "predictions run at once")
+	fs.BoolVar(&o.allreduce, "allreduce", true, "project the allreduce; false: only the models' tables (needs -models), no figure")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -107,6 +110,9 @@ func parseFlags(args []string) (*options, error) {
 	o.algos = strings.Split(*algos, ",")
 	if o.jobs < 1 || o.directMax < 1 {
 		return nil, fmt.Errorf("-j %d, -direct-max %d: want ≥ 1, ≥ 1", o.jobs, o.directMax)
+	}
+	if !o.allreduce && o.models == "" {
+		return nil, errors.New("-allreduce=false leaves nothing to project without -models")
 	}
 	return o, nil
 }
@@ -198,10 +204,36 @@ func (o *options) project(log io.Writer) ([]point, error) {
 	return pts, nil
 }
 
-// modelFile is the -models file.
+// modelFile is the -models file: one set of figures (init, shrink), or
+// several side by side (variants), e.g. the setup as built and a design.
 type modelFile struct {
-	Init   *InitParams   `json:"init"`
-	Shrink *ShrinkParams `json:"shrink"`
+	Init     *InitParams    `json:"init,omitempty"`
+	Shrink   *ShrinkParams  `json:"shrink,omitempty"`
+	Variants []modelVariant `json:"variants,omitempty"`
+}
+
+// modelVariant is one named set of figures; Note says where they came
+// from, and is printed with its tables.
+type modelVariant struct {
+	Name   string        `json:"name"`
+	Note   string        `json:"note,omitempty"`
+	Init   *InitParams   `json:"init,omitempty"`
+	Shrink *ShrinkParams `json:"shrink,omitempty"`
+}
+
+// variants are the file's sets of figures, the unnamed one first.
+func (m modelFile) variants() ([]modelVariant, error) {
+	var vs []modelVariant
+	if m.Init != nil || m.Shrink != nil {
+		vs = append(vs, modelVariant{Init: m.Init, Shrink: m.Shrink})
+	}
+	for i, v := range m.Variants {
+		if v.Name == "" || v.Init == nil && v.Shrink == nil {
+			return nil, fmt.Errorf("variant %d (%q): want a name and init or shrink figures", i, v.Name)
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
 }
 
 func run(o *options, log io.Writer) error {
@@ -217,18 +249,25 @@ func run(o *options, log io.Writer) error {
 			return fmt.Errorf("%s: %w", o.models, err)
 		}
 	}
-	pts, err := o.project(log)
-	if err != nil {
-		return err
-	}
 	var md strings.Builder
 	fmt.Fprintf(&md, "`go run ./build/bench/scaleproj %s`\n\n", strings.Join(o.args, " "))
-	o.writeTables(&md, pts)
+	var pts []point
+	if o.allreduce {
+		var err error
+		if pts, err = o.project(log); err != nil {
+			return err
+		}
+		o.writeTables(&md, pts)
+	}
 	if err := writeModels(&md, o.ranks, models); err != nil {
 		return err
 	}
 	if err := os.WriteFile(o.out+".md", []byte(md.String()), 0o644); err != nil {
 		return err
+	}
+	if !o.allreduce {
+		fmt.Fprintf(log, "wrote %s.md\n", o.out)
+		return nil
 	}
 	if err := o.plot(pts, o.out+".png"); err != nil {
 		return err

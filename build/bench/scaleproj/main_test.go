@@ -45,6 +45,61 @@ func TestRunSmall(t *testing.T) {
 	}
 }
 
+// Named variants side by side, without the allreduce: each variant's
+// heading, note and tables, no figure; a variant without a name or
+// figures, or no -models at all, is an error.
+func TestRunModelsOnly(t *testing.T) {
+	dir := t.TempDir()
+	star := setupParams()
+	star.Roots, star.FanOut = 1, 1<<20
+	write := func(m modelFile) string {
+		data, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "m.json")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	models := write(modelFile{Variants: []modelVariant{
+		{Name: "star, as built", Note: "from the bootstrap benchmark", Init: &star},
+		{Name: "tree, a design", Init: ptr(setupParams()), Shrink: &ShrinkParams{Hop: 10e-6, PerMessage: 5e-6, Setup: setupParams()}},
+	}})
+	out := filepath.Join(dir, "proj")
+	o, err := parseFlags([]string{"-ranks", "1024,65536", "-allreduce=false", "-models", models, "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(o, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(out + ".md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### star, as built\n\nfrom the bootstrap benchmark", "**Setup, star, as built**", "### tree, a design",
+		"**Setup, tree, a design**", "**Shrink by one rank, tree, a design**", "| 65,536 |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(string(md), "Allreduce") || strings.Count(string(md), "**Setup") != 2 {
+		t.Errorf("want the two setup tables and no allreduce:\n%s", md)
+	}
+	if _, err := os.Stat(out + ".png"); err == nil {
+		t.Error("a figure without the allreduce")
+	}
+	o.models = write(modelFile{Variants: []modelVariant{{Name: "empty"}}})
+	if err := run(o, io.Discard); err == nil || !strings.Contains(err.Error(), "variant 0") {
+		t.Errorf("a variant without figures: %v", err)
+	}
+	if _, err := parseFlags([]string{"-allreduce=false"}); err == nil {
+		t.Error("-allreduce=false without -models: no error")
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func TestFlags(t *testing.T) {

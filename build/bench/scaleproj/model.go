@@ -17,7 +17,9 @@ import (
 // The setup assumed: every rank sends its address to one of Roots roots
 // (rank r to root r mod Roots); the roots all-gather their parts (in
 // ⌈log2 Roots⌉ steps, recursive doubling); each root then hands the whole
-// table down a tree of degree FanOut over its share of the ranks; then
+// table down a tree of degree FanOut over its share of the ranks (a
+// FanOut of at least the share is a star: the root sends the table to
+// each rank of its share itself, as gocoll's one root does); then
 // every rank connects the neighbours its first schedules need (ring and
 // recursive doubling: 2 + log2 N of them, Neighbours overrides) and the
 // rest lazily, which is not setup time.
@@ -109,8 +111,10 @@ func Init(n int, p InitParams) (InitTime, error) {
 		t.Gather += float64(log2ceil(roots))*p.Hop + table*float64(roots-1)/float64(roots)
 	}
 	// Down each root's tree: at every level a parent sends the whole
-	// table to its FanOut children, one after another on its link.
-	t.Spread = float64(levels(share, p.FanOut)) * (p.Hop + float64(p.FanOut)*table)
+	// table to its children, FanOut of them or as many as its share
+	// leaves (a star: share - 1), one after another on its link.
+	children := min(p.FanOut, share-1)
+	t.Spread = float64(levels(share, p.FanOut)) * (p.Hop + float64(children)*table)
 	k := p.Neighbours
 	if k == 0 {
 		k = 2 + log2ceil(n)

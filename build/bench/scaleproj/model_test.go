@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -58,6 +59,28 @@ func TestInitShape(t *testing.T) {
 	if err != nil || lone.Connect != 0 || lone.Spread != 0 {
 		t.Errorf("one rank: %+v, %v", lone, err)
 	}
+}
+
+// A fan-out at least the ranks is a star, gocoll's one root: one level,
+// the root sending the table to every other rank of its share, not to
+// FanOut of them (the table's traffic through the root is quadratic).
+func TestInitStar(t *testing.T) {
+	p := setupParams()
+	p.Roots, p.FanOut = 1, 1<<20
+	for _, n := range []int{2, 1024, 65536} {
+		got, err := Init(n, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := float64(n*p.AddrBytes) / p.Bandwidth
+		near(t, fmt.Sprintf("star spread at %d ranks", n), got.Spread, p.Hop+float64(n-1)*table)
+		near(t, fmt.Sprintf("star gather at %d ranks", n), got.Gather, p.Hop+float64(n)*p.RootPerRank)
+	}
+	// A tree whose last level is partial still charges FanOut sends a
+	// level: the path to the last child is what counts.
+	p.FanOut = 4
+	got, _ := Init(6, p) // 1 + 4 + 1: two levels
+	near(t, "partial tree", got.Spread, 2*(p.Hop+4*float64(6*p.AddrBytes)/p.Bandwidth))
 }
 
 func TestInitBadParams(t *testing.T) {

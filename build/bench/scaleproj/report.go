@@ -62,16 +62,37 @@ func (o *options) writeTables(md *strings.Builder, pts []point) {
 }
 
 // writeModels writes the setup and shrink models' projections when
-// measured figures were given.
+// measured figures were given: per variant, its note and its tables.
 func writeModels(md *strings.Builder, ranks []int, m modelFile) error {
-	if m.Init == nil && m.Shrink == nil {
+	vs, err := m.variants()
+	if err != nil {
+		return err
+	}
+	if len(vs) == 0 {
 		md.WriteString("Setup and shrink: no measured figures given (-models FILE).\n")
 		return nil
 	}
-	if m.Init != nil {
-		md.WriteString("**Setup** (model.go, Init)\n\n| ranks | gather | spread | connect | total |\n|---:|---:|---:|---:|---:|\n")
+	for _, v := range vs {
+		name := ""
+		if v.Name != "" {
+			name = ", " + v.Name
+			fmt.Fprintf(md, "### %s\n\n", v.Name)
+		}
+		if v.Note != "" {
+			fmt.Fprintf(md, "%s\n\n", v.Note)
+		}
+		if err := writeVariant(md, ranks, v, name); err != nil {
+			return fmt.Errorf("%s: %w", strings.TrimPrefix(name, ", "), err)
+		}
+	}
+	return nil
+}
+
+func writeVariant(md *strings.Builder, ranks []int, v modelVariant, name string) error {
+	if v.Init != nil {
+		fmt.Fprintf(md, "**Setup%s** (model.go, Init)\n\n| ranks | gather | spread | connect | total |\n|---:|---:|---:|---:|---:|\n", name)
 		for _, n := range ranks {
-			t, err := Init(n, *m.Init)
+			t, err := Init(n, *v.Init)
 			if err != nil {
 				return err
 			}
@@ -79,10 +100,10 @@ func writeModels(md *strings.Builder, ranks []int, m modelFile) error {
 		}
 		md.WriteString("\n")
 	}
-	if m.Shrink != nil {
-		md.WriteString("**Shrink by one rank** (model.go, Shrink)\n\n| ranks | detect | agree | setup | total | ballots | round trips |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	if v.Shrink != nil {
+		fmt.Fprintf(md, "**Shrink by one rank%s** (model.go, Shrink)\n\n| ranks | detect | agree | setup | total | ballots | round trips |\n|---:|---:|---:|---:|---:|---:|---:|\n", name)
 		for _, n := range ranks {
-			t, err := Shrink(n, *m.Shrink)
+			t, err := Shrink(n, *v.Shrink)
 			if err != nil {
 				return err
 			}
