@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/gocoll/gocoll/engine/agree"
+)
+
+// BenchmarkCtlWrite is the sender's cost of one control message over
+// loopback TCP (JSON, MAC, one write; the reader drains): an agreement
+// message carrying ids member ids (a proposal or commit carries the
+// view), and the setup table a shrink's root sends every member (entries
+// of the size of a rank's first setup blob). The shrink model's inputs
+// (docs/scale.md) are read off these.
+func BenchmarkCtlWrite(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(io.Discard, c)
+				c.Close()
+			}()
+		}
+	}()
+	dial := func(b *testing.B) *ctlConn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		return &ctlConn{Conn: c, key: make([]byte, 32), dialled: true}
+	}
+	for _, ids := range []int{0, 1024, 16384} {
+		b.Run(fmt.Sprintf("agree/ids=%d", ids), func(b *testing.B) {
+			cc := dial(b)
+			view := make([]int, ids)
+			for i := range view {
+				view[i] = i
+			}
+			m := ctlMsg{Inst: 7, Agree: &agree.Msg{Kind: agree.Propose, Ballot: 3, Set: view}}
+			for range b.N {
+				if err := cc.write(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, n := range []int{256, 1024} {
+		b.Run(fmt.Sprintf("table/n=%d", n), func(b *testing.B) {
+			cc := dial(b)
+			table := make([][]byte, n)
+			for i := range table {
+				table[i] = make([]byte, 177)
+			}
+			b.SetBytes(int64(n * 177))
+			for range b.N {
+				if err := cc.write(ctlMsg{Inst: 7, Round: 1, Table: table}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
