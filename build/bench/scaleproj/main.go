@@ -10,7 +10,7 @@
 //
 //	scaleproj -out build/perf/scale-sim [-ranks 1024,4096,16384,65536]
 //	    [-per-host 8,16] [-bytes 4K,1M,64M] [-nic 10gbit] [-nic-latency 10us]
-//	    [-models measured.json]
+//	    [-models measured.json] [-allreduce=false]
 //
 // Beyond -direct-max ranks every algorithm is projected from small
 // clusters by the way it grows, as the engine's choice predicts it
@@ -80,7 +80,7 @@ func parseFlags(args []string) (*options, error) {
 	o := &options{args: args}
 	fs.IntVar(&o.directMax, "direct-max", 1024, "beyond this many ranks the schedules are projected from small clusters, not walked whole")
 	fs.StringVar(&o.out, "out", "scale-sim", "output path without extension (.md and .png are written)")
-	fs.StringVar(&o.models, "models", "", `JSON file of measured figures: {"init": InitParams, "shrink": ShrinkParams} (model.go)`)
+	fs.StringVar(&o.models, "models", "", `JSON file of measured figures: {"init": InitParams, "shrink": ShrinkParams}, or {"variants": [{"name", "note", "init", "shrink"}, …]} (model.go)`)
 	fs.IntVar(&o.jobs, "j", 1, "predictions run at once")
 	fs.BoolVar(&o.allreduce, "allreduce", true, "project the allreduce; false: only the models' tables (needs -models), no figure")
 	if err := fs.Parse(args); err != nil {
