@@ -54,7 +54,7 @@ func sgdRun(shrunk [3]string, hash, exit string, extra ...string) []string {
 		ls = append(ls, fmt.Sprintf("launcher|[rank %d] ", r)+slogLine(100+r, r, 4, "c0", "algorithm chosen", "op=allreduce algo=virtual-shm bytes=19296"))
 	}
 	ls = append(ls, "harness|chaos: fault 1 (kill member#3 at step 97 +15ms): SIGKILL rank 3 (pid 103, rank 3 now)",
-		"launcher|sgd: rank 3 died (signal: killed); the job goes on without it")
+		"launcher|sgd: rank 3 died or was left out (signal: killed); the job goes on without it")
 	for r := range 3 {
 		ls = append(ls, fmt.Sprintf("launcher|[rank %d] ", r)+slogLine(100+r, r, 4, "c0", "shrunk", shrunk[r]))
 	}
@@ -176,6 +176,29 @@ func TestCheckViews(t *testing.T) {
 				t.Errorf("first violation %q, want it to say %q", vs[0].What, tc.what)
 			}
 		})
+	}
+}
+
+// A coordinator paused past the timeout after a kill: the others go on
+// without it, and it learns it was left out and exits 3, which sgd's
+// launcher reports as a rank gone ("died or was left out"): one view (a
+// run of the harness once counted it as a second one).
+func TestCheckPausedCoordinatorLeftOut(t *testing.T) {
+	ls := sgdRun([3]string{}, "", "")[:9] // the run line, the pids, c0
+	ls = append(ls, "harness|chaos: fault 1 (kill non-coordinator#3 at step 97 +2ms): SIGKILL rank 3 (pid 103, rank 3 now)",
+		"launcher|sgd: rank 3 died or was left out (signal: killed); the job goes on without it",
+		"harness|chaos: fault 2 (stop coordinator on failed +8ms for 11.1s): SIGSTOP rank 0 (pid 100, rank 0 now) for 11.1s")
+	for r := 1; r < 3; r++ {
+		ls = append(ls, fmt.Sprintf("launcher|[rank %d] ", r)+slogLine(100+r, r, 4, "c0", "shrunk", fmt.Sprintf("new_rank=%d new_size=2 left_out=\"[0 3]\" attempts=1", r-1)))
+	}
+	for r := 1; r < 3; r++ {
+		ls = append(ls, fmt.Sprintf("launcher|[rank %d] ", r)+slogLine(100+r, r-1, 2, "c1", "algorithm chosen", "op=allreduce algo=virtual-shm bytes=19296"))
+	}
+	ls = append(ls, "launcher|[rank 0] sgd: rank 0: shrinking after step 97: gocoll: shrink on rank 0: excluded by the surviving members (suspected of having failed)",
+		"launcher|sgd: rank 0 died or was left out (exit status 3); the job goes on without it",
+		"launcher|weights sha256 "+hashA, "launcher|chaos: launcher exited: 0", "harness|chaos: ended after 13.3s")
+	if vs := check(runLog(t, ls...)); len(vs) > 0 {
+		t.Fatalf("violations: %+v", vs)
 	}
 }
 

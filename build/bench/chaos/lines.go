@@ -95,7 +95,7 @@ var (
 	reCall       = regexp.MustCompile(`^CALL (\d+)$`)
 	reRankPid    = regexp.MustCompile(`^(?:sgd|chaos): rank (\d+) is pid (\d+)$`)
 	reReplPid    = regexp.MustCompile(`^(?:sgd|chaos): replacement (\d+) for rank (\d+) is pid (\d+)$`)
-	reDied       = regexp.MustCompile(`^sgd: rank (\d+) died \(([^)]*)\)`)
+	reDied       = regexp.MustCompile(`^sgd: rank (\d+) died(?: or was left out)? \(([^)]*)\)`)
 	reReplFailed = regexp.MustCompile(`^sgd: replacement (\d+) failed \((.*)\); the job goes on`)
 	reNPFailed   = regexp.MustCompile(`rank (\d+): (exit status \d+|signal: [a-z ]+)`)
 	reExited     = regexp.MustCompile(`^chaos: (rank|new) (\d+) \(pid (\d+)\) exited: (.*)$`)
