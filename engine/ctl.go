@@ -44,6 +44,12 @@ type ctlMsg struct {
 	Lost int      `json:"l,omitempty"`
 	Why  string   `json:"w,omitempty"`
 	Grow *growMsg `json:"g,omitempty"`
+	// Bye: the sender closes its control mesh on purpose (every
+	// communicator that used it was destroyed). Its process lives on and
+	// is done with this mesh's agreements: down, never dead, so that a
+	// rank resumed after the others moved on (a zombie) cannot count them
+	// dead and agree a view of its own.
+	Bye bool `json:"y,omitempty"`
 }
 
 // ctlEvent is what the mesh delivers: a message from a peer, or that the
@@ -64,7 +70,11 @@ type ctlNet interface {
 	send(to int, m ctlMsg)
 	// next waits for the next event, or ctx's end.
 	next(ctx context.Context) (ctlEvent, error)
+	// close ends this rank's end with a goodbye: its peers see it down,
+	// not dead.
 	close()
+	// crash ends it as a process's death does (tests): no goodbye.
+	crash()
 }
 
 // ctlQueue is an unbounded FIFO of events.
@@ -110,13 +120,14 @@ type localCtlWorld struct {
 	mu     sync.Mutex
 	queues []*ctlQueue
 	closed []bool
+	left   []bool // closed with a goodbye (close, not crash)
 	// cut, when set (tests), loses every message from one rank to another
 	// for which it holds, silently: a network partition.
 	cut func(from, to int) bool
 }
 
 func newLocalCtlWorld(n int) *localCtlWorld {
-	w := &localCtlWorld{queues: make([]*ctlQueue, n), closed: make([]bool, n)}
+	w := &localCtlWorld{queues: make([]*ctlQueue, n), closed: make([]bool, n), left: make([]bool, n)}
 	for i := range w.queues {
 		w.queues[i] = newCtlQueue()
 	}
@@ -130,13 +141,13 @@ type localCtl struct {
 
 func (l localCtl) send(to int, m ctlMsg) {
 	l.w.mu.Lock()
-	gone, self := l.w.closed[to], l.w.closed[l.me]
+	gone, self, left := l.w.closed[to], l.w.closed[l.me], l.w.left[to]
 	lost := l.w.cut != nil && l.w.cut(l.me, to)
 	l.w.mu.Unlock()
 	switch {
 	case self, lost:
 	case gone:
-		l.w.queues[l.me].push(ctlEvent{from: to, down: true, dead: true, why: "its control link closed"})
+		l.w.queues[l.me].push(ctlEvent{from: to, down: true, dead: !left, why: "its control link closed"})
 	default:
 		l.w.queues[to].push(ctlEvent{from: l.me, msg: m})
 	}
@@ -144,22 +155,32 @@ func (l localCtl) send(to int, m ctlMsg) {
 
 func (l localCtl) next(ctx context.Context) (ctlEvent, error) { return l.w.queues[l.me].next(ctx) }
 
-// close is what a process's end looks like to the others: every peer
-// sees it down.
-func (l localCtl) close() {
+func (l localCtl) close() { l.end(true) }
+
+// crash is what a process's death looks like to the others.
+func (l localCtl) crash() { l.end(false) }
+
+func (l localCtl) end(bye bool) {
 	l.w.mu.Lock()
 	if l.w.closed[l.me] {
 		l.w.mu.Unlock()
 		return
 	}
-	l.w.closed[l.me] = true
+	l.w.closed[l.me], l.w.left[l.me] = true, bye
 	l.w.mu.Unlock()
+	why := "its control link closed"
+	if bye {
+		why = ctlByeWhy
+	}
 	for q := range l.w.queues {
 		if q != l.me {
-			l.w.queues[q].push(ctlEvent{from: l.me, down: true, dead: true, why: "its control link closed"})
+			l.w.queues[q].push(ctlEvent{from: l.me, down: true, dead: !bye, why: why})
 		}
 	}
 }
+
+// ctlByeWhy is why a peer that said goodbye is down.
+const ctlByeWhy = "it closed its control links (its communicators were destroyed)"
 
 // ctlTag is the handshake tag of the control mesh of the communicator
 // tagged tag: never a data connection's.
@@ -188,6 +209,9 @@ const (
 	// its listener was open since the communicator was made, so nobody
 	// listening means its process (or its recovery state) is gone.
 	ctlRefusedDown = 3
+	// ctlByeTime bounds the goodbyes of close: a stopped peer's socket
+	// buffer takes them; one whose buffer is full does without.
+	ctlByeTime = 100 * time.Millisecond
 )
 
 // tcpCtl is the control mesh over TCP: each rank listens from the
@@ -213,6 +237,9 @@ type tcpCtl struct {
 	mu         sync.Mutex
 	closed     bool
 	out        map[int]*ctlOutbox
+	served     map[*ctlConn]bool // incoming, authenticated: close says goodbye on them
+	left       map[int]bool      // peers that said goodbye: never dead after that
+	writers    sync.WaitGroup
 	conns      map[net.Conn]bool
 	pending    []net.Conn // in their handshake, oldest first
 	maxPending int
@@ -228,7 +255,8 @@ type ctlOutbox struct {
 func newTCPCtl(me int, addrs []string, secret []byte, tag [8]byte, timeout time.Duration, ln net.Listener, log *slog.Logger) *tcpCtl {
 	life, halt := context.WithCancel(context.Background())
 	t := &tcpCtl{me: me, log: log, addrs: addrs, secret: secret, tag: ctlTag(tag), timeout: timeout, ln: ln,
-		q: newCtlQueue(), out: map[int]*ctlOutbox{}, conns: map[net.Conn]bool{}, life: life, halt: halt,
+		q: newCtlQueue(), out: map[int]*ctlOutbox{}, served: map[*ctlConn]bool{}, left: map[int]bool{},
+		conns: map[net.Conn]bool{}, life: life, halt: halt,
 		maxPending: min(max(2*len(addrs), ctlMinPending), ctlMaxPending)}
 	t.growTag = growTag(tag)
 	t.wg.Add(1)
@@ -332,19 +360,47 @@ func (t *tcpCtl) serve(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	t.mu.Lock()
+	t.served[cc] = true
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.served, cc)
+		t.mu.Unlock()
+	}()
 	for {
 		m, err := cc.read()
-		if err != nil {
-			t.untrack(c)
-			why := "its control connection closed (process gone?)"
-			if !errors.Is(err, io.EOF) {
-				why = err.Error()
-			}
-			t.q.push(ctlEvent{from: peer, down: true, dead: transport.Died(err), why: why})
-			return
+		if err == nil && !m.Bye {
+			t.q.push(ctlEvent{from: peer, msg: m})
+			continue
 		}
-		t.q.push(ctlEvent{from: peer, msg: m})
+		t.untrack(c)
+		t.lost(peer, err)
+		return
 	}
+}
+
+// lost reports peer down after its connection ended with err (nil: a
+// goodbye): dead when the connection's end shows its process ended,
+// unless it said goodbye before.
+func (t *tcpCtl) lost(peer int, err error) {
+	t.mu.Lock()
+	if err == nil {
+		t.left[peer] = true
+	}
+	left, closed := t.left[peer], t.closed
+	t.mu.Unlock()
+	if closed {
+		return
+	}
+	why := "its control connection closed (process gone?)"
+	switch {
+	case left:
+		why = ctlByeWhy
+	case !errors.Is(err, io.EOF):
+		why = err.Error()
+	}
+	t.q.push(ctlEvent{from: peer, down: true, dead: !left && transport.Died(err), why: why})
 }
 
 func (t *tcpCtl) send(to int, m ctlMsg) {
@@ -357,7 +413,7 @@ func (t *tcpCtl) send(to int, m ctlMsg) {
 	if ob == nil {
 		ob = &ctlOutbox{notify: make(chan struct{}, 1)}
 		t.out[to] = ob
-		t.wg.Add(1)
+		t.writers.Add(1)
 		go t.writer(to, ob)
 	}
 	t.mu.Unlock()
@@ -375,15 +431,16 @@ func (t *tcpCtl) send(to int, m ctlMsg) {
 // held: the agreement fences a peer that is down, and a later message to
 // it (telling it it is out) starts a new writer.
 func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
-	defer t.wg.Done()
+	defer t.writers.Done()
 	down := func(why string, dead bool) {
 		t.mu.Lock()
 		if t.out[to] == ob {
 			delete(t.out, to)
 		}
+		left := t.left[to]
 		t.mu.Unlock()
 		if why != "" {
-			t.q.push(ctlEvent{from: to, down: true, dead: dead, why: why})
+			t.q.push(ctlEvent{from: to, down: true, dead: dead && !left, why: why})
 		}
 	}
 	c, why, dead := t.dial(to)
@@ -391,19 +448,22 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 		down(why, dead)
 		return
 	}
-	// The peer never writes on this connection: a read ends only when it
-	// goes away, which a rank that only sends to it (a member waiting for
-	// its setup data) must learn without writing again.
+	// The peer writes on this connection only its goodbye: a read ends
+	// when it goes away, which a rank that only sends to it (a member
+	// waiting for its setup data) must learn without writing again.
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		var b [1]byte
-		_, err := c.Read(b[:])
-		t.mu.Lock()
-		closed := t.closed
-		t.mu.Unlock()
-		if !closed {
-			t.q.push(ctlEvent{from: to, down: true, dead: transport.Died(err), why: "its control connection closed (process gone?)"})
+		for {
+			m, err := c.read()
+			if err == nil && !m.Bye {
+				continue
+			}
+			t.lost(to, err)
+			// The writer's next message fails at once and lets the
+			// outbox go: a later one dials anew.
+			c.Close()
+			return
 		}
 	}()
 	for {
@@ -416,9 +476,17 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 		closed := t.closed
 		t.mu.Unlock()
 		if closed {
+			c.SetWriteDeadline(time.Now().Add(ctlByeTime))
+			c.write(ctlMsg{Bye: true})
 			return
 		}
 		for _, m := range msgs {
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if closed {
+				break // its goodbye, next round
+			}
 			c.SetWriteDeadline(time.Now().Add(t.timeout))
 			if err := c.write(m); err != nil {
 				t.untrack(c.Conn)
@@ -490,7 +558,13 @@ func (t *tcpCtl) dialOnce(ctx context.Context, to int) (*ctlConn, error) {
 
 func (t *tcpCtl) next(ctx context.Context) (ctlEvent, error) { return t.q.next(ctx) }
 
-func (t *tcpCtl) close() {
+// close says goodbye on every connection, then closes them.
+func (t *tcpCtl) close() { t.end(true) }
+
+// crash closes every connection without a goodbye, as a death would.
+func (t *tcpCtl) crash() { t.end(false) }
+
+func (t *tcpCtl) end(bye bool) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -500,13 +574,36 @@ func (t *tcpCtl) close() {
 	t.halt()
 	t.ln.Close()
 	for c := range t.conns {
-		c.Close()
+		if bye {
+			// A write blocked on a peer that does not read ends now.
+			c.SetWriteDeadline(time.Now().Add(ctlByeTime))
+		} else {
+			c.Close()
+		}
+	}
+	var served []*ctlConn
+	for cc := range t.served {
+		served = append(served, cc)
 	}
 	for _, ob := range t.out {
 		select {
 		case ob.notify <- struct{}{}:
 		default:
 		}
+	}
+	t.mu.Unlock()
+	if bye {
+		// Only close writes on an incoming connection; each writer says
+		// its own goodbye on the way out.
+		for _, cc := range served {
+			cc.SetWriteDeadline(time.Now().Add(ctlByeTime))
+			cc.write(ctlMsg{Bye: true})
+		}
+	}
+	t.writers.Wait()
+	t.mu.Lock()
+	for c := range t.conns {
+		c.Close()
 	}
 	t.mu.Unlock()
 	t.wg.Wait()

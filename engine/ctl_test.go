@@ -87,3 +87,61 @@ func (r *tapeConn) Write(p []byte) (int, error) {
 	r.b = append(r.b, p...)
 	return r.Conn.Write(p)
 }
+
+// TestCtlGoodbye: a peer that closes its control mesh (its communicators
+// destroyed, its process alive) is down, never dead, on both of its
+// connections and on every later dial that finds nothing listening; one
+// that crashes is dead. Counting the first dead let a coordinator paused
+// past the timeout, resumed after the others had moved on, agree a view
+// of its own (chaos seed 1002).
+func TestCtlGoodbye(t *testing.T) {
+	for _, bye := range []bool{true, false} {
+		secret, tag := []byte("ctl-bye-secret"), [8]byte{4, 5, 6}
+		lns := make([]net.Listener, 2)
+		addrs := make([]string, 2)
+		for i := range lns {
+			ln, err := tcp.Listen("127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lns[i], addrs[i] = ln, ln.Addr().String()
+		}
+		a := newTCPCtl(0, addrs, secret, tag, 5*time.Second, lns[0], slog.New(slog.DiscardHandler))
+		b := newTCPCtl(1, addrs, secret, tag, 5*time.Second, lns[1], slog.New(slog.DiscardHandler))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Both directions connected: each sends, each receives.
+		a.send(1, ctlMsg{Inst: 1, Round: 1, Blob: []byte("a")})
+		b.send(0, ctlMsg{Inst: 1, Round: 1, Blob: []byte("b")})
+		for _, c := range []*tcpCtl{a, b} {
+			if ev, err := c.next(ctx); err != nil || ev.down {
+				t.Fatalf("bye=%v: %+v %v", bye, ev, err)
+			}
+		}
+		if bye {
+			b.close()
+		} else {
+			b.crash()
+		}
+		// Its two connections, then a message to it: a new dial refused.
+		ev, err := a.next(ctx)
+		if err != nil || !ev.down || ev.dead == bye {
+			t.Fatalf("bye=%v: first event %+v %v, want down and dead=%v", bye, ev, err, !bye)
+		}
+		if bye {
+			// The other connection's goodbye; a message to it, whose
+			// write fails; another, whose dial is refused three times:
+			// down, never dead.
+			for i := range 3 {
+				if i > 0 {
+					a.send(1, ctlMsg{Inst: 2, Round: 1, Blob: []byte("again")})
+				}
+				ev, err := a.next(ctx)
+				if err != nil || !ev.down || ev.dead {
+					t.Fatalf("event %d after the goodbye: %+v %v, want down and not dead", i+2, ev, err)
+				}
+			}
+		}
+		cancel()
+		a.close()
+	}
+}

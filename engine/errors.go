@@ -96,6 +96,17 @@ func wrapPeer(peer int, err error, timeout time.Duration) error {
 	return &peerError{peer: peer, err: err}
 }
 
+// setupTimeout turns a setup's context deadline into ErrTimeout, saying
+// what took longer than timeout: a caller that recovers from peer
+// failures (an elastic loop shrinking again) takes it for one, as it
+// does a collective's.
+func setupTimeout(err error, what string, timeout time.Duration) error {
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("%w: %s took longer than %v: %w", ErrTimeout, what, timeout, err)
+	}
+	return err
+}
+
 // failedRank is the rank err says failed (went away, or where an abort
 // started), or -1.
 func failedRank(err error) int {

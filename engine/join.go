@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -162,9 +161,7 @@ func bindHost(host string) string {
 
 func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c *Comm, err error) {
 	defer func() {
-		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
-			err = fmt.Errorf("%w: joining the job (rank %d of %d, root %s) took longer than %v: %w", ErrTimeout, rank, nranks, rootAddr, opts.Timeout, err)
-		}
+		err = setupTimeout(err, fmt.Sprintf("joining the job (rank %d of %d, root %s)", rank, nranks, rootAddr), opts.Timeout)
 	}()
 	// The root gives up after opts.Timeout and tells every rank why; a rank
 	// waits a little longer so that it hears that verdict (the same cause

@@ -252,7 +252,7 @@ func (c *Comm) CheckExclude(exclude []int) error {
 
 // crashForTest makes this rank look dead to the others (testHooks.shrink).
 func (c *Comm) crashForTest() error {
-	c.ctl.close()
+	c.ctl.crash()
 	c.Abort()
 	c.tr.Close()
 	return errors.New("crashed by the test")

@@ -15,7 +15,7 @@ import (
 // crash makes c's rank look like a dead process to the others: its
 // transport and control links close without a goodbye.
 func crash(c *Comm) {
-	c.ctl.close()
+	c.ctl.crash()
 	c.Abort()
 	c.tr.Close()
 }

@@ -67,7 +67,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	}
 	l, sp, err := c.split.child(c, seq, color, members, childRank)
 	if err != nil {
-		return nil, fmt.Errorf("gocoll: split on rank %d: %w", c.rank, err)
+		return nil, fmt.Errorf("gocoll: split on rank %d: %w", c.rank, setupTimeout(err, "setting up the child", c.opts.Timeout))
 	}
 	return adopt(childRank, len(members), l, sp, c.opts)
 }
