@@ -1,4 +1,4 @@
-package engine
+package recovery
 
 import (
 	"context"
@@ -24,9 +24,9 @@ func TestCtlFramesAuthenticated(t *testing.T) {
 		t.Fatal(err)
 	}
 	addrs := []string{ln.Addr().String(), "127.0.0.1:1"}
-	ctl := newTCPCtl(0, addrs, secret, tag, 5*time.Second, ln, slog.New(slog.DiscardHandler))
-	defer ctl.close()
-	dial := func() *ctlConn {
+	ctl := NewTCP(0, addrs, secret, tag, 5*time.Second, ln, slog.New(slog.DiscardHandler))
+	defer ctl.Close()
+	dial := func() *Conn {
 		c, err := net.Dial("tcp", addrs[0])
 		if err != nil {
 			t.Fatal(err)
@@ -35,13 +35,13 @@ func TestCtlFramesAuthenticated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &ctlConn{Conn: c, key: key, dialled: true}
+		return &Conn{Conn: c, key: key, dialled: true}
 	}
-	next := func() ctlEvent {
+	next := func() Event {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ev, err := ctl.next(ctx)
+		ev, err := ctl.Next(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestCtlFramesAuthenticated(t *testing.T) {
 	a := dial()
 	rec := &tapeConn{Conn: a.Conn}
 	a.Conn = rec
-	if err := a.write(ctlMsg{Inst: 7, Round: 1, Blob: []byte("hello")}); err != nil {
+	if err := a.WriteMsg(Msg{Inst: 7, Round: 1, Blob: []byte("hello")}); err != nil {
 		t.Fatal(err)
 	}
 	if ev := next(); ev.down || ev.from != 1 || string(ev.msg.Blob) != "hello" {
