@@ -9,10 +9,9 @@ import (
 )
 
 // Exchange is engine connect's exchange among view (ranks of the
-// communicator being shrunk), over the
-// control mesh, through the view's lowest rank (the new communicator's
-// rank 0): every member sends it its blob, it sends every member the
-// table of all. A star rather than every member to every other: each
+// communicator being shrunk), over the control mesh, through the view's
+// lowest rank (the new communicator's rank 0): every member sends it its
+// blob, it sends every member the table of all. A star rather than every member to every other: each
 // member dials one peer, not N-1 (the root dials N-1), and the mesh stays
 // as sparse as the agreement's.
 func (s *Recoverer) Exchange(inst uint64, view []int) func(ctx context.Context, blob []byte) ([][]byte, error) {

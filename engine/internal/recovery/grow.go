@@ -99,9 +99,9 @@ func (s *Recoverer) TakeJoiners(ctx context.Context, n int) ([]*Conn, int, error
 // joining process's to rank 0.
 func NewConn(c net.Conn, key []byte) *Conn { return &Conn{Conn: c, key: key, dialled: true} }
 
-// GrowExchange is engine connect's exchange for Grow, through rank 0: members send
-// their blob over the control mesh, joiners over their connection; rank 0
-// sends everyone the whole set.
+// GrowExchange is engine connect's exchange for Grow, through rank 0:
+// members send their blob over the control mesh, joiners over their
+// connection; rank 0 sends everyone the whole set.
 func (s *Recoverer) GrowExchange(inst uint64, joiners []*Conn, size int) func(ctx context.Context, blob []byte) ([][]byte, error) {
 	round := 0
 	return func(ctx context.Context, blob []byte) ([][]byte, error) {
