@@ -12,6 +12,7 @@ import (
 
 	"github.com/gocoll/gocoll/engine/internal/choose"
 	"github.com/gocoll/gocoll/engine/internal/exec"
+	"github.com/gocoll/gocoll/engine/internal/recovery"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 )
@@ -71,7 +72,7 @@ type Comm struct {
 	layout hostLayout // where the ranks are, equal on every rank
 	split  splitter   // how to build sub-communicators
 
-	ctl     ctlNet       // control links: what Shrink and Grow talk over
+	ctl     recovery.Net // control links: what Shrink and Grow talk over
 	elastic elasticState // Shrink, Grow and Revoke (mu)
 }
 
@@ -497,9 +498,9 @@ func (c *Comm) Destroy() error {
 	c.mu.Unlock()
 	switch {
 	case rec != nil:
-		rec.release() // closes the control links unless a shrunk child still answers through them
+		rec.Release() // closes the control links unless a shrunk child still answers through them
 	case c.ctl != nil:
-		c.ctl.close()
+		c.ctl.Close()
 	}
 	if c.elastic.keep != nil {
 		c.elastic.keep()

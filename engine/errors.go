@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/engine/internal/recovery"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
@@ -19,7 +20,7 @@ var (
 	// destroyed or aborted, ranks running different collectives).
 	ErrInvalidUsage = errors.New("invalid usage")
 	// ErrTimeout: a wait passed its deadline (GOCOLL_TIMEOUT).
-	ErrTimeout = errors.New("timed out")
+	ErrTimeout = recovery.ErrTimeout
 	// ErrMismatch: ranks called different collectives (op, type, count,
 	// root or sequence differ). It is also an ErrInvalidUsage.
 	ErrMismatch = transport.ErrMismatch

@@ -7,14 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/gocoll/gocoll/engine/bootstrap"
-	"io"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/engine/internal/recovery"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
@@ -26,52 +25,6 @@ import (
 // job's secret, under a tag derived from the communicator's: JoinInfo names
 // both the address and the tag, and holds nothing secret.
 
-// growMsg is what rank 0 tells a joiner (its rank, the new size and
-// tag), and the gathered setup blobs it sends back each round.
-type growMsg struct {
-	Rank int      `json:"rank"`
-	Size int      `json:"size"`
-	Tag  []byte   `json:"tag,omitempty"`
-	All  [][]byte `json:"all,omitempty"`
-}
-
-// growTag is the handshake tag a joiner of the communicator tagged tag
-// presents.
-func growTag(tag [8]byte) [8]byte {
-	sum := sha256.Sum256(append([]byte("gocoll-grow\x00"), tag[:]...))
-	var t [8]byte
-	copy(t[:], sum[:])
-	return t
-}
-
-// isGrowHello reads the start of a client hello and tells whether it
-// presents tag; the bytes read are put back for the handshake.
-func isGrowHello(c *replayConn, tag [8]byte, deadline time.Time) bool {
-	var head [16]byte
-	c.SetReadDeadline(deadline)
-	n, _ := io.ReadFull(c.Conn, head[:])
-	c.replay(head[:n])
-	return n == 16 && [8]byte(head[8:16]) == tag
-}
-
-// replayConn is an accepted connection whose first bytes may be read
-// twice.
-type replayConn struct {
-	net.Conn
-	pre []byte
-}
-
-func (r *replayConn) replay(b []byte) { r.pre = append(r.pre, b...) }
-
-func (r *replayConn) Read(p []byte) (int, error) {
-	if len(r.pre) > 0 {
-		n := copy(p, r.pre)
-		r.pre = r.pre[n:]
-		return n, nil
-	}
-	return r.Conn.Read(p)
-}
-
 const joinInfoPrefix = "gocoll-join:1:"
 
 // JoinInfo says how a new process reaches this communicator to join it
@@ -79,7 +32,7 @@ const joinInfoPrefix = "gocoll-join:1:"
 // secret. Every rank returns the same. Only communicators over sockets
 // have one.
 func (c *Comm) JoinInfo() (string, error) {
-	t, ok := c.ctl.(*tcpCtl)
+	t, ok := c.ctl.(*recovery.TCP)
 	if !ok {
 		return "", fmt.Errorf("gocoll: rank %d: %w: an in-process communicator cannot be joined", c.rank, ErrInvalidUsage)
 	}
@@ -87,7 +40,7 @@ func (c *Comm) JoinInfo() (string, error) {
 	if !ok {
 		return "", fmt.Errorf("gocoll: rank %d: %w: no tag to join by", c.rank, ErrInvalidUsage)
 	}
-	return joinInfoPrefix + hex.EncodeToString(ns.tag[:]) + ":" + t.addrs[0], nil
+	return joinInfoPrefix + hex.EncodeToString(ns.tag[:]) + ":" + t.Addr(0), nil
 }
 
 // Joiners is how many processes wait to join on this rank (rank 0 only:
@@ -101,27 +54,7 @@ func (c *Comm) Joiners() int {
 	if err != nil {
 		return 0
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pruneJoiners()
-	return len(s.joiners)
-}
-
-// pruneJoiners drops the processes waiting to join that went away (a
-// replacement killed while it waited), so that they are neither counted
-// nor admitted. Called with mu held.
-func (s *recoverer) pruneJoiners() {
-	s.joiners = slices.DeleteFunc(s.joiners, func(j *ctlConn) bool {
-		raw := j.Conn
-		if rc, ok := raw.(*replayConn); ok {
-			raw = rc.Conn
-		}
-		if tcp.Gone(raw) {
-			j.Close()
-			return true
-		}
-		return false
-	})
+	return s.Joiners()
 }
 
 // Grow makes a communicator of c's ranks (same numbers) and n processes
@@ -140,13 +73,12 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.shrinkMu.Lock()
-	defer s.shrinkMu.Unlock()
+	s.Lock()
+	defer s.Unlock()
 	// Every rank numbers the instance alike, whatever fails on it alone
 	// afterwards: a rank that returns early must not be an instance
 	// behind the others at the next Shrink or Grow.
-	inst := s.inst
-	s.inst++
+	inst := s.NextInst()
 	if err := c.AsyncError(); err != nil {
 		return nil, fmt.Errorf("gocoll: grow on rank %d: %w: the communicator failed (shrink it first): %v", c.rank, ErrInvalidUsage, err)
 	}
@@ -160,18 +92,12 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 	var tag [8]byte
 	copy(tag[:], sum[:])
 
-	var joiners []*ctlConn
+	var joiners []*recovery.Conn
 	if c.rank == 0 {
-		if err := s.await(ctx, func() bool { s.pruneJoiners(); return len(s.joiners) >= n }); err != nil {
-			s.mu.Lock()
-			have := len(s.joiners)
-			s.mu.Unlock()
+		var have int
+		if joiners, have, err = s.TakeJoiners(ctx, n); err != nil {
 			return nil, c.growError(fmt.Errorf("%w: %d of %d joining processes arrived within %v", ErrTimeout, have, n, c.opts.Timeout))
 		}
-		s.mu.Lock()
-		joiners = s.joiners[:n:n]
-		s.joiners = s.joiners[n:]
-		s.mu.Unlock()
 		defer func() {
 			for _, j := range joiners {
 				j.Close()
@@ -179,12 +105,12 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 		}()
 		for i, j := range joiners {
 			j.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
-			if err := j.write(ctlMsg{Grow: &growMsg{Rank: c.size + i, Size: size, Tag: tag[:]}}); err != nil {
+			if err := j.WriteMsg(recovery.Msg{Grow: &recovery.GrowMsg{Rank: c.size + i, Size: size, Tag: tag[:]}}); err != nil {
 				return nil, c.growError(fmt.Errorf("%w: telling joining process %d its rank: %v", ErrPeerLost, c.size+i, err))
 			}
 		}
 	}
-	l, err := connect(ctx, c.rank, size, tag, ns.secret, ns.host, s.growExchange(inst, joiners, size), c.opts)
+	l, err := connect(ctx, c.rank, size, tag, ns.secret, ns.host, s.GrowExchange(inst, joiners, size), c.opts)
 	if err != nil {
 		if !errors.Is(err, ErrPeerLost) {
 			// A member or joiner that could not be reached: a peer
@@ -212,116 +138,6 @@ func (c *Comm) Grow(n int) (*Comm, error) {
 
 func (c *Comm) growError(err error) error {
 	return fmt.Errorf("gocoll: grow on rank %d: %w", c.rank, err)
-}
-
-// growExchange is connect's exchange for Grow, through rank 0: members send
-// their blob over the control mesh, joiners over their connection; rank 0
-// sends everyone the whole set.
-func (s *recoverer) growExchange(inst uint64, joiners []*ctlConn, size int) exchangeFunc {
-	round := 0
-	c := s.c
-	return func(ctx context.Context, blob []byte) ([][]byte, error) {
-		round++
-		if c.rank != 0 {
-			s.net.send(0, ctlMsg{Inst: inst, Round: round, Blob: blob})
-			var all [][]byte
-			err := s.await(ctx, func() bool {
-				if _, down := s.down[0]; down {
-					return true
-				}
-				k := blobKey{inst, -round, 0}
-				if b, ok := s.blobs[k]; ok {
-					delete(s.blobs, k)
-					m, err := decodeGrowAll(b)
-					if err == nil && len(m) == size {
-						all = m
-					}
-					return true
-				}
-				return false
-			})
-			if err != nil {
-				return nil, err
-			}
-			if all == nil {
-				return nil, fmt.Errorf("%w: rank 0 went away while the communicator grew", ErrPeerLost)
-			}
-			return all, nil
-		}
-		all := make([][]byte, size)
-		all[0] = blob
-		err := s.await(ctx, func() bool {
-			for p := 1; p < c.size; p++ {
-				if _, down := s.down[p]; down {
-					return true
-				}
-				if _, ok := s.blobs[blobKey{inst, round, p}]; !ok {
-					return false
-				}
-			}
-			return true
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
-		for p := 1; p < c.size; p++ {
-			k := blobKey{inst, round, p}
-			b, ok := s.blobs[k]
-			if !ok {
-				s.mu.Unlock()
-				return nil, &ctlLostError{peer: p, why: s.down[p]}
-			}
-			all[p] = b
-			delete(s.blobs, k)
-		}
-		s.mu.Unlock()
-		for i, j := range joiners {
-			j.SetReadDeadline(time.Now().Add(c.opts.Timeout))
-			m, err := j.read()
-			if err != nil || m.Round != round {
-				return nil, fmt.Errorf("%w: joining process %d: %v", ErrPeerLost, c.size+i, err)
-			}
-			all[c.size+i] = m.Blob
-		}
-		enc := encodeGrowAll(all)
-		for p := 1; p < c.size; p++ {
-			s.net.send(p, ctlMsg{Inst: inst, Round: -round, Blob: enc})
-		}
-		for i, j := range joiners {
-			j.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
-			if err := j.write(ctlMsg{Round: round, Grow: &growMsg{All: all}}); err != nil {
-				return nil, fmt.Errorf("%w: joining process %d: %v", ErrPeerLost, c.size+i, err)
-			}
-		}
-		return all, nil
-	}
-}
-
-func encodeGrowAll(all [][]byte) []byte {
-	var b []byte
-	for _, x := range all {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(x)))
-		b = append(b, x...)
-	}
-	return b
-}
-
-func decodeGrowAll(b []byte) ([][]byte, error) {
-	var all [][]byte
-	for len(b) > 0 {
-		if len(b) < 4 {
-			return nil, errors.New("truncated")
-		}
-		n := int(binary.LittleEndian.Uint32(b))
-		b = b[4:]
-		if n > len(b) {
-			return nil, errors.New("truncated")
-		}
-		all = append(all, b[:n:n])
-		b = b[n:]
-	}
-	return all, nil
 }
 
 // JoinSecret is the secret a joining process passes to Join: the job's
@@ -379,13 +195,13 @@ func Join(info string, secret []byte, opts Options) (*Comm, error) {
 		return nil, fmt.Errorf("gocoll: join %s: %w: %v", addr, ErrPeerLost, err)
 	}
 	defer conn.Close()
-	_, key, err := tcp.ClientHandshakeSession(conn, secret, growTag(tag), -1, time.Now().Add(opts.Timeout))
+	_, key, err := tcp.ClientHandshakeSession(conn, secret, recovery.GrowTag(tag), -1, time.Now().Add(opts.Timeout))
 	if err != nil {
 		return nil, fmt.Errorf("gocoll: join %s: %w", addr, err)
 	}
-	cc := &ctlConn{Conn: conn, key: key, dialled: true}
+	cc := recovery.NewConn(conn, key)
 	conn.SetReadDeadline(time.Now().Add(opts.Timeout))
-	hello, err := cc.read()
+	hello, err := cc.ReadMsg()
 	if err != nil || hello.Grow == nil || hello.Grow.Rank < 1 || hello.Grow.Rank >= hello.Grow.Size || len(hello.Grow.Tag) != 8 {
 		return nil, fmt.Errorf("gocoll: join %s: %w: not admitted within %v (%v)", addr, ErrTimeout, opts.Timeout, err)
 	}
@@ -399,10 +215,10 @@ func Join(info string, secret []byte, opts Options) (*Comm, error) {
 		round++
 		dl, _ := ctx.Deadline()
 		conn.SetDeadline(dl)
-		if err := cc.write(ctlMsg{Round: round, Blob: blob}); err != nil {
+		if err := cc.WriteMsg(recovery.Msg{Round: round, Blob: blob}); err != nil {
 			return nil, fmt.Errorf("%w: rank 0: %v", ErrPeerLost, err)
 		}
-		m, err := cc.read()
+		m, err := cc.ReadMsg()
 		if err != nil || m.Grow == nil || len(m.Grow.All) != size {
 			return nil, fmt.Errorf("%w: rank 0 during setup: %v", ErrPeerLost, err)
 		}

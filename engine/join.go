@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/bootstrap"
+	"github.com/gocoll/gocoll/engine/internal/recovery"
 	"github.com/gocoll/gocoll/engine/shmcoll"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
@@ -240,15 +241,15 @@ type links struct {
 	tr    transport.Transport
 	arena *shmcoll.Arena
 	hosts [][]int
-	names []string // host names, as the ranks reported them
-	id    uint64   // names the communicator in dumps, equal on every rank
-	ctl   ctlNet   // control links (see ctl.go)
+	names []string     // host names, as the ranks reported them
+	id    uint64       // names the communicator in dumps, equal on every rank
+	ctl   recovery.Net // control links (package engine/internal/recovery)
 }
 
 func (l links) close() {
 	l.tr.Close()
 	if l.ctl != nil {
-		l.ctl.close()
+		l.ctl.Close()
 	}
 	if l.arena != nil {
 		l.arena.Close()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gocoll/gocoll/engine/internal/recovery"
 	"github.com/gocoll/gocoll/engine/transport/mem"
 )
 
@@ -26,7 +27,7 @@ func newLocalWorld(w *mem.World, hosts [][]int, opts Options) ([]*Comm, error) {
 	comms := make([]*Comm, n)
 	hub := newLocalHub()
 	id := randomID()
-	ctl := newLocalCtlWorld(n)
+	ctl := recovery.NewLocalWorld(n)
 	for r := range comms {
 		c, err := newComm(r, n, w.Endpoint(r), opts)
 		if err != nil {
@@ -36,7 +37,7 @@ func newLocalWorld(w *mem.World, hosts [][]int, opts Options) ([]*Comm, error) {
 			}
 			return nil, fmt.Errorf("local communicator rank %d: %w", r, errors.Unwrap(err))
 		}
-		c.split, c.id, c.ctl = &localSplitter{world: w, hub: hub, id: id, ctl: ctl}, id, localCtl{ctl, r}
+		c.split, c.id, c.ctl = &localSplitter{world: w, hub: hub, id: id, ctl: ctl}, id, ctl.Member(r)
 		c.place(hosts, nil)
 		comms[r] = c
 	}

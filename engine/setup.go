@@ -23,8 +23,9 @@ import (
 // memory is in setup_probe.go, the exchange rounds in setup_rendezvous.go.
 //
 // These files stay in package engine rather than an internal package:
-// setup reads Options and their test hooks and builds the control links
-// (ctl.go) and the links a Comm is made of, all of this package.
+// setup reads Options and their test hooks and builds the links a Comm is
+// made of, all of this package (the control links' mesh is
+// engine/internal/recovery's).
 
 // A provider is one way of linking this rank to its peers.
 type provider struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/gocoll/gocoll/engine/internal/recovery"
 	"github.com/gocoll/gocoll/engine/internal/shmsync"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
@@ -59,9 +60,9 @@ func exchangeInfo(ctx context.Context, exchange exchangeFunc, me setupInfo, size
 }
 
 // controlRound is the last round, "everyone connected", which also says
-// where each rank's control listener is (see ctl.go): opened only now, so
+// where each rank's control listener is (package engine/internal/recovery): opened only now, so
 // that nothing but the setup's own listener waits for a late rank.
-func (s *setup) controlRound() (*tcpCtl, error) {
+func (s *setup) controlRound() (*recovery.TCP, error) {
 	cln, err := tcp.Listen(s.host)
 	if err != nil {
 		return nil, fmt.Errorf("gocoll: rank %d: listen: %w", s.rank, err)
@@ -82,7 +83,7 @@ func (s *setup) controlRound() (*tcpCtl, error) {
 	for q, a := range ctlAddrs {
 		addrs[q] = string(a)
 	}
-	return newTCPCtl(s.rank, addrs, s.secret, s.tag, s.opts.Timeout, cln, s.log), nil
+	return recovery.NewTCP(s.rank, addrs, s.secret, s.tag, s.opts.Timeout, cln, s.log), nil
 }
 
 // hostsOf groups the ranks by host: the ranks that share memory with each

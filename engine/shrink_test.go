@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/engine/internal/recovery"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
 // crash makes c's rank look like a dead process to the others: its
 // transport and control links close without a goodbye.
 func crash(c *Comm) {
-	c.ctl.crash()
+	c.ctl.Crash()
 	c.Abort()
 	c.tr.Close()
 }
@@ -411,10 +412,7 @@ func TestShrinkMajority(t *testing.T) {
 	opts := Options{Timeout: time.Second}
 	side := func(r int) bool { return r == 1 || r == 3 }
 	partition := func(comms []*Comm) {
-		w := comms[0].ctl.(localCtl).w
-		w.mu.Lock()
-		w.cut = func(a, b int) bool { return side(a) != side(b) }
-		w.mu.Unlock()
+		comms[0].split.(*localSplitter).ctl.SetCut(func(a, b int) bool { return side(a) != side(b) })
 	}
 	comms := newLocal(t, 5, opts)
 	partition(comms)
@@ -480,7 +478,7 @@ func TestGrowPrunesDeadJoiner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tcp.ClientHandshake(dead, secretOf(comms[0]), growTag(tag), -1, time.Now().Add(5*time.Second)); err != nil {
+	if _, err := tcp.ClientHandshake(dead, secretOf(comms[0]), recovery.GrowTag(tag), -1, time.Now().Add(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return comms[0].Joiners() == 1 })

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/gocoll/gocoll/engine/internal/recovery"
 	"github.com/gocoll/gocoll/engine/transport/mem"
 )
 
@@ -21,7 +22,7 @@ type splitter interface {
 	child(c *Comm, splitSeq uint64, color int, members []int, childRank int) (links, splitter, error)
 	// shrunk builds the links of the communicator of view (ranks of c,
 	// newRank among them) agreed in rec's instance inst (see Shrink).
-	shrunk(c *Comm, rec *recoverer, inst uint64, view []int, newRank int, opts Options, ctx context.Context) (links, splitter, error)
+	shrunk(c *Comm, rec *recovery.Recoverer, inst uint64, view []int, newRank int, opts Options, ctx context.Context) (links, splitter, error)
 }
 
 // Split is a collective over c: ranks passing the same colour form a new
@@ -78,7 +79,7 @@ type localSplitter struct {
 	world *mem.World
 	hub   *localHub
 	id    uint64 // the communicator id of the world's ranks
-	ctl   *localCtlWorld
+	ctl   *recovery.LocalWorld
 }
 
 // localHub is shared by the ranks of one in-process communicator; each
@@ -97,7 +98,7 @@ func (h *localHub) child(key string, n int) *localSplitter {
 	defer h.mu.Unlock()
 	ch, ok := h.children[key]
 	if !ok {
-		ch = &localSplitter{world: mem.NewWorld(n), hub: newLocalHub(), id: randomID(), ctl: newLocalCtlWorld(n)}
+		ch = &localSplitter{world: mem.NewWorld(n), hub: newLocalHub(), id: randomID(), ctl: recovery.NewLocalWorld(n)}
 		h.children[key] = ch
 	}
 	return ch
@@ -108,7 +109,7 @@ func (s *localSplitter) child(c *Comm, seq uint64, color int, members []int, chi
 		return links{}, nil, nil
 	}
 	ch := s.hub.child(fmt.Sprintf("%d/%d", seq, color), len(members))
-	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.layout.hosts, members), id: ch.id, ctl: localCtl{ch.ctl, childRank}}, ch, nil
+	return links{tr: ch.world.Endpoint(childRank), hosts: restrictHosts(c.layout.hosts, members), id: ch.id, ctl: ch.ctl.Member(childRank)}, ch, nil
 }
 
 // restrictHosts is the placement of a child whose ranks are members (parent

@@ -1,4 +1,4 @@
-package engine
+package recovery
 
 import (
 	"context"
@@ -24,9 +24,9 @@ func TestCtlFramesAuthenticated(t *testing.T) {
 		t.Fatal(err)
 	}
 	addrs := []string{ln.Addr().String(), "127.0.0.1:1"}
-	ctl := newTCPCtl(0, addrs, secret, tag, 5*time.Second, ln, slog.New(slog.DiscardHandler))
-	defer ctl.close()
-	dial := func() *ctlConn {
+	ctl := NewTCP(0, addrs, secret, tag, 5*time.Second, ln, slog.New(slog.DiscardHandler))
+	defer ctl.Close()
+	dial := func() *Conn {
 		c, err := net.Dial("tcp", addrs[0])
 		if err != nil {
 			t.Fatal(err)
@@ -35,13 +35,13 @@ func TestCtlFramesAuthenticated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &ctlConn{Conn: c, key: key, dialled: true}
+		return &Conn{Conn: c, key: key, dialled: true}
 	}
-	next := func() ctlEvent {
+	next := func() Event {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ev, err := ctl.next(ctx)
+		ev, err := ctl.Next(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestCtlFramesAuthenticated(t *testing.T) {
 	a := dial()
 	rec := &tapeConn{Conn: a.Conn}
 	a.Conn = rec
-	if err := a.write(ctlMsg{Inst: 7, Round: 1, Blob: []byte("hello")}); err != nil {
+	if err := a.WriteMsg(Msg{Inst: 7, Round: 1, Blob: []byte("hello")}); err != nil {
 		t.Fatal(err)
 	}
 	if ev := next(); ev.down || ev.from != 1 || string(ev.msg.Blob) != "hello" {
@@ -106,24 +106,24 @@ func TestCtlGoodbye(t *testing.T) {
 			}
 			lns[i], addrs[i] = ln, ln.Addr().String()
 		}
-		a := newTCPCtl(0, addrs, secret, tag, 5*time.Second, lns[0], slog.New(slog.DiscardHandler))
-		b := newTCPCtl(1, addrs, secret, tag, 5*time.Second, lns[1], slog.New(slog.DiscardHandler))
+		a := NewTCP(0, addrs, secret, tag, 5*time.Second, lns[0], slog.New(slog.DiscardHandler))
+		b := NewTCP(1, addrs, secret, tag, 5*time.Second, lns[1], slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		// Both directions connected: each sends, each receives.
-		a.send(1, ctlMsg{Inst: 1, Round: 1, Blob: []byte("a")})
-		b.send(0, ctlMsg{Inst: 1, Round: 1, Blob: []byte("b")})
-		for _, c := range []*tcpCtl{a, b} {
-			if ev, err := c.next(ctx); err != nil || ev.down {
+		a.Send(1, Msg{Inst: 1, Round: 1, Blob: []byte("a")})
+		b.Send(0, Msg{Inst: 1, Round: 1, Blob: []byte("b")})
+		for _, c := range []*TCP{a, b} {
+			if ev, err := c.Next(ctx); err != nil || ev.down {
 				t.Fatalf("bye=%v: %+v %v", bye, ev, err)
 			}
 		}
 		if bye {
-			b.close()
+			b.Close()
 		} else {
-			b.crash()
+			b.Crash()
 		}
 		// Its two connections, then a message to it: a new dial refused.
-		ev, err := a.next(ctx)
+		ev, err := a.Next(ctx)
 		if err != nil || !ev.down || ev.dead == bye {
 			t.Fatalf("bye=%v: first event %+v %v, want down and dead=%v", bye, ev, err, !bye)
 		}
@@ -133,15 +133,15 @@ func TestCtlGoodbye(t *testing.T) {
 			// down, never dead.
 			for i := range 3 {
 				if i > 0 {
-					a.send(1, ctlMsg{Inst: 2, Round: 1, Blob: []byte("again")})
+					a.Send(1, Msg{Inst: 2, Round: 1, Blob: []byte("again")})
 				}
-				ev, err := a.next(ctx)
+				ev, err := a.Next(ctx)
 				if err != nil || !ev.down || ev.dead {
 					t.Fatalf("event %d after the goodbye: %+v %v, want down and not dead", i+2, ev, err)
 				}
 			}
 		}
 		cancel()
-		a.close()
+		a.Close()
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package recovery
 
 import (
 	"context"
@@ -17,170 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gocoll/gocoll/engine/agree"
 	"github.com/gocoll/gocoll/engine/transport"
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
-
-// The control mesh is a communicator's second set of links, apart from the
-// transport its collectives use: the one Shrink agrees and rebuilds over
-// after the transport failed or was revoked (an abort poisons every
-// connection of the transport, on purpose). Its messages are few and small;
-// a peer whose control connection breaks, or cannot be opened, is reported
-// as down.
-
-// ctlMsg is one control message: an agreement message or a setup blob, of
-// agreement instance Inst (see shrinker).
-type ctlMsg struct {
-	Inst  uint64     `json:"i"`
-	Agree *agree.Msg `json:"a,omitempty"`
-	Round int        `json:"r,omitempty"` // setup exchange round, from 1
-	Blob  []byte     `json:"b,omitempty"`
-	// Table: the round's blobs of every member, from the exchange's root
-	// (see recoverer.exchange).
-	Table [][]byte `json:"t,omitempty"`
-	// Lost: the root gave the round up because this rank (+1) of the
-	// communicator being shrunk was lost, with why.
-	Lost int      `json:"l,omitempty"`
-	Why  string   `json:"w,omitempty"`
-	Grow *growMsg `json:"g,omitempty"`
-	// Bye: the sender closes its control mesh on purpose (every
-	// communicator that used it was destroyed). Its process lives on and
-	// is done with this mesh's agreements: down, never dead, so that a
-	// rank resumed after the others moved on (a zombie) cannot count them
-	// dead and agree a view of its own.
-	Bye bool `json:"y,omitempty"`
-}
-
-// ctlEvent is what the mesh delivers: a message from a peer, or that the
-// peer is down.
-type ctlEvent struct {
-	from int
-	down bool
-	dead bool   // down because its process ended (transport.Died), not a silence
-	why  string // down: what broke
-	msg  ctlMsg
-	conn *ctlConn // grow: the joiner's connection (from is -1)
-}
-
-// ctlNet is one rank's end of a control mesh.
-type ctlNet interface {
-	// send queues m for peer to; it never blocks. A failure to deliver
-	// comes back as a down event.
-	send(to int, m ctlMsg)
-	// next waits for the next event, or ctx's end.
-	next(ctx context.Context) (ctlEvent, error)
-	// close ends this rank's end with a goodbye: its peers see it down,
-	// not dead.
-	close()
-	// crash ends it as a process's death does (tests): no goodbye.
-	crash()
-}
-
-// ctlQueue is an unbounded FIFO of events.
-type ctlQueue struct {
-	mu     sync.Mutex
-	items  []ctlEvent
-	notify chan struct{}
-}
-
-func newCtlQueue() *ctlQueue { return &ctlQueue{notify: make(chan struct{}, 1)} }
-
-func (q *ctlQueue) push(e ctlEvent) {
-	q.mu.Lock()
-	q.items = append(q.items, e)
-	q.mu.Unlock()
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (q *ctlQueue) next(ctx context.Context) (ctlEvent, error) {
-	for {
-		q.mu.Lock()
-		if len(q.items) > 0 {
-			e := q.items[0]
-			q.items[0] = ctlEvent{}
-			q.items = q.items[1:]
-			q.mu.Unlock()
-			return e, nil
-		}
-		q.mu.Unlock()
-		select {
-		case <-q.notify:
-		case <-ctx.Done():
-			return ctlEvent{}, ctx.Err()
-		}
-	}
-}
-
-// localCtlWorld is the control mesh of in-process ranks.
-type localCtlWorld struct {
-	mu     sync.Mutex
-	queues []*ctlQueue
-	closed []bool
-	left   []bool // closed with a goodbye (close, not crash)
-	// cut, when set (tests), loses every message from one rank to another
-	// for which it holds, silently: a network partition.
-	cut func(from, to int) bool
-}
-
-func newLocalCtlWorld(n int) *localCtlWorld {
-	w := &localCtlWorld{queues: make([]*ctlQueue, n), closed: make([]bool, n), left: make([]bool, n)}
-	for i := range w.queues {
-		w.queues[i] = newCtlQueue()
-	}
-	return w
-}
-
-type localCtl struct {
-	w  *localCtlWorld
-	me int
-}
-
-func (l localCtl) send(to int, m ctlMsg) {
-	l.w.mu.Lock()
-	gone, self, left := l.w.closed[to], l.w.closed[l.me], l.w.left[to]
-	lost := l.w.cut != nil && l.w.cut(l.me, to)
-	l.w.mu.Unlock()
-	switch {
-	case self, lost:
-	case gone:
-		l.w.queues[l.me].push(ctlEvent{from: to, down: true, dead: !left, why: "its control link closed"})
-	default:
-		l.w.queues[to].push(ctlEvent{from: l.me, msg: m})
-	}
-}
-
-func (l localCtl) next(ctx context.Context) (ctlEvent, error) { return l.w.queues[l.me].next(ctx) }
-
-func (l localCtl) close() { l.end(true) }
-
-// crash is what a process's death looks like to the others.
-func (l localCtl) crash() { l.end(false) }
-
-func (l localCtl) end(bye bool) {
-	l.w.mu.Lock()
-	if l.w.closed[l.me] {
-		l.w.mu.Unlock()
-		return
-	}
-	l.w.closed[l.me], l.w.left[l.me] = true, bye
-	l.w.mu.Unlock()
-	why := "its control link closed"
-	if bye {
-		why = ctlByeWhy
-	}
-	for q := range l.w.queues {
-		if q != l.me {
-			l.w.queues[q].push(ctlEvent{from: l.me, down: true, dead: !bye, why: why})
-		}
-	}
-}
-
-// ctlByeWhy is why a peer that said goodbye is down.
-const ctlByeWhy = "it closed its control links (its communicators were destroyed)"
 
 // ctlTag is the handshake tag of the control mesh of the communicator
 // tagged tag: never a data connection's.
@@ -209,25 +48,25 @@ const (
 	// its listener was open since the communicator was made, so nobody
 	// listening means its process (or its recovery state) is gone.
 	ctlRefusedDown = 3
-	// ctlByeTime bounds the goodbyes of close: a stopped peer's socket
+	// ctlByeTime bounds the goodbyes of Close: a stopped peer's socket
 	// buffer takes them; one whose buffer is full does without.
 	ctlByeTime = 100 * time.Millisecond
 )
 
-// tcpCtl is the control mesh over TCP: each rank listens from the
+// TCP is the control mesh over TCP: each rank listens from the
 // communicator's creation (a rank still inside a collective must not look
 // dead to one that started recovering) and dials a peer on the first
 // message to it; connections are authenticated as the data connections
 // are (the job's secret), under the mesh's own tag.
-type tcpCtl struct {
+type TCP struct {
 	me      int
 	addrs   []string
 	secret  []byte
 	tag     [8]byte
 	timeout time.Duration
 	ln      net.Listener
-	q       *ctlQueue
-	// growTag, when set, is the tag a joining process presents (see Grow):
+	q       *queue
+	// growTag, when set, is the tag a joining process presents (see engine.Comm.Grow):
 	// its connection is handed over whole.
 	growTag [8]byte
 	log     *slog.Logger
@@ -237,8 +76,8 @@ type tcpCtl struct {
 	mu         sync.Mutex
 	closed     bool
 	out        map[int]*ctlOutbox
-	served     map[*ctlConn]bool // incoming, authenticated: close says goodbye on them
-	left       map[int]bool      // peers that said goodbye: never dead after that
+	served     map[*Conn]bool // incoming, authenticated: Close says goodbye on them
+	left       map[int]bool   // peers that said goodbye: never dead after that
 	writers    sync.WaitGroup
 	conns      map[net.Conn]bool
 	pending    []net.Conn // in their handshake, oldest first
@@ -248,23 +87,26 @@ type tcpCtl struct {
 
 type ctlOutbox struct {
 	mu     sync.Mutex
-	msgs   []ctlMsg
+	msgs   []Msg
 	notify chan struct{}
 }
 
-func newTCPCtl(me int, addrs []string, secret []byte, tag [8]byte, timeout time.Duration, ln net.Listener, log *slog.Logger) *tcpCtl {
+// NewTCP is rank me's end of the control mesh of the communicator tagged
+// tag, whose ranks listen at addrs (ln is this rank's listener: the mesh
+// owns it from now on).
+func NewTCP(me int, addrs []string, secret []byte, tag [8]byte, timeout time.Duration, ln net.Listener, log *slog.Logger) *TCP {
 	life, halt := context.WithCancel(context.Background())
-	t := &tcpCtl{me: me, log: log, addrs: addrs, secret: secret, tag: ctlTag(tag), timeout: timeout, ln: ln,
-		q: newCtlQueue(), out: map[int]*ctlOutbox{}, served: map[*ctlConn]bool{}, left: map[int]bool{},
+	t := &TCP{me: me, log: log, addrs: addrs, secret: secret, tag: ctlTag(tag), timeout: timeout, ln: ln,
+		q: newQueue(), out: map[int]*ctlOutbox{}, served: map[*Conn]bool{}, left: map[int]bool{},
 		conns: map[net.Conn]bool{}, life: life, halt: halt,
 		maxPending: min(max(2*len(addrs), ctlMinPending), ctlMaxPending)}
-	t.growTag = growTag(tag)
+	t.growTag = GrowTag(tag)
 	t.wg.Add(1)
 	go t.accept()
 	return t
 }
 
-func (t *tcpCtl) track(c net.Conn) bool {
+func (t *TCP) track(c net.Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -275,7 +117,7 @@ func (t *tcpCtl) track(c net.Conn) bool {
 	return true
 }
 
-func (t *tcpCtl) untrack(c net.Conn) {
+func (t *TCP) untrack(c net.Conn) {
 	t.mu.Lock()
 	delete(t.conns, c)
 	t.mu.Unlock()
@@ -284,7 +126,7 @@ func (t *tcpCtl) untrack(c net.Conn) {
 
 // handshaking adds c to the connections in their handshake, closing the
 // oldest past maxPending; done takes it off.
-func (t *tcpCtl) handshaking(c net.Conn) {
+func (t *TCP) handshaking(c net.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.pending) >= t.maxPending {
@@ -294,7 +136,7 @@ func (t *tcpCtl) handshaking(c net.Conn) {
 	t.pending = append(t.pending, c)
 }
 
-func (t *tcpCtl) done(c net.Conn) {
+func (t *TCP) done(c net.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if i := slices.Index(t.pending, c); i >= 0 {
@@ -302,7 +144,7 @@ func (t *tcpCtl) done(c net.Conn) {
 	}
 }
 
-func (t *tcpCtl) accept() {
+func (t *TCP) accept() {
 	defer t.wg.Done()
 	for {
 		c, err := t.ln.Accept()
@@ -331,7 +173,7 @@ func (t *tcpCtl) accept() {
 }
 
 // serve authenticates an incoming connection and reads its messages.
-func (t *tcpCtl) serve(c net.Conn) {
+func (t *TCP) serve(c net.Conn) {
 	deadline := time.Now().Add(min(t.timeout, ctlHelloTime))
 	rc := &replayConn{Conn: c}
 	grow := isGrowHello(rc, t.growTag, deadline)
@@ -353,10 +195,10 @@ func (t *tcpCtl) serve(c net.Conn) {
 		t.untrack(c)
 		return
 	}
-	cc := &ctlConn{Conn: rc, key: key}
+	cc := &Conn{Conn: rc, key: key}
 	if grow {
 		// A process asking to join: the members' Grow reads it.
-		t.q.push(ctlEvent{from: -1, conn: cc})
+		t.q.push(Event{from: -1, conn: cc})
 		return
 	}
 	c.SetDeadline(time.Time{})
@@ -369,9 +211,9 @@ func (t *tcpCtl) serve(c net.Conn) {
 		t.mu.Unlock()
 	}()
 	for {
-		m, err := cc.read()
+		m, err := cc.ReadMsg()
 		if err == nil && !m.Bye {
-			t.q.push(ctlEvent{from: peer, msg: m})
+			t.q.push(Event{from: peer, msg: m})
 			continue
 		}
 		t.untrack(c)
@@ -383,7 +225,7 @@ func (t *tcpCtl) serve(c net.Conn) {
 // lost reports peer down after its connection ended with err (nil: a
 // goodbye): dead when the connection's end shows its process ended,
 // unless it said goodbye before.
-func (t *tcpCtl) lost(peer int, err error) {
+func (t *TCP) lost(peer int, err error) {
 	t.mu.Lock()
 	if err == nil {
 		t.left[peer] = true
@@ -396,14 +238,14 @@ func (t *tcpCtl) lost(peer int, err error) {
 	why := "its control connection closed (process gone?)"
 	switch {
 	case left:
-		why = ctlByeWhy
+		why = byeWhy
 	case !errors.Is(err, io.EOF):
 		why = err.Error()
 	}
-	t.q.push(ctlEvent{from: peer, down: true, dead: !left && transport.Died(err), why: why})
+	t.q.push(Event{from: peer, down: true, dead: !left && transport.Died(err), why: why})
 }
 
-func (t *tcpCtl) send(to int, m ctlMsg) {
+func (t *TCP) Send(to int, m Msg) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -430,7 +272,7 @@ func (t *tcpCtl) send(to int, m ctlMsg) {
 // failure it reports the peer down and lets the outbox go, with what it
 // held: the agreement fences a peer that is down, and a later message to
 // it (telling it it is out) starts a new writer.
-func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
+func (t *TCP) writer(to int, ob *ctlOutbox) {
 	defer t.writers.Done()
 	down := func(why string, dead bool) {
 		t.mu.Lock()
@@ -440,7 +282,7 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 		left := t.left[to]
 		t.mu.Unlock()
 		if why != "" {
-			t.q.push(ctlEvent{from: to, down: true, dead: dead && !left, why: why})
+			t.q.push(Event{from: to, down: true, dead: dead && !left, why: why})
 		}
 	}
 	c, why, dead := t.dial(to)
@@ -455,7 +297,7 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 	go func() {
 		defer t.wg.Done()
 		for {
-			m, err := c.read()
+			m, err := c.ReadMsg()
 			if err == nil && !m.Bye {
 				continue
 			}
@@ -477,7 +319,7 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 		t.mu.Unlock()
 		if closed {
 			c.SetWriteDeadline(time.Now().Add(ctlByeTime))
-			c.write(ctlMsg{Bye: true})
+			c.WriteMsg(Msg{Bye: true})
 			return
 		}
 		for _, m := range msgs {
@@ -488,7 +330,7 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 				break // its goodbye, next round
 			}
 			c.SetWriteDeadline(time.Now().Add(t.timeout))
-			if err := c.write(m); err != nil {
+			if err := c.WriteMsg(m); err != nil {
 				t.untrack(c.Conn)
 				down(fmt.Sprintf("control write: %v", err), transport.Died(err))
 				return
@@ -504,7 +346,7 @@ func (t *tcpCtl) writer(to int, ob *ctlOutbox) {
 // patience its place in the agreement calls for. It gives up at once on a
 // wrong endpoint, and after ctlRefusedDown refusals in a row (nobody
 // listens: dead). why is empty when the mesh closed meanwhile.
-func (t *tcpCtl) dial(to int) (c *ctlConn, why string, dead bool) {
+func (t *TCP) dial(to int) (c *Conn, why string, dead bool) {
 	backoff, refused := 5*time.Millisecond, 0
 	for {
 		c, err := t.dialOnce(t.life, to)
@@ -534,7 +376,7 @@ func (t *tcpCtl) dial(to int) (c *ctlConn, why string, dead bool) {
 	}
 }
 
-func (t *tcpCtl) dialOnce(ctx context.Context, to int) (*ctlConn, error) {
+func (t *TCP) dialOnce(ctx context.Context, to int) (*Conn, error) {
 	var d net.Dialer
 	dctx, dcancel := context.WithTimeout(ctx, tcp.DefaultHandshakeTimeout)
 	defer dcancel()
@@ -553,18 +395,21 @@ func (t *tcpCtl) dialOnce(ctx context.Context, to int) (*ctlConn, error) {
 		t.untrack(c)
 		return nil, err
 	}
-	return &ctlConn{Conn: c, key: key, dialled: true}, nil
+	return &Conn{Conn: c, key: key, dialled: true}, nil
 }
 
-func (t *tcpCtl) next(ctx context.Context) (ctlEvent, error) { return t.q.next(ctx) }
+// Addr is rank r's control address.
+func (t *TCP) Addr(r int) string { return t.addrs[r] }
 
-// close says goodbye on every connection, then closes them.
-func (t *tcpCtl) close() { t.end(true) }
+func (t *TCP) Next(ctx context.Context) (Event, error) { return t.q.next(ctx) }
 
-// crash closes every connection without a goodbye, as a death would.
-func (t *tcpCtl) crash() { t.end(false) }
+// Close says goodbye on every connection, then closes them.
+func (t *TCP) Close() { t.end(true) }
 
-func (t *tcpCtl) end(bye bool) {
+// Crash closes every connection without a goodbye, as a death would.
+func (t *TCP) Crash() { t.end(false) }
+
+func (t *TCP) end(bye bool) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -581,7 +426,7 @@ func (t *tcpCtl) end(bye bool) {
 			c.Close()
 		}
 	}
-	var served []*ctlConn
+	var served []*Conn
 	for cc := range t.served {
 		served = append(served, cc)
 	}
@@ -593,11 +438,11 @@ func (t *tcpCtl) end(bye bool) {
 	}
 	t.mu.Unlock()
 	if bye {
-		// Only close writes on an incoming connection; each writer says
+		// Only Close writes on an incoming connection; each writer says
 		// its own goodbye on the way out.
 		for _, cc := range served {
 			cc.SetWriteDeadline(time.Now().Add(ctlByeTime))
-			cc.write(ctlMsg{Bye: true})
+			cc.WriteMsg(Msg{Bye: true})
 		}
 	}
 	t.writers.Wait()
@@ -609,12 +454,12 @@ func (t *tcpCtl) end(bye bool) {
 	t.wg.Wait()
 }
 
-// ctlConn is one authenticated control connection: every frame carries
+// Conn is one authenticated control connection: every frame carries
 // a MAC under the session key of its handshake (tcp.ServerHandshakeSession)
 // over its direction and number, so that after the handshake nobody
 // without the key can inject, replay, reorder or reflect a frame, or
 // splice a stream of another connection in.
-type ctlConn struct {
+type Conn struct {
 	net.Conn
 	key       []byte
 	dialled   bool   // this end dialled: its frames go client → server
@@ -639,7 +484,7 @@ func ctlMAC(key []byte, toServer bool, seq uint64, b []byte) []byte {
 	return m.Sum(nil)[:ctlMACSize]
 }
 
-func (c *ctlConn) write(m ctlMsg) error {
+func (c *Conn) WriteMsg(m Msg) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -656,27 +501,27 @@ func (c *ctlConn) write(m ctlMsg) error {
 // errCtlForged: a control frame whose MAC does not check.
 var errCtlForged = errors.New("control message failed authentication (not from the peer that connected, or altered)")
 
-func (c *ctlConn) read() (ctlMsg, error) {
+func (c *Conn) ReadMsg() (Msg, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(c.Conn, hdr[:]); err != nil {
-		return ctlMsg{}, err
+		return Msg{}, err
 	}
 	n := binary.LittleEndian.Uint32(hdr[:])
 	if n > maxCtlFrame {
-		return ctlMsg{}, fmt.Errorf("control message of %d bytes (at most %d)", n, maxCtlFrame)
+		return Msg{}, fmt.Errorf("control message of %d bytes (at most %d)", n, maxCtlFrame)
 	}
 	b := make([]byte, int(n)+ctlMACSize)
 	if _, err := io.ReadFull(c.Conn, b); err != nil {
-		return ctlMsg{}, err
+		return Msg{}, err
 	}
 	b, mac := b[:n], b[n:]
 	if !hmac.Equal(mac, ctlMAC(c.key, !c.dialled, c.got, b)) {
-		return ctlMsg{}, errCtlForged
+		return Msg{}, errCtlForged
 	}
 	c.got++
-	var m ctlMsg
+	var m Msg
 	if err := json.Unmarshal(b, &m); err != nil {
-		return ctlMsg{}, fmt.Errorf("control message: %w", err)
+		return Msg{}, fmt.Errorf("control message: %w", err)
 	}
 	return m, nil
 }

@@ -1,4 +1,4 @@
-package engine
+package recovery
 
 import (
 	"fmt"
@@ -33,13 +33,13 @@ func BenchmarkCtlWrite(b *testing.B) {
 			}()
 		}
 	}()
-	dial := func(b *testing.B) *ctlConn {
+	dial := func(b *testing.B) *Conn {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { c.Close() })
-		return &ctlConn{Conn: c, key: make([]byte, 32), dialled: true}
+		return &Conn{Conn: c, key: make([]byte, 32), dialled: true}
 	}
 	for _, ids := range []int{0, 1024, 16384} {
 		b.Run(fmt.Sprintf("agree/ids=%d", ids), func(b *testing.B) {
@@ -48,9 +48,9 @@ func BenchmarkCtlWrite(b *testing.B) {
 			for i := range view {
 				view[i] = i
 			}
-			m := ctlMsg{Inst: 7, Agree: &agree.Msg{Kind: agree.Propose, Ballot: 3, Set: view}}
+			m := Msg{Inst: 7, Agree: &agree.Msg{Kind: agree.Propose, Ballot: 3, Set: view}}
 			for range b.N {
-				if err := cc.write(m); err != nil {
+				if err := cc.WriteMsg(m); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -65,7 +65,7 @@ func BenchmarkCtlWrite(b *testing.B) {
 			}
 			b.SetBytes(int64(n * 177))
 			for range b.N {
-				if err := cc.write(ctlMsg{Inst: 7, Round: 1, Table: table}); err != nil {
+				if err := cc.WriteMsg(Msg{Inst: 7, Round: 1, Table: table}); err != nil {
 					b.Fatal(err)
 				}
 			}
