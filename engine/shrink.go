@@ -299,9 +299,10 @@ func shrunkTag(tag [8]byte, inst uint64, view []int) [8]byte {
 
 func (s *netSplitter) shrunk(c *Comm, rec *recovery.Recoverer, inst uint64, view []int, newRank int, opts Options, ctx context.Context) (links, splitter, error) {
 	tag := shrunkTag(s.tag, inst, view)
-	// A member found down meanwhile ends the setup at once, naming it (a
-	// dial to it would otherwise retry until the shrink's deadline).
-	ctx, stop := rec.WhileUp(ctx, view)
+	// A member found down meanwhile, or one that gave this setup up, ends
+	// it at once, naming whom (a dial to it would otherwise retry until
+	// the shrink's deadline).
+	ctx, stop := rec.WhileUp(ctx, inst, view)
 	defer stop()
 	// Members of view, in c's ranks, are mapped to view's in connect's
 	// errors: name the rank of c.

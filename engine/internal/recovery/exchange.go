@@ -129,10 +129,12 @@ func (s *Recoverer) Forget(inst uint64) {
 }
 
 // WhileUp is ctx, cancelled with a *LostError as its cause when a
-// member of view is found down or taken for failed.
-func (s *Recoverer) WhileUp(ctx context.Context, view []int) (context.Context, func()) {
+// member of view is found down or taken for failed, or one gave up
+// instance inst's setup (GaveUpOn): it will not connect, and whoever
+// waits on it (for setup data or a connection) agrees again at once.
+func (s *Recoverer) WhileUp(ctx context.Context, inst uint64, view []int) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	w := &upWatch{view: view, cancel: cancel}
+	w := &upWatch{inst: inst, view: view, cancel: cancel}
 	s.mu.Lock()
 	s.watches = append(s.watches, w)
 	s.checkWatchesLocked()
@@ -147,14 +149,19 @@ func (s *Recoverer) WhileUp(ctx context.Context, view []int) (context.Context, f
 
 // upWatch is a setup among view waiting on WhileUp's context.
 type upWatch struct {
+	inst   uint64
 	view   []int
 	cancel context.CancelCauseFunc
 }
 
 // checkWatchesLocked cancels the setups whose view holds a member down or
-// suspected. Called with mu held.
+// suspected, or that a member gave up. Called with mu held.
 func (s *Recoverer) checkWatchesLocked() {
 	for _, w := range s.watches {
+		if g := s.gaveUp[w.inst]; g != nil {
+			w.cancel(g)
+			continue
+		}
 		for _, p := range w.view {
 			if p == s.rank {
 				continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,5 +198,32 @@ func TestSilentPeerExcluded(t *testing.T) {
 	w.release(2, 1)
 	if a := <-res[2]; !errors.Is(a.err, agree.ErrExcluded) {
 		t.Errorf("member 2: view %v, %v; want ErrExcluded", a.view, a.err)
+	}
+}
+
+// TestGaveUpEndsWatch: a member that gave an instance's setup up
+// (GaveUpOn) ends every other member's setup of it at once, also one
+// past its exchange and connecting to its peers: it waited on a member
+// that moved on until the shrink's deadline, and a second agreement
+// went on without it (chaos seed 1002).
+func TestGaveUpEndsWatch(t *testing.T) {
+	w := newSimWorld(3, nil)
+	g := newGroup(t, w, 5*time.Second, true, false)
+	ctx, stop := g.recs[1].WhileUp(context.Background(), 7, []int{0, 1, 2})
+	defer stop()
+	other, stopOther := g.recs[1].WhileUp(context.Background(), 8, []int{0, 1, 2})
+	defer stopOther()
+	g.recs[2].GaveUpOn(7, []int{0, 1, 2}, 0, errors.New("no setup data from it"))
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the setup of instance 7 still waits after a member gave it up")
+	}
+	var lost *LostError
+	if cause := context.Cause(ctx); !errors.As(cause, &lost) || lost.Peer != 0 || !strings.Contains(lost.Why, "as rank 2 found") {
+		t.Fatalf("cause %v, want rank 0 lost as rank 2 found", cause)
+	}
+	if other.Err() != nil {
+		t.Fatalf("the setup of another instance ended too: %v", context.Cause(other))
 	}
 }
