@@ -157,8 +157,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 }
 
 // exitLeftOut is a rank's exit status when the others went on without
-// it (stopped past the timeout, or of a view superseded meanwhile): the
-// job did not fail, this rank is no longer in it.
+// it (stopped past the timeout, or of a view superseded meanwhile), or it
+// could not reach a majority of the job (ErrNoQuorum: the others may be
+// going on without it, on the side that has one): the job did not fail
+// for that, this rank is no longer in it. When every rank exits so, the
+// launcher fails the job.
 const exitLeftOut = 3
 
 func main() {
@@ -166,7 +169,7 @@ func main() {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "sgd:", err)
 		}
-		if errors.Is(err, engine.ErrExcluded) {
+		if errors.Is(err, engine.ErrExcluded) || errors.Is(err, engine.ErrNoQuorum) {
 			os.Exit(exitLeftOut)
 		}
 		os.Exit(1)
