@@ -482,6 +482,12 @@ func Predict(g *topology.Graph, coll sched.Coll, n, nbytes int) ([]prediction, e
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	markBest(out)
+	return out, nil
+}
+
+// markBest marks the fastest of out (the first of equals).
+func markBest(out []prediction) {
 	best := -1
 	for i := range out {
 		if best < 0 || out[i].Seconds < out[best].Seconds {
@@ -491,7 +497,6 @@ func Predict(g *topology.Graph, coll sched.Coll, n, nbytes int) ([]prediction, e
 	if best >= 0 {
 		out[best].Best = true
 	}
-	return out, nil
 }
 
 // busFactor is nccl-tests' bus bandwidth factor.
