@@ -220,6 +220,13 @@ func adopt(rank, size int, l links, sp splitter, opts Options) (*Comm, error) {
 	}
 	c.split, c.arena, c.id, c.ctl = sp, l.arena, l.id, l.ctl
 	c.place(l.hosts, l.names)
+	if c.ctl != nil {
+		// The recovery loop runs from the start, not from the first
+		// Shrink: it is what sees this process stall (a pause, SIGSTOP),
+		// and a rank that stalled past the timeout must not take peers
+		// that moved on without it for dead (Recoverer.stalled).
+		c.recovery()
+	}
 	return c, nil
 }
 

@@ -67,13 +67,16 @@ type Recoverer struct {
 	down    map[int]string        // peers whose control link broke, and how
 	dead    map[int]bool          // of those, the ones whose process ended (transport.Died)
 	suspect map[int]bool          // peers an agreement took for failed
-	heard   map[int]time.Time
-	since   map[uint64]map[int]time.Time
-	joiners []*Conn    // processes waiting to join (Grow)
-	watches []*upWatch // setups to end when a member goes down (WhileUp)
-	refs    int        // holders: c, and each communicator shrunk from it
-	stop    context.CancelFunc
-	done    chan struct{}
+	// stalledPast: this process stalled for the timeout or longer since
+	// its last decided agreement; see stalled.
+	stalledPast bool
+	heard       map[int]time.Time
+	since       map[uint64]map[int]time.Time
+	joiners     []*Conn    // processes waiting to join (Grow)
+	watches     []*upWatch // setups to end when a member goes down (WhileUp)
+	refs        int        // holders: c, and each communicator shrunk from it
+	stop        context.CancelFunc
+	done        chan struct{}
 }
 
 type blobKey struct {
@@ -232,8 +235,19 @@ func (s *Recoverer) stallGap() time.Duration {
 // stalled moves every silence clock on by gap, a stall of this process:
 // a peer is judged by how long it was silent while this rank ran. Called
 // with mu held.
+//
+// A stall of the timeout or longer may have been long enough for the
+// others to agree without this rank and close their control meshes, too
+// late for their goodbyes to reach it: their listeners then refuse it as
+// a dead process's would. Until its next decided agreement, such a rank
+// takes a peer's closed connection or refused dial for down, not dead: a
+// majority of the job still has to answer it, so a zombie cannot agree a
+// view of its own (chaos seed 3034).
 func (s *Recoverer) stalled(gap time.Duration) {
 	s.log.Warn("recovery: this process stalled; peers' silences restart", "stalled_ms", gap.Milliseconds())
+	if gap >= s.timeout {
+		s.stalledPast = true
+	}
 	for _, m := range s.since {
 		for p, t0 := range m {
 			m[p] = t0.Add(gap)
@@ -253,11 +267,12 @@ func (s *Recoverer) handle(ev Event) {
 		if _, ok := s.down[ev.from]; !ok {
 			s.down[ev.from] = ev.why
 		}
-		if ev.dead {
+		dead := ev.dead && !s.stalledPast
+		if dead {
 			s.dead[ev.from] = true
 		}
 		for inst, n := range s.nodes {
-			if ev.dead {
+			if dead {
 				s.sendAll(inst, n.Dead(ev.from))
 			} else {
 				s.sendAll(inst, n.Down(ev.from))
@@ -386,6 +401,7 @@ func (s *Recoverer) Agree(ctx context.Context, suspects []int) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.stalledPast = false // the others answered it since
 	return view, nil
 }
 

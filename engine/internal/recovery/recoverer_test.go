@@ -227,3 +227,32 @@ func TestGaveUpEndsWatch(t *testing.T) {
 		t.Fatalf("the setup of another instance ended too: %v", context.Cause(other))
 	}
 }
+
+// TestStalledRankNoViewOfItsOwn: a member stopped past the timeout while
+// the others agreed without it and closed their control meshes, too late
+// for their goodbyes to reach it, finds their connections closed and
+// their listeners refusing, as a dead process's would. It must not take
+// them for dead and agree a view of itself alone (chaos seed 3034): a
+// majority of the job has to answer it, and none does.
+func TestStalledRankNoViewOfItsOwn(t *testing.T) {
+	const timeout = time.Second
+	w := newSimWorld(3, nil)
+	g := newGroup(t, w, timeout, true, true)
+	time.Sleep(4 * g.recs[2].tick()) // its loop runs
+	w.stallMember(t, 2)
+	g.clocks[2].advance(5 * timeout)
+	for _, p := range []int{0, 1} {
+		w.q[2].push(Event{from: p, down: true, dead: true, why: "nothing listens at its control address (process gone?)"})
+	}
+	w.resume(2)
+	time.Sleep(4 * g.recs[2].tick())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	view, err := g.recs[2].Agree(ctx, nil)
+	if err == nil {
+		t.Fatalf("member 2, resumed after a stall past the timeout, agreed %v alone", view)
+	}
+	if !errors.Is(err, agree.ErrNoQuorum) {
+		t.Errorf("got %v, want ErrNoQuorum", err)
+	}
+}
