@@ -351,7 +351,10 @@ func eagerPeers(rank, size int, peers []int) []int {
 	for _, q := range peers {
 		ok[q] = true
 	}
-	var out []int
+	// Never nil: tcp.Config reads a nil Eager as "every peer", and this
+	// rank would then wait for peers that, by this same relation, do not
+	// dial it (a rank of 7 over 2 hosts whose neighbours are all local).
+	out := []int{}
 	add := func(q int) {
 		if q != rank && ok[q] && !slices.Contains(out, q) {
 			out = append(out, q)
