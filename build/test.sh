@@ -115,7 +115,8 @@ fuzz_all() {
 # of the rest what torch, Python 3.13 or numpy 2 could change: DDP with
 # gocoll's hook and DistributedGradients against one process, errors and
 # Ctrl-C through DDP, loading, the dtypes, mpirun and the elastic example.
-# Every rank imports torch 2.6 (2.4 s of CPU each), so the two routes
+# Every rank imports torch 2.6, which costs more CPU than the test's own
+# work (the figure: bridge/python/README.md, torch's own suite), so the two routes
 # covered twice are left out: the example's dg mode (DistributedGradients
 # is in the equivalence test) and Ctrl-C through the comm hook (through
 # the backend stays). (--deselect takes ids from pytest's rootdir,

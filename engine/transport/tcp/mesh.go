@@ -641,7 +641,8 @@ func tune(c net.Conn, bufSize int, timeout time.Duration, logger *slog.Logger) {
 	// Idle + Count·Interval of silence, not after the kernel's default
 	// idle time of hours; but not before the communicator's timeout
 	// (keepAlive): thousands of connections on a loaded host once lost
-	// their probes and broke after 30 s, failing a healthy job.
+	// their probes and broke before it, failing a healthy job
+	// (docs/scale.md, "Keepalive no shorter than the timeout").
 	if err := tc.SetKeepAliveConfig(keepAlive(timeout)); err != nil {
 		logger.Debug("tcp: keepalive", "err", err)
 	}
