@@ -502,3 +502,89 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestShrinkDeathWhileConnecting: a member dies (its control links close)
+// after the agreement and the exchange of the shrunk communicator's
+// addresses, while the others connect to it. Its control links' loss must
+// end their setup (recovery.WhileUp) so they agree again without it, well
+// within the shrink's bound; a setup that waited on the dead member's
+// address until the shrink's own deadline would leave every survivor with
+// a timeout and no communicator (issue 40's third scenario).
+func TestShrinkDeathWhileConnecting(t *testing.T) {
+	const timeout = time.Second
+	opts := Options{Transport: "tcp", Timeout: timeout}
+	comms := newJoined(t, 5, opts)
+	defer destroyLive(comms)
+	crash(comms[1])
+	const victim = 3
+	release := make(chan struct{})
+	var once sync.Once
+	vopts := opts
+	vopts.hooks = &testHooks{beforeTCP: func() {
+		once.Do(func() {
+			comms[victim].ctl.Crash()
+			<-release
+		})
+	}}
+	kids := make([]*Comm, 5)
+	errs := make([]error, 5)
+	took := make([]time.Duration, 5)
+	var wg, victimDone sync.WaitGroup
+	for r, c := range comms {
+		if r == 1 {
+			continue
+		}
+		w := &wg
+		o := opts
+		if r == victim {
+			w, o = &victimDone, vopts
+		}
+		w.Go(func() {
+			began := time.Now()
+			kids[r], errs[r] = c.ShrinkWith(nil, o)
+			took[r] = time.Since(began)
+		})
+	}
+	wg.Wait()
+	close(release)
+	victimDone.Wait()
+	defer destroyLive(kids)
+	t.Logf("shrink took %v (the victim: %v, %v)", took, errs[victim], took[victim])
+	var got []*Comm
+	for _, r := range []int{0, 2, 4} {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if bound := recovery.Bound(timeout); took[r] > bound/2 {
+			t.Errorf("rank %d: shrink took %v, more than half its bound (%v)", r, took[r], bound)
+		}
+		got = append(got, kids[r])
+	}
+	checkSum(t, got)
+}
+
+// TestShrinkTwice: a communicator that was shrunk already refuses a second
+// Shrink: the others are done with it, so an agreement now would be the
+// caller's alone and give it a communicator of its own (issue 40's sixth
+// scenario).
+func TestShrinkTwice(t *testing.T) {
+	opts := Options{Transport: "tcp", Timeout: 2 * time.Second}
+	comms := newJoined(t, 3, opts)
+	defer destroyLive(comms)
+	crash(comms[2])
+	kids, errs := shrinkAll(comms[:2], nil)
+	defer destroyLive(kids)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	again, err := comms[0].Shrink(nil)
+	if err == nil {
+		again.Destroy()
+		t.Fatalf("second shrink gave a communicator of %d", again.Size())
+	}
+	if !errors.Is(err, ErrInvalidUsage) {
+		t.Fatalf("second shrink: %v, want ErrInvalidUsage", err)
+	}
+}
