@@ -73,11 +73,13 @@ type TCP struct {
 	life    context.Context // ends at close: dials stop
 	halt    context.CancelFunc
 
-	mu         sync.Mutex
-	closed     bool
-	out        map[int]*ctlOutbox
-	served     map[*Conn]bool // incoming, authenticated: Close says goodbye on them
-	left       map[int]bool   // peers that said goodbye: never dead after that
+	mu     sync.Mutex
+	closed bool
+	out    map[int]*ctlOutbox
+	// in is each peer's one incoming connection: the newest it
+	// authenticated (see bind). Close says goodbye on them.
+	in         map[int]*Conn
+	left       map[int]bool // peers that said goodbye: never dead after that
 	writers    sync.WaitGroup
 	conns      map[net.Conn]bool
 	pending    []net.Conn // in their handshake, oldest first
@@ -97,7 +99,7 @@ type ctlOutbox struct {
 func NewTCP(me int, addrs []string, secret []byte, tag [8]byte, timeout time.Duration, ln net.Listener, log *slog.Logger) *TCP {
 	life, halt := context.WithCancel(context.Background())
 	t := &TCP{me: me, log: log, addrs: addrs, secret: secret, tag: ctlTag(tag), timeout: timeout, ln: ln,
-		q: newQueue(), out: map[int]*ctlOutbox{}, served: map[*Conn]bool{}, left: map[int]bool{},
+		q: newQueue(), out: map[int]*ctlOutbox{}, in: map[int]*Conn{}, left: map[int]bool{},
 		conns: map[net.Conn]bool{}, life: life, halt: halt,
 		maxPending: min(max(2*len(addrs), ctlMinPending), ctlMaxPending)}
 	t.growTag = GrowTag(tag)
@@ -202,24 +204,60 @@ func (t *TCP) serve(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	t.mu.Lock()
-	t.served[cc] = true
-	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		delete(t.served, cc)
-		t.mu.Unlock()
-	}()
-	for {
-		m, err := cc.ReadMsg()
-		if err == nil && !m.Bye {
-			t.q.push(Event{from: peer, msg: m})
-			continue
-		}
+	if !t.bind(peer, cc) {
 		t.untrack(c)
-		t.lost(peer, err)
 		return
 	}
+	for {
+		m, err := cc.ReadMsg()
+		t.mu.Lock()
+		current := t.in[peer] == cc
+		if current && err == nil && !m.Bye {
+			t.q.push(Event{from: peer, msg: m})
+			t.mu.Unlock()
+			continue
+		}
+		if current {
+			delete(t.in, peer)
+		}
+		t.mu.Unlock()
+		t.untrack(c)
+		if current {
+			t.lost(peer, err)
+		}
+		return
+	}
+}
+
+// bind makes cc, authenticated as rank peer, that peer's one incoming
+// connection: its frames are the only ones delivered as peer's (a frame
+// names no sender: it is the handshake's rank, whose session key its MAC
+// is under), until it ends or peer connects again.
+//
+// A newer connection of a rank replaces the older one, which is closed
+// without reporting the rank down, and whose frames are no longer
+// delivered. A member's mesh dials a peer again only after its own end of
+// the older connection failed; the listener may not have seen that end (a
+// link that broke silently, a reset that never arrived), and refusing the
+// redial while the older connection looks alive would leave a live member
+// unable to reach this rank: taken for silent, then excluded. A holder of
+// the secret can displace a member's connection this way, but it can as
+// well claim the member's rank outright: the secret is the trust boundary
+// (docs/trust.md). What binding does rule out is two connections speaking
+// for one rank at once, and an older connection's end reporting down a
+// rank whose newer connection is alive.
+func (t *TCP) bind(peer int, cc *Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	if old := t.in[peer]; old != nil {
+		t.log.Info("control: a rank connected again; its older connection is closed", "peer", peer)
+		old.Conn.Close()
+	}
+	t.in[peer] = cc
+	return true
 }
 
 // lost reports peer down after its connection ended with err (nil: a
@@ -389,8 +427,14 @@ func (t *TCP) dialOnce(ctx context.Context, to int) (*Conn, error) {
 	}
 	deadline, _ := dctx.Deadline()
 	stop := context.AfterFunc(dctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	_, key, err := tcp.ClientHandshakeSession(c, t.secret, t.tag, t.me, deadline)
+	peer, key, err := tcp.ClientHandshakeSession(c, t.secret, t.tag, t.me, deadline)
 	stop()
+	if err == nil && peer != to {
+		// Whatever answers at to's address speaks for the rank it
+		// authenticated, not for to: what this rank sends on it, and the
+		// goodbye or end it reads, would be taken for to's.
+		err = fmt.Errorf("%w: %s, rank %d's control address, answered as rank %d", tcp.ErrAuth, t.addrs[to], to, peer)
+	}
 	if err != nil {
 		t.untrack(c)
 		return nil, err
@@ -427,7 +471,7 @@ func (t *TCP) end(bye bool) {
 		}
 	}
 	var served []*Conn
-	for cc := range t.served {
+	for _, cc := range t.in {
 		served = append(served, cc)
 	}
 	for _, ob := range t.out {
