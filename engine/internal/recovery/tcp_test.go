@@ -311,3 +311,76 @@ func TestCtlDialChecksRank(t *testing.T) {
 		}
 	}
 }
+
+// TestCtlJoinerQueueBounded: rank 0 keeps at most MaxJoiners processes
+// waiting to join; one more is refused in its handshake, with an error
+// naming the bound (its Join fails at once rather than waiting out its
+// timeout), while one that went away while it waited, or that a Grow took
+// and closed, gives its place back. Before, every process that asked was
+// kept, with its descriptor, until a Grow took it.
+func TestCtlJoinerQueueBounded(t *testing.T) {
+	secret, tag := []byte("ctl-join-secret"), [8]byte{11}
+	ln, err := tcp.Listen("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{ln.Addr().String(), "127.0.0.1:1"}
+	ctl := NewTCP(0, addrs, secret, tag, 5*time.Second, ln, slog.New(slog.DiscardHandler))
+	ctl.mu.Lock()
+	ctl.maxJoiners = 2
+	ctl.mu.Unlock()
+	s := New(Config{Rank: 0, Size: 2, Timeout: 5 * time.Second, Net: ctl})
+	defer s.Release()
+	join := func() (net.Conn, error) {
+		c, err := net.Dial("tcp", addrs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_, _, err = tcp.ClientHandshakeSession(c, secret, GrowTag(tag), -1, time.Now().Add(5*time.Second))
+		return c, err
+	}
+	waitJoiners := func(n int) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); s.Joiners() != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%d joiners wait, want %d", s.Joiners(), n)
+			}
+		}
+	}
+	first, err := join()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := join(); err != nil {
+		t.Fatal(err)
+	}
+	waitJoiners(2)
+	_, err = join()
+	if !errors.Is(err, tcp.ErrRefused) || !strings.Contains(err.Error(), "at most 2") {
+		t.Fatalf("a third joiner with room for 2: %v, want refused naming the bound", err)
+	}
+	// The first goes away: its place is free once rank 0 sees it gone.
+	first.Close()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err = join(); err == nil {
+			break
+		}
+		if !errors.Is(err, tcp.ErrRefused) || time.Now().After(end) {
+			t.Fatalf("a joiner after one went away: %v", err)
+		}
+	}
+	waitJoiners(2)
+	// A Grow takes one and closes it: its place is free at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	taken, _, err := s.TakeJoiners(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken[0].Close()
+	if _, err := join(); err != nil {
+		t.Fatalf("a joiner after a Grow took one: %v", err)
+	}
+	waitJoiners(2)
+}
