@@ -59,11 +59,17 @@ func (c *Comm) Joiners() int {
 
 // Grow makes a communicator of c's ranks (same numbers) and n processes
 // that asked to join (Join), numbered from c.Size() up in the order they
-// asked. Every rank of c calls it with the same n; rank 0 waits up to the
+// asked. Every rank of c calls it with the same n, at most as many as may
+// wait to join (twice c's size, at least 64); rank 0 waits up to the
 // timeout for n joiners. c is left as it was.
 func (c *Comm) Grow(n int) (*Comm, error) {
 	if n < 1 {
 		return nil, invalidArg("grow by %d processes (at least 1)", n)
+	}
+	if most := recovery.MaxJoiners(c.size); n > most {
+		// Rank 0's listener refuses joiners past this many: a Grow
+		// waiting for more would only time out.
+		return nil, invalidArg("grow by %d processes: at most %d may wait to join a communicator of %d ranks (grow in steps)", n, most, c.size)
 	}
 	ns, ok := c.split.(*netSplitter)
 	if !ok {
@@ -177,7 +183,9 @@ func parseJoinInfo(info string) (tag [8]byte, addr string, err error) {
 // members call Grow). info is the communicator's JoinInfo (handed over by
 // a job file, or a variable the launcher sets); secret is the
 // job's (the unique id's, or GOCOLL_SECRET). It waits up to the timeout to
-// be admitted.
+// be admitted; when as many processes wait already as may
+// (recovery.MaxJoiners: twice the communicator's size, at least 64), it
+// fails at once with an ErrTimeout that says so.
 func Join(info string, secret []byte, opts Options) (*Comm, error) {
 	opts = opts.withDefaults()
 	tag, addr, err := parseJoinInfo(info)
@@ -196,6 +204,11 @@ func Join(info string, secret []byte, opts Options) (*Comm, error) {
 	}
 	defer conn.Close()
 	_, key, err := tcp.ClientHandshakeSession(conn, secret, recovery.GrowTag(tag), -1, time.Now().Add(opts.Timeout))
+	if errors.Is(err, tcp.ErrRefused) {
+		// Too many processes wait already (recovery.MaxJoiners): not
+		// admitted, as if it had waited its timeout out; it may ask again.
+		return nil, fmt.Errorf("gocoll: join %s: %w: not admitted: %w", addr, ErrTimeout, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gocoll: join %s: %w", addr, err)
 	}

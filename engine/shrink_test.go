@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -338,6 +339,10 @@ func TestGrow(t *testing.T) {
 	if _, err := kids[0].Grow(0); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("Grow(0): %v", err)
 	}
+	tooMany := recovery.MaxJoiners(2) + 1
+	if _, err := kids[0].Grow(tooMany); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "at most") {
+		t.Fatalf("Grow(%d), more than may wait to join: %v, want ErrInvalidArgument naming the bound", tooMany, err)
+	}
 	local := newLocal(t, 2, opts)
 	if _, err := local[0].Grow(1); !errors.Is(err, ErrInvalidUsage) {
 		t.Fatalf("Grow on an in-process communicator: %v", err)
@@ -490,6 +495,39 @@ func TestGrowPrunesDeadJoiner(t *testing.T) {
 	}
 	defer destroyLive(grown)
 	checkSum(t, grown)
+}
+
+// TestJoinRefusedPastBound: rank 0 keeps at most MaxJoiners processes
+// waiting to join; the next one's Join fails at once with an ErrTimeout
+// naming the bound, rather than waiting out its timeout (before, it was
+// queued without bound, with a descriptor each).
+func TestJoinRefusedPastBound(t *testing.T) {
+	opts := Options{Transport: "tcp", Timeout: 5 * time.Second}
+	comms := newJoined(t, 2, opts)
+	info, err := comms[0].JoinInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, addr, err := parseJoinInfo(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := recovery.MaxJoiners(2)
+	for range most {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := tcp.ClientHandshake(c, secretOf(comms[0]), recovery.GrowTag(tag), -1, time.Now().Add(5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return comms[0].Joiners() == most })
+	_, err = Join(info, secretOf(comms[0]), Options{Transport: "tcp", Timeout: time.Minute})
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), fmt.Sprintf("at most %d may wait", most)) {
+		t.Fatalf("join past the bound: %v, want ErrTimeout naming the bound", err)
+	}
 }
 
 // waitFor polls cond for up to 10 s.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/engine/transport"
-	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
 // GrowTag is the handshake tag a joiner of the communicator tagged tag
@@ -57,11 +56,7 @@ func (r *replayConn) Read(p []byte) (int, error) {
 // nor admitted. Called with mu held.
 func (s *Recoverer) pruneJoiners() {
 	s.joiners = slices.DeleteFunc(s.joiners, func(j *Conn) bool {
-		raw := j.Conn
-		if rc, ok := raw.(*replayConn); ok {
-			raw = rc.Conn
-		}
-		if tcp.Gone(raw) {
+		if j.gone() {
 			j.Close()
 			return true
 		}

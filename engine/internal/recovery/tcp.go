@@ -14,6 +14,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,15 +74,23 @@ type TCP struct {
 	life    context.Context // ends at close: dials stop
 	halt    context.CancelFunc
 
-	mu         sync.Mutex
-	closed     bool
-	out        map[int]*ctlOutbox
-	served     map[*Conn]bool // incoming, authenticated: Close says goodbye on them
-	left       map[int]bool   // peers that said goodbye: never dead after that
+	mu     sync.Mutex
+	closed bool
+	out    map[int]*ctlOutbox
+	// in is each peer's one incoming connection: the newest it
+	// authenticated (see bind). Close says goodbye on them.
+	in         map[int]*Conn
+	left       map[int]bool // peers that said goodbye: never dead after that
 	writers    sync.WaitGroup
 	conns      map[net.Conn]bool
 	pending    []net.Conn // in their handshake, oldest first
 	maxPending int
+	// joining: the processes asking to join that were handed over (see
+	// Grow) and not closed yet; joinSlots of maxJoiners more are held by
+	// handshakes under way.
+	joining    map[*Conn]bool
+	joinSlots  int
+	maxJoiners int
 	wg         sync.WaitGroup
 }
 
@@ -97,9 +106,10 @@ type ctlOutbox struct {
 func NewTCP(me int, addrs []string, secret []byte, tag [8]byte, timeout time.Duration, ln net.Listener, log *slog.Logger) *TCP {
 	life, halt := context.WithCancel(context.Background())
 	t := &TCP{me: me, log: log, addrs: addrs, secret: secret, tag: ctlTag(tag), timeout: timeout, ln: ln,
-		q: newQueue(), out: map[int]*ctlOutbox{}, served: map[*Conn]bool{}, left: map[int]bool{},
+		q: newQueue(), out: map[int]*ctlOutbox{}, in: map[int]*Conn{}, left: map[int]bool{},
 		conns: map[net.Conn]bool{}, life: life, halt: halt,
-		maxPending: min(max(2*len(addrs), ctlMinPending), ctlMaxPending)}
+		maxPending: min(max(2*len(addrs), ctlMinPending), ctlMaxPending),
+		joining:    map[*Conn]bool{}, maxJoiners: MaxJoiners(len(addrs))}
 	t.growTag = GrowTag(tag)
 	t.wg.Add(1)
 	go t.accept()
@@ -181,8 +191,14 @@ func (t *TCP) serve(c net.Conn) {
 	if grow {
 		tag = t.growTag
 	}
+	held := false // a joiner's place (holdJoiner), from the handshake's verdict on
 	peer, key, err := tcp.ServerHandshakeSession(rc, t.secret, tag, t.me, deadline, func(p int) error {
-		if !grow && (p < 0 || p >= len(t.addrs) || p == t.me) {
+		if grow {
+			err := t.holdJoiner()
+			held = err == nil
+			return err
+		}
+		if p < 0 || p >= len(t.addrs) || p == t.me {
 			return fmt.Errorf("rank %d is not a member", p)
 		}
 		return nil
@@ -192,34 +208,126 @@ func (t *TCP) serve(c net.Conn) {
 		if grow {
 			t.log.Info("refused a process asking to join", "from", c.RemoteAddr(), "err", err)
 		}
+		if held {
+			t.mu.Lock()
+			t.joinSlots--
+			t.mu.Unlock()
+		}
 		t.untrack(c)
 		return
 	}
 	cc := &Conn{Conn: rc, key: key}
 	if grow {
 		// A process asking to join: the members' Grow reads it.
-		t.q.push(Event{from: -1, conn: cc})
+		t.handOver(cc)
 		return
 	}
 	c.SetDeadline(time.Time{})
-	t.mu.Lock()
-	t.served[cc] = true
-	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		delete(t.served, cc)
-		t.mu.Unlock()
-	}()
-	for {
-		m, err := cc.ReadMsg()
-		if err == nil && !m.Bye {
-			t.q.push(Event{from: peer, msg: m})
-			continue
-		}
+	if !t.bind(peer, cc) {
 		t.untrack(c)
-		t.lost(peer, err)
 		return
 	}
+	for {
+		m, err := cc.ReadMsg()
+		t.mu.Lock()
+		current := t.in[peer] == cc
+		if current && err == nil && !m.Bye {
+			t.q.push(Event{from: peer, msg: m})
+			t.mu.Unlock()
+			continue
+		}
+		if current {
+			delete(t.in, peer)
+		}
+		t.mu.Unlock()
+		t.untrack(c)
+		if current {
+			t.lost(peer, err)
+		}
+		return
+	}
+}
+
+// bind makes cc, authenticated as rank peer, that peer's one incoming
+// connection: its frames are the only ones delivered as peer's (a frame
+// names no sender: it is the handshake's rank, whose session key its MAC
+// is under), until it ends or peer connects again.
+//
+// A newer connection of a rank replaces the older one, which is closed
+// without reporting the rank down, and whose frames are no longer
+// delivered. A member's mesh dials a peer again only after its own end of
+// the older connection failed; the listener may not have seen that end (a
+// link that broke silently, a reset that never arrived), and refusing the
+// redial while the older connection looks alive would leave a live member
+// unable to reach this rank: taken for silent, then excluded. A holder of
+// the secret can displace a member's connection this way, but it can as
+// well claim the member's rank outright: the secret is the trust boundary
+// (docs/trust.md). What binding does rule out is two connections speaking
+// for one rank at once, and an older connection's end reporting down a
+// rank whose newer connection is alive.
+func (t *TCP) bind(peer int, cc *Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	if old := t.in[peer]; old != nil {
+		t.log.Info("control: a rank connected again; its older connection is closed", "peer", peer)
+		old.Conn.Close()
+	}
+	t.in[peer] = cc
+	return true
+}
+
+// MaxJoiners is how many processes may wait at once to join a
+// communicator of size ranks (the control listener of its rank 0 refuses
+// more, saying so): twice the size, so that every rank can be replaced
+// and the job doubled in one Grow, and at least ctlMinJoiners; at most
+// ctlMaxPending, as many as may be in their handshake. Each waiting
+// process holds a descriptor on rank 0 until a Grow takes it.
+func MaxJoiners(size int) int {
+	return min(max(2*size, ctlMinJoiners), ctlMaxPending)
+}
+
+const ctlMinJoiners = 64
+
+// holdJoiner takes a place for a process asking to join, once those that
+// went away while they waited are dropped, or says why there is none: the
+// refusal is the handshake's verdict, so the process's Join fails with it
+// at once rather than waiting for a Grow that could never take it.
+func (t *TCP) holdJoiner() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.joining)+t.joinSlots >= t.maxJoiners {
+		for j := range t.joining {
+			if j.gone() {
+				// The recoverer drops it too (gone holds from now on).
+				j.closed.Store(true)
+				j.Conn.Close()
+				delete(t.joining, j)
+			}
+		}
+	}
+	if n := len(t.joining) + t.joinSlots; n >= t.maxJoiners {
+		return fmt.Errorf("%d processes already wait to join this communicator of %d ranks (at most %d may wait): ask again after the members' next Grow", n, len(t.addrs), t.maxJoiners)
+	}
+	t.joinSlots++
+	return nil
+}
+
+// handOver passes cc, a process asking to join, to the recoverer; its
+// place (holdJoiner) is given back when it is closed.
+func (t *TCP) handOver(cc *Conn) {
+	cc.onClose = func(j *Conn) {
+		t.mu.Lock()
+		delete(t.joining, j)
+		t.mu.Unlock()
+	}
+	t.mu.Lock()
+	t.joinSlots--
+	t.joining[cc] = true
+	t.mu.Unlock()
+	t.q.push(Event{from: -1, conn: cc})
 }
 
 // lost reports peer down after its connection ended with err (nil: a
@@ -389,8 +497,14 @@ func (t *TCP) dialOnce(ctx context.Context, to int) (*Conn, error) {
 	}
 	deadline, _ := dctx.Deadline()
 	stop := context.AfterFunc(dctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	_, key, err := tcp.ClientHandshakeSession(c, t.secret, t.tag, t.me, deadline)
+	peer, key, err := tcp.ClientHandshakeSession(c, t.secret, t.tag, t.me, deadline)
 	stop()
+	if err == nil && peer != to {
+		// Whatever answers at to's address speaks for the rank it
+		// authenticated, not for to: what this rank sends on it, and the
+		// goodbye or end it reads, would be taken for to's.
+		err = fmt.Errorf("%w: %s, rank %d's control address, answered as rank %d", tcp.ErrAuth, t.addrs[to], to, peer)
+	}
 	if err != nil {
 		t.untrack(c)
 		return nil, err
@@ -427,7 +541,7 @@ func (t *TCP) end(bye bool) {
 		}
 	}
 	var served []*Conn
-	for cc := range t.served {
+	for _, cc := range t.in {
 		served = append(served, cc)
 	}
 	for _, ob := range t.out {
@@ -464,6 +578,30 @@ type Conn struct {
 	key       []byte
 	dialled   bool   // this end dialled: its frames go client → server
 	sent, got uint64 // frames written and read
+	closed    atomic.Bool
+	onClose   func(*Conn) // a joiner's: gives its place on the listener back
+}
+
+// Close closes the connection (a joiner's: giving its place back).
+func (c *Conn) Close() error {
+	c.closed.Store(true)
+	if c.onClose != nil {
+		c.onClose(c)
+	}
+	return c.Conn.Close()
+}
+
+// gone says whether c was closed here or by its peer (a process asking
+// to join that went away while it waited): see tcp.Gone.
+func (c *Conn) gone() bool {
+	if c.closed.Load() {
+		return true
+	}
+	raw := c.Conn
+	if rc, ok := raw.(*replayConn); ok {
+		raw = rc.Conn
+	}
+	return tcp.Gone(raw)
 }
 
 const ctlMACSize = 16
