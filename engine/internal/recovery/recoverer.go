@@ -342,6 +342,28 @@ func (s *Recoverer) checkSilence() {
 	}
 }
 
+// pruneBefore drops the agreements, and the messages parked for them,
+// that no member can still need once this rank starts instance inst
+// (called with mu held). Every member of a view took part in the
+// agreement that confirmed it, so a member still in an older instance
+// lags by one at most: the last two are kept to answer it. Messages
+// parked for an instance below inst belong to one this rank will never
+// run (it ran or skipped it): a member left behind there learns its fate
+// from the others' Excluded answers (handle), not from these.
+func (s *Recoverer) pruneBefore(inst uint64) {
+	for k := range s.nodes {
+		if k+2 < inst {
+			delete(s.nodes, k)
+			delete(s.since, k)
+		}
+	}
+	for k := range s.pending {
+		if k < inst {
+			delete(s.pending, k)
+		}
+	}
+}
+
 func (s *Recoverer) sendAll(inst uint64, outs []agree.Out) {
 	for _, o := range outs {
 		m := o.Msg
@@ -379,6 +401,7 @@ func (s *Recoverer) Agree(ctx context.Context, suspects []int) ([]int, error) {
 	}
 	n.SetDead(dead)
 	s.nodes[inst] = n
+	s.pruneBefore(inst)
 	s.sendAll(inst, n.Start())
 	for _, ev := range s.pending[inst] {
 		s.sendAll(inst, n.Recv(ev.from, *ev.msg.Agree))

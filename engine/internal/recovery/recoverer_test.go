@@ -256,3 +256,41 @@ func TestStalledRankNoViewOfItsOwn(t *testing.T) {
 		t.Errorf("got %v, want ErrNoQuorum", err)
 	}
 }
+
+// TestOldInstancesPruned: a recoverer keeps the last agreements only
+// (members lag by one at most), and no message parked for an instance it
+// has passed: before, every agreement's state and every message parked
+// for an instance never run stayed for the communicator's life.
+func TestOldInstancesPruned(t *testing.T) {
+	w := newSimWorld(3, nil)
+	g := newGroup(t, w, 5*time.Second, true, false)
+	const rounds = 6
+	for i := range rounds {
+		if i == 3 {
+			// A message parked for an instance this member has passed
+			// (one it never ran: a Grow's number, say).
+			g.recs[0].mu.Lock()
+			g.recs[0].pending[1] = []Event{{from: 1, msg: Msg{Inst: 1, Agree: &agree.Msg{}}}}
+			g.recs[0].mu.Unlock()
+		}
+		for r, a := range collect(t, g.agreeAll(context.Background(), []int{0, 1, 2})) {
+			if a.err != nil || len(a.view) != 3 {
+				t.Fatalf("round %d: member %d: view %v, %v", i, r, a.view, a.err)
+			}
+		}
+	}
+	for r, s := range g.recs {
+		s.mu.Lock()
+		for k := range s.nodes {
+			if k+3 < rounds {
+				t.Errorf("member %d still holds agreement %d after %d", r, k, rounds)
+			}
+		}
+		for k := range s.pending {
+			if k < rounds {
+				t.Errorf("member %d still holds messages parked for agreement %d", r, k)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
