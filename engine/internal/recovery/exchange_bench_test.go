@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -99,6 +100,51 @@ func BenchmarkExchangeRoot(b *testing.B) {
 			}
 			b.ReportMetric(float64(w.bytes.Load())/float64(b.N), "rootB/op")
 			b.ReportMetric(float64(w.sends.Load())/float64(b.N), "sends/op")
+		})
+	}
+}
+
+// frameConn is a connection whose reads replay one recorded stream and
+// whose writes record.
+type frameConn struct {
+	net.Conn
+	r bytes.Reader
+	w bytes.Buffer
+}
+
+func (c *frameConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *frameConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// BenchmarkTableRead is what a member of the shrink's exchange tree
+// spends on the table before it can forward it: read one frame (MAC,
+// JSON with base64), and check and split it (unpackTable). Entries of
+// the size of a rank's first setup blob.
+func BenchmarkTableRead(b *testing.B) {
+	for _, n := range []int{256, 1024} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			table := make([][]byte, n)
+			for i := range table {
+				table[i] = make([]byte, 177)
+			}
+			key := make([]byte, 32)
+			fc := &frameConn{}
+			w := &Conn{Conn: fc, key: key, dialled: true}
+			if err := w.WriteMsg(Msg{Inst: 7, Round: 1, Table: packTable(table)}); err != nil {
+				b.Fatal(err)
+			}
+			frame := fc.w.Bytes()
+			b.SetBytes(int64(n * 177))
+			for range b.N {
+				fc.r.Reset(frame)
+				r := &Conn{Conn: fc, key: key}
+				m, err := r.ReadMsg()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := unpackTable(m.Table, n); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }
