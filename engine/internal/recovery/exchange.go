@@ -227,6 +227,11 @@ func (s *Recoverer) awaitFrom(ctx, rctx context.Context, inst uint64, from []int
 	case err != nil:
 		s.mu.Lock()
 		lost, why = missing(), fmt.Sprintf("no setup data from it within %v", limit)
+		if g := s.gaveUp[inst]; g != nil {
+			// Word that a member gave up came as the wait ended: it
+			// names whom it lost, which this rank's silence only guesses.
+			lost, why = g.Peer, g.Why
+		}
 		s.mu.Unlock()
 	}
 	if lost >= 0 {

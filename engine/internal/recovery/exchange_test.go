@@ -300,6 +300,6 @@ func TestExchangeInteriorKilled(t *testing.T) {
 // who wait longer, learn it from them (GaveUpOn) rather than blame their
 // own parents.
 func TestExchangeInteriorStalled(t *testing.T) {
-	res, subtree, _ := interior(t, 2*time.Second, func(Net) {})
+	res, subtree, _ := interior(t, 3*time.Second, func(Net) {})
 	checkSubtree(t, res, subtree, 2)
 }
