@@ -270,6 +270,44 @@ func TestShrinkDeathDuringShrink(t *testing.T) {
 	}
 }
 
+// TestShrinkTreeTCP: 12 ranks over TCP lose rank 1 and shrink to 11, so
+// that the setup table goes two levels down the exchange's tree (view
+// positions 5 and up get it from a member, not from rank 0), with JSON
+// frames on real connections; with second set, rank 2 — position 1, the
+// parent of positions 5–8 — dies as well once the first agreement
+// decided, and the others agree again without it.
+func TestShrinkTreeTCP(t *testing.T) {
+	for _, second := range []int{-1, 2} {
+		t.Run(fmt.Sprintf("second=%d", second), func(t *testing.T) {
+			var once sync.Once
+			opts := Options{Transport: "tcp", Timeout: 5 * time.Second, hooks: &testHooks{shrink: func(rank int, p string) bool {
+				hit := false
+				if rank == second && p == "agreed" {
+					once.Do(func() { hit = true })
+				}
+				return hit
+			}}}
+			comms := newJoined(t, 12, opts)
+			crash(comms[1])
+			live := slices.Clone(comms)
+			live[1] = nil
+			kids, errs := shrinkAll(live, nil)
+			defer destroyLive(kids)
+			var got []*Comm
+			for r, k := range kids {
+				if r == 1 || r == second {
+					continue
+				}
+				if errs[r] != nil {
+					t.Fatalf("rank %d: %v", r, errs[r])
+				}
+				got = append(got, k)
+			}
+			checkSum(t, got)
+		})
+	}
+}
+
 // growBy1 has comms (one communicator's ranks) admit one process that
 // joins with secret: it returns the grown communicator's ranks (the
 // joiner last) and the joiner's error.

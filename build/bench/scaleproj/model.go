@@ -19,8 +19,9 @@ import (
 // ⌈log2 Roots⌉ steps, recursive doubling); each root then hands the whole
 // table down a tree of degree FanOut over its share of the ranks (a
 // FanOut of at least the share is a star: the root sends the table to
-// each rank of its share itself, as gocoll's one root does); then
-// every rank connects the neighbours its first schedules need (ring and
+// each rank of its share itself, as gocoll's one root does; a member of
+// a tree takes the table in, at ReadBandwidth, before it forwards it);
+// then every rank connects the neighbours its first schedules need (ring and
 // recursive doubling: 2 + log2 N of them, Neighbours overrides) and the
 // rest lazily, which is not setup time.
 type InitParams struct {
@@ -31,6 +32,11 @@ type InitParams struct {
 	Hop float64 `json:"hop_s"`
 	// Bandwidth is a rank's network bandwidth for the table, bytes/s.
 	Bandwidth float64 `json:"bandwidth_Bps"`
+	// ReadBandwidth, if positive, is the rate in bytes/s at which a rank
+	// takes in a table it received (read, MAC, decode, check) before it
+	// forwards it: once a level of a tree. Zero leaves it out (the star
+	// rows, which were projected without it).
+	ReadBandwidth float64 `json:"read_Bps,omitempty"`
 	// AddrBytes is one rank's entry of the table.
 	AddrBytes int `json:"addr_bytes"`
 	// Handshake is one connection's setup (dial, accept, hello), as one
@@ -63,6 +69,9 @@ func (p InitParams) check() error {
 	}
 	if !(p.Bandwidth > 0) || math.IsInf(p.Bandwidth, 0) {
 		errs = append(errs, fmt.Errorf("bandwidth_Bps = %v: want > 0", p.Bandwidth))
+	}
+	if !(p.ReadBandwidth >= 0) || math.IsInf(p.ReadBandwidth, 0) {
+		errs = append(errs, fmt.Errorf("read_Bps = %v: want > 0, or 0 to leave reading out", p.ReadBandwidth))
 	}
 	if p.AddrBytes < 1 || p.Roots < 1 || p.FanOut < 2 || p.Neighbours < 0 {
 		errs = append(errs, fmt.Errorf("addr_bytes %d, roots %d, fan_out %d, neighbours %d: want ≥ 1, ≥ 1, ≥ 2, ≥ 0", p.AddrBytes, p.Roots, p.FanOut, p.Neighbours))
@@ -112,9 +121,14 @@ func Init(n int, p InitParams) (InitTime, error) {
 	}
 	// Down each root's tree: at every level a parent sends the whole
 	// table to its children, FanOut of them or as many as its share
-	// leaves (a star: share - 1), one after another on its link.
+	// leaves (a star: share - 1), one after another on its link; below
+	// the root it first takes the table in (store and forward).
 	children := min(p.FanOut, share-1)
-	t.Spread = float64(levels(share, p.FanOut)) * (p.Hop + float64(children)*table)
+	lv := levels(share, p.FanOut)
+	t.Spread = float64(lv) * (p.Hop + float64(children)*table)
+	if p.ReadBandwidth > 0 && lv > 1 {
+		t.Spread += float64(lv-1) * float64(n*p.AddrBytes) / p.ReadBandwidth
+	}
 	k := p.Neighbours
 	if k == 0 {
 		k = 2 + log2ceil(n)
@@ -138,7 +152,10 @@ func Init(n int, p InitParams) (InitTime, error) {
 // coordinator that fails costs its detection and ExtraRoundTrips more
 // round trips (the simulation measured one to two); then the N-1
 // survivors set up a communicator with the addresses they already have
-// (Init's Connect phase; Rebootstrap runs the whole Init instead).
+// (Init's Connect phase; Rebootstrap runs the whole Init instead, as
+// gocoll's shrink does: its new rank 0 gathers the setup data and hands
+// the table down a tree of fan-out 4, Init with one root and FanOut 4 —
+// until f4425a4 it sent the table to every member itself, a star).
 type ShrinkParams struct {
 	// Detect is the time from the failure to the survivors' first
 	// agreement message: a broken connection, or a timeout.

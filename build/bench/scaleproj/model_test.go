@@ -83,6 +83,23 @@ func TestInitStar(t *testing.T) {
 	near(t, "partial tree", got.Spread, 2*(p.Hop+4*float64(6*p.AddrBytes)/p.Bandwidth))
 }
 
+// A tree's members below the root's children each take the table in
+// before they forward it: one read a level but the first.
+func TestInitTreeRead(t *testing.T) {
+	p := setupParams()
+	p.Roots, p.ReadBandwidth = 1, 0.5e9
+	got, err := Init(1024, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := float64(1024*p.AddrBytes) / p.Bandwidth
+	// 1+4+…+256+1024 ≥ 1024: 5 levels; 4 reads at half the bandwidth.
+	near(t, "spread", got.Spread, 5*(p.Hop+4*table)+4*2*table)
+	p.FanOut = 1 << 20 // a star: the one level has no read to wait for
+	star, _ := Init(1024, p)
+	near(t, "star spread", star.Spread, p.Hop+1023*table)
+}
+
 func TestInitBadParams(t *testing.T) {
 	for _, tc := range []struct {
 		edit func(*InitParams)
@@ -91,6 +108,7 @@ func TestInitBadParams(t *testing.T) {
 		{func(p *InitParams) { p.Hop = -1 }, "hop_s"},
 		{func(p *InitParams) { p.RootPerRank = math.NaN() }, "root_per_rank_s"},
 		{func(p *InitParams) { p.Bandwidth = 0 }, "bandwidth_Bps"},
+		{func(p *InitParams) { p.ReadBandwidth = -1 }, "read_Bps"},
 		{func(p *InitParams) { p.FanOut = 1 }, "fan_out"},
 		{func(p *InitParams) { p.Roots = 0 }, "roots"},
 	} {

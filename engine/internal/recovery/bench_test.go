@@ -12,8 +12,8 @@ import (
 // BenchmarkCtlWrite is the sender's cost of one control message over
 // loopback TCP (JSON, MAC, one write; the reader drains): an agreement
 // message carrying ids member ids (a proposal or commit carries the
-// view), and the setup table a shrink's root sends every member (entries
-// of the size of a rank's first setup blob). The shrink model's inputs
+// view), and the setup table a shrink's exchange sends down its tree
+// (packed, packTable; entries of the size of a rank's first setup blob). The shrink model's inputs
 // (docs/scale.md) are read off these.
 func BenchmarkCtlWrite(b *testing.B) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -64,8 +64,9 @@ func BenchmarkCtlWrite(b *testing.B) {
 				table[i] = make([]byte, 177)
 			}
 			b.SetBytes(int64(n * 177))
+			packed := packTable(table)
 			for range b.N {
-				if err := cc.WriteMsg(Msg{Inst: 7, Round: 1, Table: table}); err != nil {
+				if err := cc.WriteMsg(Msg{Inst: 7, Round: 1, Table: packed}); err != nil {
 					b.Fatal(err)
 				}
 			}

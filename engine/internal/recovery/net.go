@@ -2,8 +2,8 @@
 // communicator's second set of links, apart from its transport), the
 // recoverer that agrees on the ranks that go on over it (engine/agree
 // instances, driven by the mesh's events, with silences judged against the
-// timeout) and the exchanges that set the new communicator up through one
-// member. It knows nothing of the communicator: a Config gives it the
+// timeout) and the exchanges that set the new communicator up from one
+// member (Shrink's table goes down a tree, Exchange). It knows nothing of the communicator: a Config gives it the
 // rank, the size, the logger, the timeout, the quorum and the mesh, and
 // engine builds the new communicator from what it decides.
 package recovery
@@ -29,9 +29,10 @@ type Msg struct {
 	Agree *agree.Msg `json:"a,omitempty"`
 	Round int        `json:"r,omitempty"` // setup exchange round, from 1
 	Blob  []byte     `json:"b,omitempty"`
-	// Table: the round's blobs of every member, from the exchange's root
+	// Table: the round's blobs of every member, packed once by the
+	// exchange's root (packTable) and forwarded as they are down its tree
 	// (see Recoverer.Exchange).
-	Table [][]byte `json:"t,omitempty"`
+	Table []byte `json:"t,omitempty"`
 	// Lost: the root gave the round up because this rank (+1) of the
 	// communicator being shrunk was lost, with why.
 	Lost int      `json:"l,omitempty"`

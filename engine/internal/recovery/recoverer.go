@@ -62,7 +62,7 @@ type Recoverer struct {
 	nodes   map[uint64]*agree.Node
 	pending map[uint64][]Event    // messages of instances not begun here
 	blobs   map[blobKey][]byte    // exchange contributions, at the root
-	tables  map[blobKey][][]byte  // exchange results, from the root
+	tables  map[blobKey][]byte    // exchange tables (packTable), from the parent
 	gaveUp  map[uint64]*LostError // setups a member gave up, by instance, and on whom
 	down    map[int]string        // peers whose control link broke, and how
 	dead    map[int]bool          // of those, the ones whose process ended (transport.Died)
@@ -92,7 +92,7 @@ func New(cfg Config) *Recoverer {
 	s := &Recoverer{rank: cfg.Rank, size: cfg.Size, log: cfg.Log, timeout: cfg.Timeout, majority: cfg.Majority,
 		net: cfg.Net, now: cfg.Now, changed: make(chan struct{}, 1),
 		nodes: map[uint64]*agree.Node{}, pending: map[uint64][]Event{}, blobs: map[blobKey][]byte{},
-		tables: map[blobKey][][]byte{}, gaveUp: map[uint64]*LostError{}, down: map[int]string{}, dead: map[int]bool{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
+		tables: map[blobKey][]byte{}, gaveUp: map[uint64]*LostError{}, down: map[int]string{}, dead: map[int]bool{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
 		refs: 1, stop: stop, done: make(chan struct{})}
 	if s.now == nil {
 		s.now = time.Now
