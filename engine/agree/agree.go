@@ -62,10 +62,8 @@
 package agree
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 )
 
@@ -191,16 +189,25 @@ func BaseOf(members []int) uint64 {
 	return baseOfSorted(ms)
 }
 
+// baseOfSorted chains a 64-bit mixer (MurmurHash3's finalizer) over the
+// count and the ids: a digest that tells member lists apart, word by word,
+// as cheaply as the list is long. It is no defence against forgery; the
+// control mesh authenticates its peers.
 func baseOfSorted(ms []int) uint64 {
-	h := fnv.New64a()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(len(ms)))
-	h.Write(b[:])
+	h := mix64(uint64(len(ms)) + 0x9e3779b97f4a7c15)
 	for _, p := range ms {
-		binary.LittleEndian.PutUint64(b[:], uint64(p))
-		h.Write(b[:])
+		h = mix64(h ^ (uint64(p) + 0x9e3779b97f4a7c15))
 	}
-	return h.Sum64() | 1
+	return h | 1
+}
+
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
 }
 
 // Base is BaseOf the instance's members.
@@ -512,8 +519,11 @@ func (n *Node) onPromise(from int, m Msg) {
 	if m.AccBallot > n.bestB {
 		n.best, n.bestB = slices.Clone(m.Acc), m.AccBallot
 	}
-	// Suspicions gathered from this answer may make others unneeded.
-	for p := range n.waiting {
+	// Suspicions gathered from this answer may make others unneeded. The
+	// round waits on no member suspected before (Down drops them), so
+	// only those this answer names need a look: a walk over every member
+	// waited for would cost the coordinator N per promise.
+	for _, p := range m.Set {
 		if n.susp[p] {
 			delete(n.waiting, p)
 		}
@@ -669,8 +679,12 @@ func (n *Node) decide(out []int) {
 	}
 	n.done, n.viewOut = true, slices.Clone(out)
 	n.view = make([]int, 0, len(n.members)-len(out))
+	k := 0 // both sorted: a merge, linear
 	for _, p := range n.members {
-		if !leftOut(out, p) {
+		for k < len(out) && out[k] < p {
+			k++
+		}
+		if k == len(out) || out[k] != p {
 			n.view = append(n.view, p)
 		}
 	}
