@@ -106,7 +106,7 @@ fuzz_all() {
 	for target in engine/bootstrap:FuzzReadFrame engine/bootstrap:FuzzDecodeTable engine/bootstrap:FuzzReplyErr \
 		engine/bootstrap:FuzzUniqueIDParse engine/transport:FuzzDecodeHeader \
 		engine/transport/tcp:FuzzServerHandshake engine/internal/shmseg:FuzzCheckHeader engine:FuzzEnvelope \
-		vppu:FuzzDecodeMoves vppu:FuzzDecodeRecover; do
+		vppu:FuzzDecodeMoves vppu:FuzzDecodeRecover engine/agree:FuzzRecv; do
 		go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "${FUZZTIME:-40000x}" "./${target%%:*}" || return 1
 	done
 }

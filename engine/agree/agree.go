@@ -29,6 +29,14 @@
 // another (it is suspected there: Excluded), or left out of a proposed or
 // decided view, ends with ErrExcluded and decides nothing.
 //
+// Views travel as differences: a proposal, a commit or a promise names
+// the members the view leaves out, against the instance's members (the
+// base, which every member of the instance holds: New's list), and every
+// message names its base (Base, a digest of that list). A member whose own
+// base differs refuses the message (Check), never applying a difference to
+// another list; so a ballot costs the coordinator O(members × changes) ids,
+// not O(members²).
+//
 // The package is a deterministic state machine: no goroutines, clocks or
 // I/O. The caller delivers messages (Recv) and failures (Down: a peer's
 // connection broke, or it stayed silent past a timeout on a peer Waiting
@@ -71,10 +79,10 @@ type Kind uint8
 
 const (
 	Prepare  Kind = 1 + iota // coordinator → member: Ballot, Set = its suspects
-	Promise                  // member → coordinator: Ballot, Set = its suspects, Acc/AccBallot, Decided
-	Propose                  // coordinator → member: Ballot, Set = the view
+	Promise                  // member → coordinator: Ballot, Set = its suspects, Acc/AccBallot
+	Propose                  // coordinator → member: Ballot, Set = the members the view leaves out
 	Ack                      // member → coordinator: Ballot
-	Commit                   // Set = the decided view
+	Commit                   // Set = the members the decided view leaves out
 	Nack                     // member → coordinator: Ballot = the higher ballot it promised
 	Excluded                 // the receiver is suspected by the sender: it is out
 	Query                    // member → the coordinator it waits for: answered only once decided
@@ -88,14 +96,21 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", k)
 }
 
-// Msg is one message of the protocol.
+// Msg is one message of the protocol. Its lists of members are sorted,
+// without repeats, and name members of the instance only (Check).
 type Msg struct {
-	Kind      Kind
-	Ballot    uint64
-	Set       []int // suspects (Prepare, Promise) or a view (Propose, Commit)
-	Acc       []int // Promise: the view last accepted (nil: none) or decided
+	Kind   Kind
+	Ballot uint64
+	// Base identifies the members of the instance (BaseOf), against which
+	// a view is a difference: a receiver with another refuses the message.
+	Base uint64
+	// Set: suspects (Prepare, Promise), or a view as the members it leaves
+	// out (Propose, Commit).
+	Set []int
+	// Acc: Promise: the view last accepted, with ballot AccBallot, as the
+	// members it leaves out (AccBallot 0: none was, and Acc is empty).
+	Acc       []int
 	AccBallot uint64
-	Decided   bool  // Promise: Acc is decided
 	Dead      []int // the members the sender knows dead (SetMajority), on every message that names suspects or a view
 }
 
@@ -108,11 +123,14 @@ type Out struct {
 // Node is one member's state in one agreement.
 type Node struct {
 	me      int
-	members []int // sorted
+	members []int  // sorted
+	base    uint64 // BaseOf(members)
 	susp    map[int]bool
 
+	// Views are kept as the members they leave out (sorted), as they
+	// travel.
 	promised uint64 // highest ballot promised or accepted
-	acc      []int  // view accepted at accB
+	acc      []int  // view accepted at accB (accB 0: none)
 	accB     uint64
 
 	quorum   int          // members a round needs, itself included (0: every live one)
@@ -120,7 +138,8 @@ type Node struct {
 	dead     map[int]bool // members known dead: their process ended
 	heard    int          // members that answered the current phase, itself included
 	done     bool
-	view     []int // decided
+	view     []int // decided, in full
+	viewOut  []int // decided, as the members it leaves out
 	err      error
 	leader   int // the member whose messages this one waits for (-1: none)
 	leading  bool
@@ -129,7 +148,7 @@ type Node struct {
 	ballot  uint64
 	phase   int          // 1: gathering promises, 2: gathering acks
 	waiting map[int]bool // members whose answer the phase still needs
-	best    []int        // highest accepted view gathered
+	best    []int        // highest accepted view gathered (bestB 0: none)
 	bestB   uint64
 
 	// queried: members that asked (Query) before this one decided; they
@@ -152,13 +171,58 @@ func New(me int, members []int, suspects []int) (*Node, error) {
 			return nil, fmt.Errorf("agree: member %d listed twice", ms[i])
 		}
 	}
-	n := &Node{me: me, members: ms, susp: map[int]bool{}, leader: -1}
+	n := &Node{me: me, members: ms, base: baseOfSorted(ms), susp: map[int]bool{}, leader: -1}
 	for _, s := range suspects {
-		if s != me && slices.Contains(ms, s) {
+		if s != me && n.isMember(s) {
 			n.susp[s] = true
 		}
 	}
 	return n, nil
+}
+
+// BaseOf identifies a list of members (in any order): the base that views
+// are differences against. It is never 0, so that a message without one
+// is refused.
+func BaseOf(members []int) uint64 {
+	ms := slices.Clone(members)
+	slices.Sort(ms)
+	return baseOfSorted(ms)
+}
+
+// baseOfSorted chains a 64-bit mixer (MurmurHash3's finalizer) over the
+// count and the ids: a digest that tells member lists apart, word by word,
+// as cheaply as the list is long. It is no defence against forgery; the
+// control mesh authenticates its peers.
+func baseOfSorted(ms []int) uint64 {
+	h := mix64(uint64(len(ms)) + 0x9e3779b97f4a7c15)
+	for _, p := range ms {
+		h = mix64(h ^ (uint64(p) + 0x9e3779b97f4a7c15))
+	}
+	return h | 1
+}
+
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// Base is BaseOf the instance's members.
+func (n *Node) Base() uint64 { return n.base }
+
+// isMember: p is a member of the instance.
+func (n *Node) isMember(p int) bool {
+	_, ok := slices.BinarySearch(n.members, p)
+	return ok
+}
+
+// leftOut: p is among out, a sorted list of members a view leaves out.
+func leftOut(out []int, p int) bool {
+	_, ok := slices.BinarySearch(out, p)
+	return ok
 }
 
 // SetQuorum makes each round need q members (this one included) to
@@ -180,7 +244,7 @@ func (n *Node) SetMajority() { n.majority = true }
 // suspected too).
 func (n *Node) SetDead(ps []int) {
 	for _, p := range ps {
-		if p != n.me && slices.Contains(n.members, p) {
+		if p != n.me && n.isMember(p) {
 			n.markDead(p)
 			n.susp[p] = true
 		}
@@ -197,7 +261,7 @@ func (n *Node) markDead(p int) {
 // Dead tells the member that p's process ended: Down, and p no longer
 // counts towards SetMajority's quorum.
 func (n *Node) Dead(p int) []Out {
-	if p != n.me && slices.Contains(n.members, p) {
+	if p != n.me && n.isMember(p) {
 		n.markDead(p)
 	}
 	return n.Down(p)
@@ -271,7 +335,7 @@ func (n *Node) Leading() bool { return n.leading && !n.done }
 // Down tells the member that p failed: its connection broke, or it was
 // silent past the timeout. p is fenced from then on.
 func (n *Node) Down(p int) []Out {
-	if p == n.me || !slices.Contains(n.members, p) || n.susp[p] {
+	if p == n.me || !n.isMember(p) || n.susp[p] {
 		return nil
 	}
 	n.susp[p] = true
@@ -281,7 +345,7 @@ func (n *Node) Down(p int) []Out {
 		if n.err == nil && n.coordinator() == n.me {
 			for _, q := range n.view {
 				if q != n.me && !n.susp[q] {
-					n.send(q, Msg{Kind: Commit, Set: slices.Clone(n.view)})
+					n.send(q, Msg{Kind: Commit, Set: slices.Clone(n.viewOut)})
 				}
 			}
 		}
@@ -301,13 +365,46 @@ func (n *Node) Down(p int) []Out {
 	return n.flush()
 }
 
-// Recv handles a message from member from.
+// Check says why this member refuses m from member from, if it does: a
+// sender that is not another member, another base (the sender's members
+// differ: a difference against them would mean other members here), an
+// unknown kind, a list that is not sorted or names a non-member, or an
+// accepted view without its ballot. Recv drops such a message unanswered,
+// as if it were lost; callers check first to report it.
+func (n *Node) Check(from int, m Msg) error {
+	if from == n.me || !n.isMember(from) {
+		return fmt.Errorf("agree: member %d: a message from %d, not another member", n.me, from)
+	}
+	if m.Base != n.base {
+		return fmt.Errorf("agree: member %d: %v from %d is against base %#x, this member's is %#x (%d members): the two hold different member lists", n.me, m.Kind, from, m.Base, n.base, len(n.members))
+	}
+	if m.Kind < Prepare || m.Kind > NoQuorum {
+		return fmt.Errorf("agree: member %d: a message of unknown %v from %d", n.me, m.Kind, from)
+	}
+	if m.AccBallot == 0 && len(m.Acc) > 0 {
+		return fmt.Errorf("agree: member %d: %v from %d names an accepted view without its ballot", n.me, m.Kind, from)
+	}
+	for _, l := range []struct {
+		name string
+		ids  []int
+	}{{"set", m.Set}, {"accepted view", m.Acc}, {"dead", m.Dead}} {
+		for i, p := range l.ids {
+			if i > 0 && p <= l.ids[i-1] || !n.isMember(p) {
+				return fmt.Errorf("agree: member %d: %v from %d: its %s list is not sorted members of the instance (entry %d: %d)", n.me, m.Kind, from, l.name, i, p)
+			}
+		}
+	}
+	return nil
+}
+
+// Recv handles a message from member from; one that Check refuses is
+// dropped.
 func (n *Node) Recv(from int, m Msg) []Out {
-	if from == n.me || !slices.Contains(n.members, from) {
+	if n.Check(from, m) != nil {
 		return nil
 	}
 	for _, d := range m.Dead {
-		if d != n.me && slices.Contains(n.members, d) {
+		if d != n.me {
 			n.markDead(d)
 		}
 	}
@@ -369,7 +466,7 @@ func (n *Node) onPrepare(from int, m Msg) {
 		n.send(from, Msg{Kind: Nack, Ballot: n.promised})
 		return
 	}
-	if slices.Contains(m.Set, n.me) {
+	if leftOut(m.Set, n.me) {
 		n.exclude()
 		return
 	}
@@ -384,7 +481,7 @@ func (n *Node) onPropose(from int, m Msg) {
 		n.send(from, Msg{Kind: Nack, Ballot: n.promised})
 		return
 	}
-	if !slices.Contains(m.Set, n.me) {
+	if leftOut(m.Set, n.me) {
 		n.exclude()
 		return
 	}
@@ -419,15 +516,14 @@ func (n *Node) onPromise(from int, m Msg) {
 	delete(n.waiting, from)
 	n.heard++
 	n.suspectAll(m.Set)
-	if m.Decided {
-		n.decide(m.Acc)
-		return
-	}
-	if m.Acc != nil && m.AccBallot > n.bestB {
+	if m.AccBallot > n.bestB {
 		n.best, n.bestB = slices.Clone(m.Acc), m.AccBallot
 	}
-	// Suspicions gathered from this answer may make others unneeded.
-	for p := range n.waiting {
+	// Suspicions gathered from this answer may make others unneeded. The
+	// round waits on no member suspected before (Down drops them), so
+	// only those this answer names need a look: a walk over every member
+	// waited for would cost the coordinator N per promise.
+	for _, p := range m.Set {
 		if n.susp[p] {
 			delete(n.waiting, p)
 		}
@@ -438,7 +534,7 @@ func (n *Node) onPromise(from int, m Msg) {
 // suspectAll adopts another member's suspicions.
 func (n *Node) suspectAll(set []int) {
 	for _, s := range set {
-		if s != n.me && slices.Contains(n.members, s) {
+		if s != n.me && n.isMember(s) {
 			n.susp[s] = true
 		}
 	}
@@ -456,10 +552,10 @@ func (n *Node) answerDone(from int, m Msg) {
 		n.send(from, Msg{Kind: NoQuorum})
 	case n.err != nil:
 		// Excluded itself: it may say nothing about the view.
-	case n.susp[from] || !slices.Contains(n.view, from):
+	case n.susp[from] || leftOut(n.viewOut, from):
 		n.send(from, Msg{Kind: Excluded})
 	default:
-		n.send(from, Msg{Kind: Commit, Set: slices.Clone(n.view)})
+		n.send(from, Msg{Kind: Commit, Set: slices.Clone(n.viewOut)})
 	}
 }
 
@@ -470,13 +566,10 @@ func (n *Node) follow(from int, b uint64) {
 	n.leading = false
 }
 
-func (n *Node) fenceOutside(view []int) {
-	in := make(map[int]bool, len(view)) // linear: views hold thousands of members
-	for _, p := range view {
-		in[p] = true
-	}
-	for _, p := range n.members {
-		if p != n.me && !in[p] {
+// fenceOutside suspects the members a view leaves out (out).
+func (n *Node) fenceOutside(out []int) {
+	for _, p := range out {
+		if p != n.me {
 			n.susp[p] = true
 		}
 	}
@@ -549,25 +642,23 @@ func (n *Node) advance() {
 		return
 	}
 	if n.phase == 1 {
-		view := n.best
-		if view == nil {
-			for _, p := range n.members {
-				if !n.susp[p] {
-					view = append(view, p)
-				}
-			}
+		// The view: the highest accepted one, else every member that
+		// neither this one nor any member suspects.
+		out := n.best
+		if n.bestB == 0 {
+			out = n.Suspects()
 		}
-		if !slices.Contains(view, n.me) {
+		if leftOut(out, n.me) {
 			n.exclude()
 			return
 		}
 		n.phase, n.heard = 2, 1
-		n.acc, n.accB = slices.Clone(view), n.ballot
-		n.fenceOutside(view)
-		for _, p := range view {
+		n.acc, n.accB = slices.Clone(out), n.ballot
+		n.fenceOutside(out)
+		for _, p := range n.members {
 			if p != n.me && !n.susp[p] {
 				n.waiting[p] = true
-				n.send(p, Msg{Kind: Propose, Ballot: n.ballot, Set: slices.Clone(view)})
+				n.send(p, Msg{Kind: Propose, Ballot: n.ballot, Set: slices.Clone(out)})
 			}
 		}
 		n.advance()
@@ -576,29 +667,39 @@ func (n *Node) advance() {
 	n.decide(n.acc)
 }
 
-// decide ends with view; a coordinator tells its members.
-func (n *Node) decide(view []int) {
+// decide ends with the view that leaves out out (sorted); a coordinator
+// tells its members.
+func (n *Node) decide(out []int) {
 	if n.done {
 		return
 	}
-	if !slices.Contains(view, n.me) {
+	if leftOut(out, n.me) {
 		n.exclude()
 		return
 	}
-	n.done, n.view = true, slices.Clone(view)
-	slices.Sort(n.view)
-	n.fenceOutside(view)
+	n.done, n.viewOut = true, slices.Clone(out)
+	n.view = make([]int, 0, len(n.members)-len(out))
+	k := 0 // both sorted: a merge, linear
+	for _, p := range n.members {
+		for k < len(out) && out[k] < p {
+			k++
+		}
+		if k == len(out) || out[k] != p {
+			n.view = append(n.view, p)
+		}
+	}
+	n.fenceOutside(out)
 	told := n.leading // a coordinator tells every member of the view
 	if told {
-		for _, p := range view {
+		for _, p := range n.view {
 			if p != n.me {
-				n.send(p, Msg{Kind: Commit, Set: slices.Clone(view)})
+				n.send(p, Msg{Kind: Commit, Set: slices.Clone(out)})
 			}
 		}
 	}
 	n.leading = false
 	for _, p := range n.members {
-		if n.queried[p] && !(told && slices.Contains(view, p)) {
+		if n.queried[p] && !(told && !leftOut(out, p)) {
 			n.answerDone(p, Msg{Kind: Query})
 		}
 	}
@@ -613,6 +714,7 @@ func (n *Node) exclude() {
 }
 
 func (n *Node) send(to int, m Msg) {
+	m.Base = n.base
 	switch m.Kind {
 	case Prepare, Promise, Propose, Commit:
 		// Deaths travel with suspicions and views: a member that suspects

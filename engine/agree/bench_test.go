@@ -16,7 +16,7 @@ import (
 // and the member ids those carried (ids/op), from which a fit gives the
 // time per message and per id (docs/scale.md, the shrink model).
 func BenchmarkCoordinator(b *testing.B) {
-	for _, n := range []int{64, 256, 1024} {
+	for _, n := range []int{64, 1024, 16384} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			var coord time.Duration
 			var msgs, ids int

@@ -147,15 +147,19 @@ func Init(n int, p InitParams) (InitTime, error) {
 // agree on the survivors with a coordinator (package engine/agree:
 // prepare/promise, propose/ack, commit — three round trips), the
 // coordinator sending and receiving one message per member in each
-// phase, proposals and commits carrying the view (N member ids each,
-// about 2N² ids per ballot in all: TestScaleGrowth in engine/agree); a
-// coordinator that fails costs its detection and ExtraRoundTrips more
-// round trips (the simulation measured one to two); then the N-1
-// survivors set up a communicator with the addresses they already have
-// (Init's Connect phase; Rebootstrap runs the whole Init instead, as
-// gocoll's shrink does: its new rank 0 gathers the setup data and hands
-// the table down a tree of fan-out 4, Init with one root and FanOut 4 —
-// until f4425a4 it sent the table to every member itself, a star).
+// phase, each message naming the changes only (suspects, deaths, and
+// the view as the members it leaves out: at most DeltaIDsPerMember ids
+// per member and change, a change being the dead rank and each failed
+// coordinator); a coordinator that fails costs its detection and
+// ExtraRoundTrips more round trips (the simulation measured one to two);
+// then the N-1 survivors set up a communicator with the addresses they
+// already have (Init's Connect phase; Rebootstrap runs the whole Init
+// instead, as gocoll's shrink does: its new rank 0 gathers the setup data
+// and hands the table down a tree of fan-out 4, Init with one root and
+// FanOut 4 — until f4425a4 it sent the table to every member itself, a
+// star). WholeView is the agreement as it was until 2026-12-02
+// (history): proposals and commits carried the whole view, N member ids
+// each, about 2N² ids per ballot in all.
 type ShrinkParams struct {
 	// Detect is the time from the failure to the survivors' first
 	// agreement message: a broken connection, or a timeout.
@@ -173,7 +177,16 @@ type ShrinkParams struct {
 	// Setup is the new communicator's setup model.
 	Setup       InitParams `json:"setup"`
 	Rebootstrap bool       `json:"rebootstrap,omitempty"`
+	// WholeView: the agreement's messages carry whole views (history).
+	WholeView bool `json:"whole_view,omitempty"`
 }
+
+// DeltaIDsPerMember is the most member ids a ballot's messages between
+// the coordinator and one member carry per change: the suspects in the
+// prepare and the promise, the view's difference in the proposal and
+// the commit, and with each the deaths known (SetMajority); without
+// deaths BenchmarkCoordinator (engine/agree) counts 4.
+const DeltaIDsPerMember = 8
 
 // ShrinkTime is the shrink model's answer.
 type ShrinkTime struct {
@@ -201,7 +214,11 @@ func Shrink(n int, p ShrinkParams) (ShrinkTime, error) {
 	m := float64(n - 1) // the members a coordinator talks to
 	t := ShrinkTime{Ballots: 1 + p.CoordFailures}
 	t.RoundTrips = 3 + float64(p.CoordFailures)*p.ExtraRoundTrips
-	perBallot := 6*m*p.PerMessage + 2*m*m*p.PerID
+	changes := float64(1 + p.CoordFailures)
+	perBallot := 6*m*p.PerMessage + DeltaIDsPerMember*m*changes*p.PerID
+	if p.WholeView {
+		perBallot = 6*m*p.PerMessage + 2*m*m*p.PerID
+	}
 	t.Detect = p.Detect
 	t.Agree = t.RoundTrips*2*p.Hop + float64(t.Ballots)*perBallot + float64(p.CoordFailures)*p.Detect
 	setup, err := Init(n-1, p.Setup)

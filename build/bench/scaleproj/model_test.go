@@ -131,7 +131,7 @@ func TestShrinkByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := 1023.0
-	perBallot := 6*m*5e-6 + 2*m*m*10e-9
+	perBallot := 6*m*5e-6 + 8*m*2*10e-9 // two changes: the dead rank, the failed coordinator
 	if got.Ballots != 2 || got.RoundTrips != 4.5 {
 		t.Errorf("%d ballots, %v round trips; want 2, 4.5", got.Ballots, got.RoundTrips)
 	}
@@ -142,18 +142,29 @@ func TestShrinkByHand(t *testing.T) {
 	again, _ := Shrink(1024, p)
 	full, _ := Init(1023, p.Setup)
 	near(t, "setup with a new bootstrap", again.Setup, full.Total)
+	p.WholeView = true
+	whole, _ := Shrink(1024, p)
+	near(t, "agree with whole views", whole.Agree, 4.5*20e-6+2*(6*m*5e-6+2*m*m*10e-9)+0.5)
 }
 
-// The coordinator's ids make the agreement quadratic: at 65,536 ranks
-// with 10 ns per id it is over a minute per ballot.
-func TestShrinkQuadraticIDs(t *testing.T) {
-	p := ShrinkParams{Hop: 10e-6, PerID: 10e-9, Setup: setupParams()}
+// Whole views (history) made the coordinator's ids quadratic: at 65,536
+// ranks with 10 ns per id, over a minute per ballot; as differences they
+// are linear: milliseconds, and twice the ranks about twice the time
+// (the round trips add a constant).
+func TestShrinkIDs(t *testing.T) {
+	p := ShrinkParams{Hop: 10e-6, PerID: 10e-9, Setup: setupParams(), WholeView: true}
 	got, err := Shrink(65536, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Agree < 60 {
-		t.Errorf("agreement %v s at 65,536 ranks with 10 ns per id, want over a minute", got.Agree)
+		t.Errorf("agreement with whole views %v s at 65,536 ranks with 10 ns per id, want over a minute", got.Agree)
+	}
+	p.WholeView = false
+	half, _ := Shrink(32768, p)
+	got, _ = Shrink(65536, p)
+	if got.Agree > 0.01 || math.Abs(got.Agree/half.Agree-2) > 0.05 {
+		t.Errorf("agreement with differences %v s at 65,536 ranks, %v s at 32,768: want under 10 ms, and linear", got.Agree, half.Agree)
 	}
 }
 

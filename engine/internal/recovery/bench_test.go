@@ -11,10 +11,13 @@ import (
 
 // BenchmarkCtlWrite is the sender's cost of one control message over
 // loopback TCP (JSON, MAC, one write; the reader drains): an agreement
-// message carrying ids member ids (a proposal or commit carries the
-// view), and the setup table a shrink's exchange sends down its tree
-// (packed, packTable; entries of the size of a rank's first setup blob). The shrink model's inputs
-// (docs/scale.md) are read off these.
+// message carrying ids member ids (the cost per id), the proposal a
+// coordinator of n members sends in a shrink by one (the view as the one
+// member it leaves out, that member dead: a proposal of the whole view
+// was agree/ids=n-1), and the setup table a shrink's exchange sends down
+// its tree (packed, packTable; entries of the size of a rank's first
+// setup blob). The shrink model's inputs (docs/scale.md) are read off
+// these.
 func BenchmarkCtlWrite(b *testing.B) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,7 +51,19 @@ func BenchmarkCtlWrite(b *testing.B) {
 			for i := range view {
 				view[i] = i
 			}
-			m := Msg{Inst: 7, Agree: &agree.Msg{Kind: agree.Propose, Ballot: 3, Set: view}}
+			m := Msg{Inst: 7, Agree: &agree.Msg{Kind: agree.Propose, Ballot: 3, Base: agree.BaseOf(view), Set: view}}
+			for range b.N {
+				if err := cc.WriteMsg(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, n := range []int{64, 1024, 16384} {
+		b.Run(fmt.Sprintf("agree/propose/n=%d", n), func(b *testing.B) {
+			cc := dial(b)
+			gone := []int{n - 1}
+			m := Msg{Inst: 7, Agree: &agree.Msg{Kind: agree.Propose, Ballot: 1<<32 | 3, Base: agree.BaseOf(ranks(n)), Set: gone, Dead: gone}}
 			for range b.N {
 				if err := cc.WriteMsg(m); err != nil {
 					b.Fatal(err)

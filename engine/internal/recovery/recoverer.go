@@ -53,6 +53,7 @@ type Recoverer struct {
 	majority   bool
 	net        Net
 	now        func() time.Time
+	base       uint64     // agree.BaseOf the members 0..size-1, which every instance has
 	shrinkMu   sync.Mutex // one Shrink (or Grow) at a time
 	inst       uint64     // the next instance (shrinkMu)
 	excluded   error      // ErrExcluded once an agreement left this rank out (shrinkMu)
@@ -90,7 +91,7 @@ type blobKey struct {
 func New(cfg Config) *Recoverer {
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Recoverer{rank: cfg.Rank, size: cfg.Size, log: cfg.Log, timeout: cfg.Timeout, majority: cfg.Majority,
-		net: cfg.Net, now: cfg.Now, changed: make(chan struct{}, 1),
+		net: cfg.Net, now: cfg.Now, base: agree.BaseOf(ranks(cfg.Size)), changed: make(chan struct{}, 1),
 		nodes: map[uint64]*agree.Node{}, pending: map[uint64][]Event{}, blobs: map[blobKey][]byte{},
 		tables: map[blobKey][]byte{}, gaveUp: map[uint64]*LostError{}, down: map[int]string{}, dead: map[int]bool{}, suspect: map[int]bool{}, heard: map[int]time.Time{}, since: map[uint64]map[int]time.Time{},
 		refs: 1, stop: stop, done: make(chan struct{})}
@@ -284,14 +285,14 @@ func (s *Recoverer) handle(ev Event) {
 		if n == nil && s.suspect[ev.from] {
 			// A rank left out, asking in an agreement the others will
 			// never run: tell it at once.
-			s.net.Send(ev.from, Msg{Inst: ev.msg.Inst, Agree: &agree.Msg{Kind: agree.Excluded}})
+			s.net.Send(ev.from, Msg{Inst: ev.msg.Inst, Agree: &agree.Msg{Kind: agree.Excluded, Base: s.base}})
 			return
 		}
 		if n == nil {
 			s.pending[ev.msg.Inst] = append(s.pending[ev.msg.Inst], ev)
 			return
 		}
-		s.sendAll(ev.msg.Inst, n.Recv(ev.from, *ev.msg.Agree))
+		s.recv(ev.msg.Inst, n, ev.from, *ev.msg.Agree)
 	case ev.msg.Lost != 0:
 		s.heard[ev.from] = s.now()
 		if s.gaveUp[ev.msg.Inst] == nil {
@@ -364,6 +365,18 @@ func (s *Recoverer) pruneBefore(inst uint64) {
 	}
 }
 
+// recv hands instance inst's node an agreement message from peer from,
+// unless the node refuses it (agree.Node.Check: a view against another
+// member list, or malformed), which is logged and dropped, as if lost.
+// Called with mu held.
+func (s *Recoverer) recv(inst uint64, n *agree.Node, from int, m agree.Msg) {
+	if err := n.Check(from, m); err != nil {
+		s.log.Warn("recovery: refused an agreement message", "rank", s.rank, "peer", from, "instance", inst, "err", err)
+		return
+	}
+	s.sendAll(inst, n.Recv(from, m))
+}
+
 func (s *Recoverer) sendAll(inst uint64, outs []agree.Out) {
 	for _, o := range outs {
 		m := o.Msg
@@ -376,10 +389,7 @@ func (s *Recoverer) sendAll(inst uint64, outs []agree.Out) {
 func (s *Recoverer) Agree(ctx context.Context, suspects []int) ([]int, error) {
 	inst := s.inst
 	s.inst++
-	members := make([]int, s.size)
-	for i := range members {
-		members[i] = i
-	}
+	members := ranks(s.size)
 	s.mu.Lock()
 	for p := range s.down {
 		suspects = append(suspects, p)
@@ -404,7 +414,7 @@ func (s *Recoverer) Agree(ctx context.Context, suspects []int) ([]int, error) {
 	s.pruneBefore(inst)
 	s.sendAll(inst, n.Start())
 	for _, ev := range s.pending[inst] {
-		s.sendAll(inst, n.Recv(ev.from, *ev.msg.Agree))
+		s.recv(inst, n, ev.from, *ev.msg.Agree)
 	}
 	delete(s.pending, inst)
 	s.mu.Unlock()
@@ -426,6 +436,15 @@ func (s *Recoverer) Agree(ctx context.Context, suspects []int) ([]int, error) {
 	}
 	s.stalledPast = false // the others answered it since
 	return view, nil
+}
+
+// ranks is 0..size-1: the members of every agreement instance.
+func ranks(size int) []int {
+	r := make([]int, max(size, 0))
+	for i := range r {
+		r[i] = i
+	}
+	return r
 }
 
 // await waits until done() holds (checked with mu held) or ctx ends.
