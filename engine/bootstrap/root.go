@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gocoll/gocoll/engine/logthrottle"
@@ -32,6 +33,9 @@ type Root struct {
 	closed chan struct{} // Close was called
 	once   sync.Once
 	err    error // outcome, readable after done
+	// sent counts the bytes the root wrote to ranks (frames and their
+	// length words), for the benchmark of its load.
+	sent atomic.Int64
 
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{} // every live connection, for teardown
@@ -285,14 +289,19 @@ func (r *Root) send(e event) bool {
 	}
 }
 
-// reply sends one frame to each connection, in parallel, each bounded by
-// writeTimeout.
-func reply(conns []net.Conn, payload []byte) {
+// reply sends the frames, in order, to each connection, the connections in
+// parallel, each bounded by writeTimeout.
+func (r *Root) reply(conns []net.Conn, payloads ...[]byte) {
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Go(func() {
 			c.SetWriteDeadline(time.Now().Add(writeTimeout))
-			writeFrame(c, payload)
+			for _, p := range payloads {
+				if writeFrame(c, p) != nil {
+					break
+				}
+				r.sent.Add(int64(4 + len(p)))
+			}
 			c.SetWriteDeadline(time.Time{})
 		})
 	}
@@ -370,7 +379,7 @@ func (z *rendezvous) missing(pred func(*member) bool) []int {
 // reject refuses one connection, telling it why.
 func (z *rendezvous) reject(c net.Conn, text string) {
 	z.r.refused.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
-	reply([]net.Conn{c}, errorReply(ErrRankConflict, text))
+	z.r.reply([]net.Conn{c}, errorReply(ErrRankConflict, text))
 	c.Close()
 }
 
@@ -378,7 +387,7 @@ func (z *rendezvous) reject(c net.Conn, text string) {
 func (z *rendezvous) fail(conns []net.Conn, cause error, text string) {
 	z.r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, cause, text)
 	z.r.logger.Warn("bootstrap: rendezvous failed", "reason", text)
-	reply(conns, errorReply(cause, "root at "+z.r.Addr()+": "+text))
+	z.r.reply(conns, errorReply(cause, "root at "+z.r.Addr()+": "+text))
 }
 
 // complete sends every member the table of the round.
@@ -388,7 +397,7 @@ func (z *rendezvous) complete() {
 		blobs[i] = m.blob
 		m.blob, m.submitted = nil, false
 	}
-	reply(z.conns(nil), encodeTable(blobs))
+	z.r.reply(z.conns(nil), encodeTable(blobs))
 }
 
 // expire: the timeout passed before the join or a round completed.
@@ -473,7 +482,7 @@ func (z *rendezvous) contribute(e event) bool {
 	case len(z.left) > 0:
 		text := fmt.Sprintf("round %d: ranks %s have left the job", z.round, formatRanks(z.left))
 		z.r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, ErrRankLeft, text)
-		reply([]net.Conn{m.conn}, errorReply(ErrRankLeft, "root at "+z.r.Addr()+": "+text))
+		z.r.reply([]net.Conn{m.conn}, errorReply(ErrRankLeft, "root at "+z.r.Addr()+": "+text))
 		return false
 	case m.submitted:
 		z.fail(z.conns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d sent round %d twice", e.rank, z.round))
