@@ -34,8 +34,9 @@ type Root struct {
 	once   sync.Once
 	err    error // outcome, readable after done
 	// sent counts the bytes the root wrote to ranks (frames and their
-	// length words), for the benchmark of its load.
-	sent atomic.Int64
+	// length words), and replying the time it spent writing them, for the
+	// benchmark of its load.
+	sent, replying atomic.Int64
 
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{} // every live connection, for teardown
@@ -62,12 +63,14 @@ type event struct {
 	nranks int
 	round  uint32
 	blob   []byte
+	relay  string // the join's relay address ("": none offered)
 	err    error
 }
 
 type member struct {
 	conn      net.Conn
 	addr      string
+	relay     string // where its relay parent dials it ("": none)
 	blob      []byte
 	submitted bool
 }
@@ -254,12 +257,14 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 	c.SetReadDeadline(deadline)
 	f, err := readFrame(c, 5+MaxBlob)
 	c.SetReadDeadline(time.Time{})
-	if err != nil || len(f) < 5 || f[0] != frameJoin {
+	j, ok := parseJoin(f, c.RemoteAddr())
+	if err != nil || !ok {
 		r.refused.Warn("bootstrap: bad join message", "remote", c.RemoteAddr().String(), "rank", rank, "err", err)
 		c.Close()
 		return
 	}
-	if !r.send(event{kind: evJoin, conn: c, rank: rank, nranks: int(binary.LittleEndian.Uint32(f[1:])), blob: f[5:]}) {
+	j.conn, j.rank = c, rank
+	if !r.send(j) {
 		c.Close()
 		return
 	}
@@ -280,6 +285,28 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 	}
 }
 
+// parseJoin reads a join frame from a client at remote; false: it is not
+// one.
+func parseJoin(f []byte, remote net.Addr) (event, bool) {
+	if len(f) < 5 || f[0] != frameJoin && f[0] != frameTreeJoin {
+		return event{}, false
+	}
+	e := event{kind: evJoin, nranks: int(binary.LittleEndian.Uint32(f[1:])), blob: f[5:]}
+	if f[0] == frameTreeJoin {
+		ta, ok := remote.(*net.TCPAddr)
+		if len(f) < 7 || !ok {
+			return event{}, false
+		}
+		port := binary.LittleEndian.Uint16(f[5:])
+		if port == 0 {
+			return event{}, false
+		}
+		e.relay = net.JoinHostPort(ta.IP.String(), fmt.Sprint(port))
+		e.blob = f[7:]
+	}
+	return e, true
+}
+
 func (r *Root) send(e event) bool {
 	select {
 	case r.events <- e:
@@ -292,6 +319,8 @@ func (r *Root) send(e event) bool {
 // reply sends the frames, in order, to each connection, the connections in
 // parallel, each bounded by writeTimeout.
 func (r *Root) reply(conns []net.Conn, payloads ...[]byte) {
+	start := time.Now()
+	defer func() { r.replying.Add(int64(time.Since(start))) }()
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Go(func() {
@@ -345,6 +374,7 @@ type rendezvous struct {
 	first      int // the rank that set nranks
 	members    map[int]*member
 	joined     bool   // round 0 complete
+	tree       bool   // the tables go through the relays (see Fanout)
 	round      uint32 // current round after join
 	left       []int  // ranks that closed their connection after joining
 	duplicates []string
@@ -390,14 +420,46 @@ func (z *rendezvous) fail(conns []net.Conn, cause error, text string) {
 	z.r.reply(conns, errorReply(cause, "root at "+z.r.Addr()+": "+text))
 }
 
-// complete sends every member the table of the round.
+// complete sends the table of the round to every member, or in a tree to
+// the root's children (after the relays frame, in round 0).
 func (z *rendezvous) complete() {
 	blobs := make([][]byte, z.nranks)
 	for i, m := range z.members {
 		blobs[i] = m.blob
 		m.blob, m.submitted = nil, false
 	}
-	z.r.reply(z.conns(nil), encodeTable(blobs))
+	table := encodeTable(blobs)
+	if !z.tree {
+		z.r.reply(z.conns(nil), table)
+		return
+	}
+	kids := make([]net.Conn, Fanout)
+	for i := range kids {
+		kids[i] = z.members[i].conn
+	}
+	if z.joined {
+		z.r.reply(kids, table)
+		return
+	}
+	addrs := make([]string, z.nranks)
+	for i, m := range z.members {
+		addrs[i] = m.relay
+	}
+	z.r.reply(kids, encodeRelays(addrs), table)
+}
+
+// relayable: the job is larger than a star and every rank that would have
+// a relay parent offered an address to be dialled at.
+func (z *rendezvous) relayable() bool {
+	if z.nranks <= Fanout {
+		return false
+	}
+	for i := Fanout; i < z.nranks; i++ {
+		if z.members[i].relay == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // expire: the timeout passed before the join or a round completed.
@@ -454,11 +516,12 @@ func (z *rendezvous) join(e event) bool {
 		if z.nranks == 0 {
 			z.nranks, z.first = e.nranks, e.rank
 		}
-		z.members[e.rank] = &member{conn: e.conn, addr: e.conn.RemoteAddr().String(), blob: e.blob, submitted: true}
+		z.members[e.rank] = &member{conn: e.conn, addr: e.conn.RemoteAddr().String(), relay: e.relay, blob: e.blob, submitted: true}
 		z.r.logger.Debug("bootstrap: rank joined", "rank", e.rank, "remote", e.conn.RemoteAddr().String(), "joined", len(z.members), "nranks", z.nranks)
 		if len(z.members) == z.nranks {
 			z.r.ln.Close() // the job is complete: nobody else may join
 			z.r.removeSecretFile()
+			z.tree = z.relayable()
 			z.complete()
 			z.joined, z.round = true, 1
 			z.timer.Stop()
