@@ -58,14 +58,15 @@ func (c *Client) acceptParent(ctx context.Context, ln net.Listener, out chan<- n
 		go func() {
 			defer func() { <-slots }()
 			stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-			defer stop()
 			_, err := tcp.ServerHandshake(conn, c.secret, bootstrapTag, c.rank, time.Now().Add(tcp.DefaultHandshakeTimeout), func(rank int) error {
 				if rank != parent {
 					return fmt.Errorf("rank %d is not rank %d's relay parent (rank %d)", rank, c.rank, parent)
 				}
 				return nil
 			})
-			if err == nil && conn.SetDeadline(time.Time{}) == nil {
+			// Stopped before the link is handed on: adopting it ends ctx,
+			// which must not touch the adopted link's deadline.
+			if stop() && err == nil && conn.SetDeadline(time.Time{}) == nil {
 				select {
 				case out <- conn:
 					return
@@ -183,7 +184,9 @@ func (c *Client) dialChild(ctx context.Context, k int, addr string) (net.Conn, e
 			var peer int
 			stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 			peer, err = tcp.ClientHandshake(conn, c.secret, bootstrapTag, c.rank, deadline)
-			stop()
+			if !stop() {
+				err = ctx.Err()
+			}
 			if err == nil && peer != k {
 				err = fmt.Errorf("%w: rank %d answered at %s, not rank %d", tcp.ErrRefused, peer, addr, k)
 			}
