@@ -22,7 +22,11 @@ import (
 // each rank of its share itself, as gocoll's one root does); then
 // every rank connects the neighbours its first schedules need (ring and
 // recursive doubling: 2 + log2 N of them, Neighbours overrides) and the
-// rest lazily, which is not setup time.
+// rest lazily, which is not setup time. Relays is gocoll's tree as built
+// (engine/bootstrap/relay.go): the root is not one of the ranks, its
+// FanOut children and theirs relay the table, and each level's links are
+// made (a handshake, a parent dialling its children at once) when the
+// first table comes down.
 type InitParams struct {
 	// RootPerRank is the time a root spends per rank it serves (accept,
 	// read and record one address), measured as root time over ranks.
@@ -41,6 +45,8 @@ type InitParams struct {
 	FanOut int `json:"fan_out"`
 	// Neighbours, if positive, replaces 2 + ⌈log2 N⌉ connections at setup.
 	Neighbours int `json:"neighbours,omitempty"`
+	// Relays: the tree is made of relay links during setup (see above).
+	Relays bool `json:"relays,omitempty"`
 }
 
 // InitTime is the setup model's answer, phase by phase.
@@ -113,8 +119,15 @@ func Init(n int, p InitParams) (InitTime, error) {
 	// Down each root's tree: at every level a parent sends the whole
 	// table to its children, FanOut of them or as many as its share
 	// leaves (a star: share - 1), one after another on its link.
-	children := min(p.FanOut, share-1)
-	t.Spread = float64(levels(share, p.FanOut)) * (p.Hop + float64(children)*table)
+	children, depth := min(p.FanOut, share-1), levels(share, p.FanOut)
+	if p.Relays {
+		// The root above its share: FanOut children, the share below it.
+		children, depth = min(p.FanOut, share), levels(share+1, p.FanOut)
+	}
+	t.Spread = float64(depth) * (p.Hop + float64(children)*table)
+	if p.Relays && depth > 1 {
+		t.Spread += float64(depth-1) * p.Handshake
+	}
 	k := p.Neighbours
 	if k == 0 {
 		k = 2 + log2ceil(n)
