@@ -194,6 +194,15 @@ func (c *Client) exchange(ctx context.Context, msg []byte, what string) ([][]byt
 		return nil, fmt.Errorf("bootstrap: rank %d %s: %w", c.rank, what, err)
 	}
 	if err := c.write(ctx, msg); err != nil {
+		// The root may have said why before it closed the connection.
+		select {
+		case r := <-c.fromRoot:
+			if r.err == nil && len(r.f) > 0 && r.f[0] == replyError {
+				return nil, replyErr(fmt.Sprintf("bootstrap: rank %d %s", c.rank, what), r.f)
+			}
+		case <-ctx.Done():
+		case <-c.life.Done():
+		}
 		return nil, c.rootErr(what, err)
 	}
 	reply, err := c.next(ctx, what)

@@ -369,12 +369,16 @@ func (r *Root) serve() {
 // rendezvous is the root's state of the job: who joined, which round is
 // gathered, who submitted to it, who left.
 type rendezvous struct {
-	r          *Root
-	nranks     int // 0 until the first join
-	first      int // the rank that set nranks
-	members    map[int]*member
-	joined     bool   // round 0 complete
-	tree       bool   // the tables go through the relays (see Fanout)
+	r       *Root
+	nranks  int // 0 until the first join
+	first   int // the rank that set nranks
+	members map[int]*member
+	joined  bool // round 0 complete
+	tree    bool // the tables go through the relays (see Fanout)
+	// inRound counts the members that submitted to the current round
+	// (after the join): each contribution and departure is O(1), not a
+	// walk over every member.
+	inRound    int
 	round      uint32 // current round after join
 	left       []int  // ranks that closed their connection after joining
 	duplicates []string
@@ -428,6 +432,7 @@ func (z *rendezvous) complete() {
 		blobs[i] = m.blob
 		m.blob, m.submitted = nil, false
 	}
+	z.inRound = 0
 	table := encodeTable(blobs)
 	if !z.tree {
 		z.r.reply(z.conns(nil), table)
@@ -551,11 +556,12 @@ func (z *rendezvous) contribute(e event) bool {
 		z.fail(z.conns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d sent round %d twice", e.rank, z.round))
 		return true
 	}
-	if len(z.conns(submitted)) == 0 {
+	if z.inRound == 0 {
 		z.timer.Reset(z.r.timeout) // first arrival in this round
 	}
 	m.blob, m.submitted = e.blob, true
-	if len(z.missing(submitted)) == 0 {
+	// Nobody has left (checked above): every rank is a member.
+	if z.inRound++; z.inRound == z.nranks {
 		z.complete()
 		z.round++
 		z.timer.Stop()
@@ -570,14 +576,19 @@ func (z *rendezvous) gone(e event) bool {
 		return false // a rejected connection
 	}
 	delete(z.members, e.rank)
+	if z.joined && m.submitted {
+		z.inRound--
+	}
 	if !z.joined {
 		// It may dial again; nothing was promised to it yet.
 		z.r.logger.Warn("bootstrap: rank left before the job joined", "rank", e.rank, "err", e.err)
 		return false
 	}
 	z.left = append(z.left, e.rank)
-	if waiting := z.conns(submitted); len(waiting) > 0 {
-		z.fail(waiting, ErrRankLeft, fmt.Sprintf("round %d: rank %d left the job (%v)", z.round, e.rank, e.err))
+	if z.inRound > 0 {
+		// The rendezvous ends for every rank: all are told why, not only
+		// those already waiting.
+		z.fail(z.conns(nil), ErrRankLeft, fmt.Sprintf("round %d: rank %d left the job (%v)", z.round, e.rank, e.err))
 		return true
 	}
 	return len(z.members) == 0 // every rank closed its connection: the job is over
