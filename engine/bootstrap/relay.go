@@ -23,7 +23,7 @@ const maxParentHandshakes = 8
 func (c *Client) listenForParent() (int, error) {
 	host := "127.0.0.1"
 	if ta, ok := c.conn.LocalAddr().(*net.TCPAddr); ok {
-		host = ta.IP.String()
+		host = zoned(ta)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -37,6 +37,14 @@ func (c *Client) listenForParent() (int, error) {
 	c.links.Unlock()
 	go c.acceptParent(ctx, ln, c.accepted)
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// zoned is a's host, with its zone (a link-local IPv6 address needs it).
+func zoned(a *net.TCPAddr) string {
+	if a.Zone != "" {
+		return a.IP.String() + "%" + a.Zone
+	}
+	return a.IP.String()
 }
 
 // acceptParent authenticates the connections to ln and hands the first

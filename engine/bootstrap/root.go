@@ -301,7 +301,7 @@ func parseJoin(f []byte, remote net.Addr) (event, bool) {
 		if port == 0 {
 			return event{}, false
 		}
-		e.relay = net.JoinHostPort(ta.IP.String(), fmt.Sprint(port))
+		e.relay = net.JoinHostPort(zoned(ta), fmt.Sprint(port))
 		e.blob = f[7:]
 	}
 	return e, true
