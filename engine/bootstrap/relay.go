@@ -14,8 +14,12 @@ import (
 )
 
 // maxParentHandshakes bounds the handshakes a rank's relay listener runs
-// at once: connections beyond it (a flood) are closed unread.
-const maxParentHandshakes = 8
+// at once: connections beyond it (a flood) are closed unread. Only one is
+// expected, but strangers holding silent connections (each until its
+// handshake deadline, or until the parent has linked) must not fill the
+// slots and shut the parent out: its dial retries, and 64 are far more
+// than a stray scan holds.
+const maxParentHandshakes = 64
 
 // listenForParent opens the listener where this rank's relay parent will
 // dial in, on the address this rank reaches the root from (the one the
