@@ -175,10 +175,10 @@ func joinRoot(rootAddr string, secret []byte, nranks, rank int, opts Options) (c
 	if err != nil {
 		return nil, err
 	}
-	// What setup will hold: the root's connection, two listeners, the
-	// ring and doubling neighbours; a clear error now rather than
-	// connections failing one by one later.
-	if err := tcp.CheckFiles(3 + 2 + bits.Len(uint(nranks))); err != nil {
+	// What setup will hold: the root's connection, its relay links, two
+	// listeners, the ring and doubling neighbours; a clear error now
+	// rather than connections failing one by one later.
+	if err := tcp.CheckFiles(3 + bootstrap.RelayFiles + 2 + bits.Len(uint(nranks))); err != nil {
 		return nil, fmt.Errorf("gocoll: rank %d of %d: %w", rank, nranks, err)
 	}
 	var client *bootstrap.Client

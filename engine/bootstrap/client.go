@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,17 +18,37 @@ import (
 	"github.com/gocoll/gocoll/engine/transport/tcp"
 )
 
-// Client is one rank's open connection to the root, for further rounds.
+// Client is one rank's open connection to the root, for further rounds,
+// and in a tree its relay links (relay.go).
 type Client struct {
 	rootAddr     string
 	rank, nranks int
+	secret       []byte
 
-	conn   net.Conn
-	mu     sync.Mutex // one round at a time
-	round  uint32
-	broken error
-	closed atomic.Bool
-	once   sync.Once
+	conn     net.Conn
+	fromRoot chan frameResult // what the root sends (readLoop)
+	life     context.Context  // ends with Close: the readers stop
+	end      context.CancelFunc
+	mu       sync.Mutex // one round at a time
+	round    uint32
+	broken   error
+	closed   atomic.Bool
+	once     sync.Once
+
+	// The relay links (nil in a star). links guards them against Close.
+	links         sync.Mutex
+	ln            net.Listener       // where the parent dials in, until it did
+	accepted      chan net.Conn      // the parent's authenticated link (acceptParent)
+	stopAccepting context.CancelFunc // ends acceptParent's handshakes
+	parent        net.Conn           // the link from relayParent(rank)
+	fromParent    chan frameResult   // what the parent forwards (readLoop)
+	children      map[int]net.Conn   // links to relayChildren(rank), those that work
+}
+
+// frameResult is one frame read from a connection, or why none could be.
+type frameResult struct {
+	f   []byte
+	err error
 }
 
 // Exchange joins the job at rootAddr as rank of nranks, contributes blob
@@ -47,9 +68,9 @@ func Exchange(ctx context.Context, rootAddr string, secret []byte, rank, nranks 
 // Join is Exchange that keeps the connection for later rounds
 // (Client.AllGather). Errors: the root refused us (wrong secret: wraps
 // tcp.ErrAuth; invalid rank: wraps ErrRendezvous), the root reported a failed
-// rendezvous (wraps ErrRendezvous, naming the missing ranks), or nobody
-// answered before ctx ended (wraps ctx's error, naming rootAddr and how
-// long it waited).
+// rendezvous (wraps ErrRendezvous, naming the missing ranks), a relay
+// parent was lost (naming its rank), or nobody answered before ctx ended
+// (wraps ctx's error, naming rootAddr or the relay and how long it waited).
 func Join(ctx context.Context, rootAddr string, secret []byte, rank, nranks int, blob []byte) (*Client, [][]byte, error) {
 	if nranks < 1 || rank < 0 || rank >= nranks {
 		return nil, nil, fmt.Errorf("bootstrap: %w: rank %d out of range for nranks %d", ErrRankConflict, rank, nranks)
@@ -61,16 +82,45 @@ func Join(ctx context.Context, rootAddr string, secret []byte, rank, nranks int,
 	if err != nil {
 		return nil, nil, err
 	}
-	c := &Client{rootAddr: rootAddr, rank: rank, nranks: nranks, conn: conn}
-	msg := make([]byte, 5, 5+len(blob))
+	conn.SetDeadline(time.Time{})
+	c := &Client{rootAddr: rootAddr, rank: rank, nranks: nranks, secret: slices.Clone(secret), conn: conn,
+		fromRoot: make(chan frameResult)}
+	c.life, c.end = context.WithCancel(context.Background())
+	go c.readLoop(conn, c.fromRoot)
+	msg := make([]byte, 5, 7+len(blob))
 	msg[0] = frameJoin
 	binary.LittleEndian.PutUint32(msg[1:], uint32(nranks))
+	if nranks > Fanout && rank >= Fanout {
+		port, err := c.listenForParent()
+		if err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		msg[0] = frameTreeJoin
+		msg = binary.LittleEndian.AppendUint16(msg, uint16(port))
+	}
 	table, err := c.roundTrip(ctx, append(msg, blob...), "joining")
 	if err != nil {
 		c.Close()
 		return nil, nil, err
 	}
 	return c, table, nil
+}
+
+// readLoop hands the frames read from conn to out, until it fails or the
+// client closes.
+func (c *Client) readLoop(conn net.Conn, out chan<- frameResult) {
+	for {
+		f, err := readFrame(conn, maxTable)
+		select {
+		case out <- frameResult{f, err}:
+		case <-c.life.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func dialRoot(ctx context.Context, rootAddr string, secret []byte, rank int) (net.Conn, error) {
@@ -126,51 +176,115 @@ func dialRoot(ctx context.Context, rootAddr string, secret []byte, rank int) (ne
 	}
 }
 
-// roundTrip sends one frame and reads the root's reply, honouring ctx. Any
-// failure leaves the client unusable.
+// roundTrip sends one frame to the root and waits for the round's table:
+// from the root, or in a tree from the relay parent (forwarding it to the
+// children), honouring ctx. Any failure leaves the client unusable, and
+// the children are told.
 func (c *Client) roundTrip(ctx context.Context, msg []byte, what string) ([][]byte, error) {
+	table, err := c.exchange(ctx, msg, what)
+	if err != nil {
+		c.broken = err
+		c.failChildren(err)
+	}
+	return table, err
+}
+
+func (c *Client) exchange(ctx context.Context, msg []byte, what string) ([][]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bootstrap: rank %d %s: %w", c.rank, what, err)
 	}
-	dl, _ := ctx.Deadline()
-	c.conn.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
-	err := writeFrame(c.conn, msg)
-	var reply []byte
-	if err == nil {
-		reply, err = readFrame(c.conn, maxTable)
+	if err := c.write(ctx, msg); err != nil {
+		// The root may have said why before it closed the connection.
+		select {
+		case r := <-c.fromRoot:
+			if r.err == nil && len(r.f) > 0 && r.f[0] == replyError {
+				return nil, replyErr(fmt.Sprintf("bootstrap: rank %d %s", c.rank, what), r.f)
+			}
+		case <-ctx.Done():
+		case <-c.life.Done():
+		}
+		return nil, c.rootErr(what, err)
 	}
-	if !stop() && err != nil {
-		err = ctx.Err()
+	reply, err := c.next(ctx, what)
+	if err == nil && len(reply) > 0 && reply[0] == replyRelays && c.round == 0 {
+		if err = c.relay(ctx, reply, what); err == nil {
+			reply, err = c.next(ctx, what)
+		}
 	}
 	if err != nil {
-		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			err = fmt.Errorf("bootstrap: rank %d %s: waiting for the root at %s: %w", c.rank, what, c.rootAddr, context.DeadlineExceeded)
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			err = fmt.Errorf("bootstrap: rank %d %s: waiting for the root at %s: %w", c.rank, what, c.rootAddr, err)
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			err = fmt.Errorf("bootstrap: rank %d %s: the root at %s closed the connection", c.rank, what, c.rootAddr)
-		default:
-			err = fmt.Errorf("bootstrap: rank %d %s: root at %s: %w", c.rank, what, c.rootAddr, err)
-		}
-		c.broken = err
 		return nil, err
 	}
-	c.conn.SetDeadline(time.Time{})
 	if len(reply) > 0 && reply[0] == replyError {
-		c.broken = replyErr(fmt.Sprintf("bootstrap: rank %d %s", c.rank, what), reply)
-		return nil, c.broken
+		return nil, replyErr(fmt.Sprintf("bootstrap: rank %d %s", c.rank, what), reply)
 	}
 	table, err := decodeTable(reply)
 	if err == nil && len(table) != c.nranks {
 		err = fmt.Errorf("%d entries for %d ranks", len(table), c.nranks)
 	}
 	if err != nil {
-		c.broken = fmt.Errorf("bootstrap: rank %d %s: root at %s sent a bad table: %v", c.rank, what, c.rootAddr, err)
-		return nil, c.broken
+		return nil, fmt.Errorf("bootstrap: rank %d %s: %s sent a bad table: %v", c.rank, what, c.source(), err)
 	}
+	c.forward(reply)
 	return table, nil
+}
+
+// write sends msg to the root, bounded by ctx.
+func (c *Client) write(ctx context.Context, msg []byte) error {
+	dl, _ := ctx.Deadline()
+	c.conn.SetWriteDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { c.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	err := writeFrame(c.conn, msg)
+	if !stop() && err != nil {
+		err = ctx.Err()
+	}
+	c.conn.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// rootErr describes a failure of the connection to the root.
+func (c *Client) rootErr(what string, err error) error {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("bootstrap: rank %d %s: waiting for the root at %s: %w", c.rank, what, c.rootAddr, context.DeadlineExceeded)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("bootstrap: rank %d %s: waiting for the root at %s: %w", c.rank, what, c.rootAddr, err)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("bootstrap: rank %d %s: the root at %s closed the connection", c.rank, what, c.rootAddr)
+	default:
+		return fmt.Errorf("bootstrap: rank %d %s: root at %s: %w", c.rank, what, c.rootAddr, err)
+	}
+}
+
+// next waits for the next frame of the round: from the relay parent once
+// it has connected (an error verdict may still come from the root),
+// otherwise from the root.
+func (c *Client) next(ctx context.Context, what string) ([]byte, error) {
+	for {
+		c.links.Lock()
+		accepted, fromParent := c.accepted, c.fromParent
+		c.links.Unlock()
+		select {
+		case r := <-c.fromRoot:
+			if r.err != nil {
+				return nil, c.rootErr(what, r.err)
+			}
+			return r.f, nil
+		case r := <-fromParent:
+			if r.err != nil {
+				return nil, c.parentErr(what, r.err)
+			}
+			return r.f, nil
+		case p := <-accepted:
+			c.adoptParent(p)
+		case <-c.life.Done():
+			return nil, fmt.Errorf("bootstrap: rank %d %s: client closed", c.rank, what)
+		case <-ctx.Done():
+			if accepted != nil || fromParent != nil {
+				return nil, c.parentErr(what, ctx.Err())
+			}
+			return nil, c.rootErr(what, ctx.Err())
+		}
+	}
 }
 
 // AllGather runs one more round over the same job: every rank calls it
@@ -202,13 +316,15 @@ func (c *Client) Rank() int { return c.rank }
 // Size is the job's number of ranks.
 func (c *Client) Size() int { return c.nranks }
 
-// Close leaves the job (the root stops once every rank has left).
-// Idempotent.
+// Close leaves the job (the root stops once every rank has left), and
+// closes the relay links. Idempotent.
 // A pending AllGather fails.
 func (c *Client) Close() error {
 	c.once.Do(func() {
 		c.closed.Store(true)
+		c.end()
 		c.conn.Close()
+		c.closeLinks()
 	})
 	return nil
 }

@@ -86,3 +86,42 @@ func FuzzUniqueIDParse(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeRelays(f *testing.F) {
+	f.Add(encodeRelays(nil))
+	f.Add(encodeRelays([]string{"127.0.0.1:5", "[::1]:29500", ""}))
+	f.Add([]byte{replyRelays, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		addrs, err := decodeRelays(in)
+		if err != nil {
+			return
+		}
+		if len(addrs) > len(in)/4 {
+			t.Fatalf("%d addresses from %d bytes", len(addrs), len(in))
+		}
+		if out := encodeRelays(addrs); !bytes.Equal(out, in) {
+			t.Fatalf("re-encoded relays differ: %x, want %x", out, in)
+		}
+	})
+}
+
+func FuzzParseJoin(f *testing.F) {
+	f.Add([]byte{frameJoin, 4, 0, 0, 0, 'b'})
+	f.Add([]byte{frameTreeJoin, 4, 0, 0, 0, 0x39, 0x30, 'b'})
+	f.Add([]byte{frameTreeJoin, 4, 0, 0, 0, 0, 0})
+	remote := &net.TCPAddr{IP: net.IPv6loopback, Port: 1}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		e, ok := parseJoin(in, remote)
+		if !ok {
+			return
+		}
+		if in[0] == frameTreeJoin {
+			host, port, err := net.SplitHostPort(e.relay)
+			if err != nil || host != "::1" || port == "0" || len(e.blob) != len(in)-7 {
+				t.Fatalf("join %x: relay %q (%v), blob of %d", in, e.relay, err, len(e.blob))
+			}
+		} else if e.relay != "" || len(e.blob) != len(in)-5 {
+			t.Fatalf("join %x: relay %q, blob of %d", in, e.relay, len(e.blob))
+		}
+	})
+}

@@ -11,6 +11,15 @@
 // has closed its connection, a rank leaves in the middle of a round, or a
 // round does not complete within the root's timeout. Every connection is
 // authenticated both ways with the tcp transport's handshake.
+//
+// A job of more than Fanout ranks gets its tables through a tree of
+// relays, so that the root writes each table Fanout times rather than once
+// per rank: ranks 0 to Fanout-1 get it from the root and forward the same
+// bytes to theirs (rank i to ranks Fanout·(i+1) … Fanout·(i+1)+Fanout-1),
+// who forward it further. Every rank still sends its blob, and gets any
+// error verdict, over its own connection to the root. Each relay link is
+// authenticated like a root connection (same secret and tag, each end
+// checking the other's rank).
 package bootstrap
 
 import (
@@ -42,7 +51,30 @@ const (
 	DefaultTimeout = 5 * time.Minute
 	// writeTimeout bounds one reply to one client.
 	writeTimeout = 10 * time.Second
+	// Fanout is the relay tree's fan-out. A job of at most Fanout ranks is
+	// a star (every rank is the root's child: nothing to relay); one of
+	// one host's 8 accelerators stays one. At 1,024 ranks the tree is 4
+	// levels deep, and the root and each relay write a table 8 times per
+	// round.
+	Fanout = 8
+	// RelayFiles is the most descriptors a rank's relay role holds during
+	// the rendezvous: its listener, its parent's link and its children's.
+	RelayFiles = 2 + Fanout
 )
+
+// relayParent is the rank that forwards the tables to rank in a tree (-1:
+// the root).
+func relayParent(rank int) int { return rank/Fanout - 1 }
+
+// relayChildren are the ranks that rank forwards the tables to, in a job
+// of n ranks.
+func relayChildren(rank, n int) []int {
+	var kids []int
+	for k := Fanout * (rank + 1); k < min(Fanout*(rank+2), n); k++ {
+		kids = append(kids, k)
+	}
+	return kids
+}
 
 // ErrRendezvous: the root reported that the job could not rendezvous
 // (missing ranks, disagreeing sizes, a rank that left); the text says which,
@@ -88,14 +120,27 @@ func causeOf(code byte) error {
 // Frames: u32 length (little endian), then the payload.
 //
 //	client → root  join   'J' | nranks u32 | blob
+//	client → root  join   'T' | nranks u32 | relay port u16 | blob
 //	client → root  round  'R' | round u32 | blob
 //	root → client  table  0 | n u32 | n × (len u32 | bytes)
 //	root → client  error  1 | cause u8 | text   (cause: index in causes, 0 unknown)
+//	root → client  relays 2 | n u32 | n × (len u32 | "host:port")
+//
+// A rank that may have a relay parent (rank ≥ Fanout in a job of more than
+// Fanout ranks) joins with 'T', naming the port it listens on for its
+// parent (the host is the one the root sees it connect from). When every
+// such rank did, the root sends its children the relays frame (every
+// rank's relay address) and then each round's table; a relay forwards both
+// to its children, dialling them when the relays frame arrives. A relay
+// whose round fails sends its children an error frame saying why. Frames
+// on a relay link are those of the root's connection, root → client.
 const (
-	frameJoin  = 'J'
-	frameRound = 'R'
-	replyTable = 0
-	replyError = 1
+	frameJoin     = 'J'
+	frameTreeJoin = 'T'
+	frameRound    = 'R'
+	replyTable    = 0
+	replyError    = 1
+	replyRelays   = 2
 )
 
 func writeFrame(c net.Conn, payload []byte) error {
@@ -166,6 +211,32 @@ func decodeTable(p []byte) ([][]byte, error) {
 		return nil, errors.New("malformed table")
 	}
 	return blobs, nil
+}
+
+// encodeRelays is the relays frame of every rank's relay address.
+func encodeRelays(addrs []string) []byte {
+	blobs := make([][]byte, len(addrs))
+	for i, a := range addrs {
+		blobs[i] = []byte(a)
+	}
+	out := encodeTable(blobs)
+	out[0] = replyRelays
+	return out
+}
+
+func decodeRelays(p []byte) ([]string, error) {
+	if len(p) < 1 || p[0] != replyRelays {
+		return nil, errors.New("malformed relays")
+	}
+	blobs, err := decodeTable(append([]byte{replyTable}, p[1:]...))
+	if err != nil {
+		return nil, errors.New("malformed relays")
+	}
+	addrs := make([]string, len(blobs))
+	for i, b := range blobs {
+		addrs[i] = string(b)
+	}
+	return addrs, nil
 }
 
 func errorReply(cause error, text string) []byte {

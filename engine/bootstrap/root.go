@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gocoll/gocoll/engine/logthrottle"
@@ -32,6 +33,10 @@ type Root struct {
 	closed chan struct{} // Close was called
 	once   sync.Once
 	err    error // outcome, readable after done
+	// sent counts the bytes the root wrote to ranks (frames and their
+	// length words), and replying the time it spent writing them, for the
+	// benchmark of its load.
+	sent, replying atomic.Int64
 
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{} // every live connection, for teardown
@@ -58,12 +63,14 @@ type event struct {
 	nranks int
 	round  uint32
 	blob   []byte
+	relay  string // the join's relay address ("": none offered)
 	err    error
 }
 
 type member struct {
 	conn      net.Conn
 	addr      string
+	relay     string // where its relay parent dials it ("": none)
 	blob      []byte
 	submitted bool
 }
@@ -250,12 +257,14 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 	c.SetReadDeadline(deadline)
 	f, err := readFrame(c, 5+MaxBlob)
 	c.SetReadDeadline(time.Time{})
-	if err != nil || len(f) < 5 || f[0] != frameJoin {
+	j, ok := parseJoin(f, c.RemoteAddr())
+	if err != nil || !ok {
 		r.refused.Warn("bootstrap: bad join message", "remote", c.RemoteAddr().String(), "rank", rank, "err", err)
 		c.Close()
 		return
 	}
-	if !r.send(event{kind: evJoin, conn: c, rank: rank, nranks: int(binary.LittleEndian.Uint32(f[1:])), blob: f[5:]}) {
+	j.conn, j.rank = c, rank
+	if !r.send(j) {
 		c.Close()
 		return
 	}
@@ -276,6 +285,28 @@ func (r *Root) handle(c net.Conn, joinDeadline time.Time) {
 	}
 }
 
+// parseJoin reads a join frame from a client at remote; false: it is not
+// one.
+func parseJoin(f []byte, remote net.Addr) (event, bool) {
+	if len(f) < 5 || f[0] != frameJoin && f[0] != frameTreeJoin {
+		return event{}, false
+	}
+	e := event{kind: evJoin, nranks: int(binary.LittleEndian.Uint32(f[1:])), blob: f[5:]}
+	if f[0] == frameTreeJoin {
+		ta, ok := remote.(*net.TCPAddr)
+		if len(f) < 7 || !ok {
+			return event{}, false
+		}
+		port := binary.LittleEndian.Uint16(f[5:])
+		if port == 0 {
+			return event{}, false
+		}
+		e.relay = net.JoinHostPort(zoned(ta), fmt.Sprint(port))
+		e.blob = f[7:]
+	}
+	return e, true
+}
+
 func (r *Root) send(e event) bool {
 	select {
 	case r.events <- e:
@@ -285,14 +316,21 @@ func (r *Root) send(e event) bool {
 	}
 }
 
-// reply sends one frame to each connection, in parallel, each bounded by
-// writeTimeout.
-func reply(conns []net.Conn, payload []byte) {
+// reply sends the frames, in order, to each connection, the connections in
+// parallel, each bounded by writeTimeout.
+func (r *Root) reply(conns []net.Conn, payloads ...[]byte) {
+	start := time.Now()
+	defer func() { r.replying.Add(int64(time.Since(start))) }()
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Go(func() {
 			c.SetWriteDeadline(time.Now().Add(writeTimeout))
-			writeFrame(c, payload)
+			for _, p := range payloads {
+				if writeFrame(c, p) != nil {
+					break
+				}
+				r.sent.Add(int64(4 + len(p)))
+			}
 			c.SetWriteDeadline(time.Time{})
 		})
 	}
@@ -331,11 +369,16 @@ func (r *Root) serve() {
 // rendezvous is the root's state of the job: who joined, which round is
 // gathered, who submitted to it, who left.
 type rendezvous struct {
-	r          *Root
-	nranks     int // 0 until the first join
-	first      int // the rank that set nranks
-	members    map[int]*member
-	joined     bool   // round 0 complete
+	r       *Root
+	nranks  int // 0 until the first join
+	first   int // the rank that set nranks
+	members map[int]*member
+	joined  bool // round 0 complete
+	tree    bool // the tables go through the relays (see Fanout)
+	// inRound counts the members that submitted to the current round
+	// (after the join): each contribution and departure is O(1), not a
+	// walk over every member.
+	inRound    int
 	round      uint32 // current round after join
 	left       []int  // ranks that closed their connection after joining
 	duplicates []string
@@ -370,7 +413,7 @@ func (z *rendezvous) missing(pred func(*member) bool) []int {
 // reject refuses one connection, telling it why.
 func (z *rendezvous) reject(c net.Conn, text string) {
 	z.r.refused.Warn("bootstrap: rejected rank", "remote", c.RemoteAddr().String(), "reason", text)
-	reply([]net.Conn{c}, errorReply(ErrRankConflict, text))
+	z.r.reply([]net.Conn{c}, errorReply(ErrRankConflict, text))
 	c.Close()
 }
 
@@ -378,17 +421,50 @@ func (z *rendezvous) reject(c net.Conn, text string) {
 func (z *rendezvous) fail(conns []net.Conn, cause error, text string) {
 	z.r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, cause, text)
 	z.r.logger.Warn("bootstrap: rendezvous failed", "reason", text)
-	reply(conns, errorReply(cause, "root at "+z.r.Addr()+": "+text))
+	z.r.reply(conns, errorReply(cause, "root at "+z.r.Addr()+": "+text))
 }
 
-// complete sends every member the table of the round.
+// complete sends the table of the round to every member, or in a tree to
+// the root's children (after the relays frame, in round 0).
 func (z *rendezvous) complete() {
 	blobs := make([][]byte, z.nranks)
 	for i, m := range z.members {
 		blobs[i] = m.blob
 		m.blob, m.submitted = nil, false
 	}
-	reply(z.conns(nil), encodeTable(blobs))
+	z.inRound = 0
+	table := encodeTable(blobs)
+	if !z.tree {
+		z.r.reply(z.conns(nil), table)
+		return
+	}
+	kids := make([]net.Conn, Fanout)
+	for i := range kids {
+		kids[i] = z.members[i].conn
+	}
+	if z.joined {
+		z.r.reply(kids, table)
+		return
+	}
+	addrs := make([]string, z.nranks)
+	for i, m := range z.members {
+		addrs[i] = m.relay
+	}
+	z.r.reply(kids, encodeRelays(addrs), table)
+}
+
+// relayable: the job is larger than a star and every rank that would have
+// a relay parent offered an address to be dialled at.
+func (z *rendezvous) relayable() bool {
+	if z.nranks <= Fanout {
+		return false
+	}
+	for i := Fanout; i < z.nranks; i++ {
+		if z.members[i].relay == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // expire: the timeout passed before the join or a round completed.
@@ -445,11 +521,12 @@ func (z *rendezvous) join(e event) bool {
 		if z.nranks == 0 {
 			z.nranks, z.first = e.nranks, e.rank
 		}
-		z.members[e.rank] = &member{conn: e.conn, addr: e.conn.RemoteAddr().String(), blob: e.blob, submitted: true}
+		z.members[e.rank] = &member{conn: e.conn, addr: e.conn.RemoteAddr().String(), relay: e.relay, blob: e.blob, submitted: true}
 		z.r.logger.Debug("bootstrap: rank joined", "rank", e.rank, "remote", e.conn.RemoteAddr().String(), "joined", len(z.members), "nranks", z.nranks)
 		if len(z.members) == z.nranks {
 			z.r.ln.Close() // the job is complete: nobody else may join
 			z.r.removeSecretFile()
+			z.tree = z.relayable()
 			z.complete()
 			z.joined, z.round = true, 1
 			z.timer.Stop()
@@ -473,17 +550,18 @@ func (z *rendezvous) contribute(e event) bool {
 	case len(z.left) > 0:
 		text := fmt.Sprintf("round %d: ranks %s have left the job", z.round, formatRanks(z.left))
 		z.r.err = fmt.Errorf("bootstrap: %w (%w): %s", ErrRendezvous, ErrRankLeft, text)
-		reply([]net.Conn{m.conn}, errorReply(ErrRankLeft, "root at "+z.r.Addr()+": "+text))
+		z.r.reply([]net.Conn{m.conn}, errorReply(ErrRankLeft, "root at "+z.r.Addr()+": "+text))
 		return false
 	case m.submitted:
 		z.fail(z.conns(nil), ErrSizeMismatch, fmt.Sprintf("rank %d sent round %d twice", e.rank, z.round))
 		return true
 	}
-	if len(z.conns(submitted)) == 0 {
+	if z.inRound == 0 {
 		z.timer.Reset(z.r.timeout) // first arrival in this round
 	}
 	m.blob, m.submitted = e.blob, true
-	if len(z.missing(submitted)) == 0 {
+	// Nobody has left (checked above): every rank is a member.
+	if z.inRound++; z.inRound == z.nranks {
 		z.complete()
 		z.round++
 		z.timer.Stop()
@@ -498,14 +576,19 @@ func (z *rendezvous) gone(e event) bool {
 		return false // a rejected connection
 	}
 	delete(z.members, e.rank)
+	if z.joined && m.submitted {
+		z.inRound--
+	}
 	if !z.joined {
 		// It may dial again; nothing was promised to it yet.
 		z.r.logger.Warn("bootstrap: rank left before the job joined", "rank", e.rank, "err", e.err)
 		return false
 	}
 	z.left = append(z.left, e.rank)
-	if waiting := z.conns(submitted); len(waiting) > 0 {
-		z.fail(waiting, ErrRankLeft, fmt.Sprintf("round %d: rank %d left the job (%v)", z.round, e.rank, e.err))
+	if z.inRound > 0 {
+		// The rendezvous ends for every rank: all are told why, not only
+		// those already waiting.
+		z.fail(z.conns(nil), ErrRankLeft, fmt.Sprintf("round %d: rank %d left the job (%v)", z.round, e.rank, e.err))
 		return true
 	}
 	return len(z.members) == 0 // every rank closed its connection: the job is over

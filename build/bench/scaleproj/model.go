@@ -23,7 +23,11 @@ import (
 // a tree takes the table in, at ReadBandwidth, before it forwards it);
 // then every rank connects the neighbours its first schedules need (ring and
 // recursive doubling: 2 + log2 N of them, Neighbours overrides) and the
-// rest lazily, which is not setup time.
+// rest lazily, which is not setup time. Relays is gocoll's tree as built
+// (engine/bootstrap/relay.go): the root is not one of the ranks, its
+// FanOut children and theirs relay the table, and each level's links are
+// made (a handshake, a parent dialling its children at once) when the
+// first table comes down.
 type InitParams struct {
 	// RootPerRank is the time a root spends per rank it serves (accept,
 	// read and record one address), measured as root time over ranks.
@@ -47,6 +51,8 @@ type InitParams struct {
 	FanOut int `json:"fan_out"`
 	// Neighbours, if positive, replaces 2 + ⌈log2 N⌉ connections at setup.
 	Neighbours int `json:"neighbours,omitempty"`
+	// Relays: the tree is made of relay links during setup (see above).
+	Relays bool `json:"relays,omitempty"`
 }
 
 // InitTime is the setup model's answer, phase by phase.
@@ -122,12 +128,18 @@ func Init(n int, p InitParams) (InitTime, error) {
 	// Down each root's tree: at every level a parent sends the whole
 	// table to its children, FanOut of them or as many as its share
 	// leaves (a star: share - 1), one after another on its link; below
-	// the root it first takes the table in (store and forward).
-	children := min(p.FanOut, share-1)
-	lv := levels(share, p.FanOut)
-	t.Spread = float64(lv) * (p.Hop + float64(children)*table)
-	if p.ReadBandwidth > 0 && lv > 1 {
-		t.Spread += float64(lv-1) * float64(n*p.AddrBytes) / p.ReadBandwidth
+	// the root a member first takes the table in (store and forward).
+	children, depth := min(p.FanOut, share-1), levels(share, p.FanOut)
+	if p.Relays {
+		// The root above its share: FanOut children, the share below it.
+		children, depth = min(p.FanOut, share), levels(share+1, p.FanOut)
+	}
+	t.Spread = float64(depth) * (p.Hop + float64(children)*table)
+	if p.Relays && depth > 1 {
+		t.Spread += float64(depth-1) * p.Handshake
+	}
+	if p.ReadBandwidth > 0 && depth > 1 {
+		t.Spread += float64(depth-1) * float64(n*p.AddrBytes) / p.ReadBandwidth
 	}
 	k := p.Neighbours
 	if k == 0 {

@@ -186,3 +186,28 @@ func TestShrinkBadParams(t *testing.T) {
 		t.Errorf("a setup without roots: %v", err)
 	}
 }
+
+// The relay tree as built: the root above the ranks, FanOut children
+// each level, and a handshake for each level of relay links; a job of at
+// most FanOut ranks is the star, with no relay link.
+func TestInitRelays(t *testing.T) {
+	p := setupParams()
+	p.Roots, p.FanOut, p.Relays = 1, 8, true
+	got, err := Init(1024, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := 1024 * 64 / 1e9
+	// 8 + 64 + 512 < 1,024 ≤ 8 + … + 4,096: 4 levels, 3 of relay links.
+	near(t, "spread", got.Spread, 4*(10e-6+8*table)+3*200e-6)
+	small, err := Init(8, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near(t, "spread of 8 ranks", small.Spread, 10e-6+8*(8*64/1e9))
+	p.FanOut = 1 << 20
+	star, _ := Init(1024, p)
+	if star.Spread <= 10*got.Spread {
+		t.Errorf("a star's spread %v s is not far above the relays' %v s at 1,024 ranks", star.Spread, got.Spread)
+	}
+}
