@@ -186,11 +186,16 @@ func runChaos(t *testing.T, seed int64) {
 // began more than half a timeout after the member started waiting.
 func stall(t *testing.T, w *simWorld, g *group, p chaosPlan) (late bool) {
 	s := g.recs[p.stalled]
+	var first time.Time // when its first silence clock started
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		s.mu.Lock()
-		waits := len(s.since[0]) > 0
+		for _, t0 := range s.since[0] {
+			if first.IsZero() || t0.Before(first) {
+				first = t0
+			}
+		}
 		s.mu.Unlock()
-		if waits {
+		if !first.IsZero() {
 			break
 		}
 		if time.Now().After(end) {
@@ -201,14 +206,7 @@ func stall(t *testing.T, w *simWorld, g *group, p chaosPlan) (late bool) {
 	// Everything sent to it was held until now: if its loop parked long
 	// after its silence clocks started (a loaded machine), it was cut off
 	// for that long before the stall, a partition of the test's making.
-	s.mu.Lock()
-	var first time.Time
-	for _, t0 := range s.since[0] {
-		if first.IsZero() || t0.Before(first) {
-			first = t0
-		}
-	}
-	s.mu.Unlock()
+	// (Its loop may park holding its lock: nothing here takes it.)
 	late = time.Since(first) > chaosTimeout/2
 	time.Sleep(p.stallFor)
 	release := func() {
