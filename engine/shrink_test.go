@@ -509,21 +509,7 @@ func TestShrinkMajority(t *testing.T) {
 func TestGrowPrunesDeadJoiner(t *testing.T) {
 	opts := Options{Transport: "tcp", Timeout: 5 * time.Second}
 	comms := newJoined(t, 2, opts)
-	info, err := comms[0].JoinInfo()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tag, addr, err := parseJoinInfo(info)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tcp.ClientHandshake(dead, secretOf(comms[0]), recovery.GrowTag(tag), -1, time.Now().Add(5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	dead := askToJoin(t, comms[0])
 	waitFor(t, func() bool { return comms[0].Joiners() == 1 })
 	dead.Close()
 	waitFor(t, func() bool { return comms[0].Joiners() == 0 })
@@ -542,7 +528,27 @@ func TestGrowPrunesDeadJoiner(t *testing.T) {
 func TestJoinRefusedPastBound(t *testing.T) {
 	opts := Options{Transport: "tcp", Timeout: 5 * time.Second}
 	comms := newJoined(t, 2, opts)
+	most := recovery.MaxJoiners(2)
+	for range most {
+		defer askToJoin(t, comms[0]).Close()
+	}
+	waitFor(t, func() bool { return comms[0].Joiners() == most })
 	info, err := comms[0].JoinInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Join(info, secretOf(comms[0]), Options{Transport: "tcp", Timeout: time.Minute})
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), fmt.Sprintf("at most %d may wait", most)) {
+		t.Fatalf("join past the bound: %v, want ErrTimeout naming the bound", err)
+	}
+}
+
+// askToJoin connects to c's join port and proves the secret, as a
+// process calling Join does, then waits there: c's rank 0 counts it a
+// joiner until the connection closes.
+func askToJoin(t *testing.T, c *Comm) net.Conn {
+	t.Helper()
+	info, err := c.JoinInfo()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,22 +556,15 @@ func TestJoinRefusedPastBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	most := recovery.MaxJoiners(2)
-	for range most {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := tcp.ClientHandshake(c, secretOf(comms[0]), recovery.GrowTag(tag), -1, time.Now().Add(5*time.Second)); err != nil {
-			t.Fatal(err)
-		}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return comms[0].Joiners() == most })
-	_, err = Join(info, secretOf(comms[0]), Options{Transport: "tcp", Timeout: time.Minute})
-	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), fmt.Sprintf("at most %d may wait", most)) {
-		t.Fatalf("join past the bound: %v, want ErrTimeout naming the bound", err)
+	if _, err := tcp.ClientHandshake(conn, secretOf(c), recovery.GrowTag(tag), -1, time.Now().Add(5*time.Second)); err != nil {
+		conn.Close()
+		t.Fatal(err)
 	}
+	return conn
 }
 
 // waitFor polls cond for up to 10 s.

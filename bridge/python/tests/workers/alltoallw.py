@@ -73,6 +73,10 @@ def run():
     e = expect_raises(gocoll.InvalidArgument, c.alltoallw, x, [(9, 1, 9)] * n, [9] * n)
     msgs["past the end"] = str(e)
     # Rank 0 expects one element less from the last rank than it sends.
+    # Every rank first finishes the checked calls: rank 0's failure on
+    # this one aborts the communicator, which would fail a rank still
+    # waiting on its part of the last checked call.
+    c.barrier()
     rt = [2] * n
     if r == 0 and n > 1:
         rt[n - 1] = 1
