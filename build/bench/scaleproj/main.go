@@ -266,7 +266,12 @@ func run(o *options, log io.Writer) error {
 		return err
 	}
 	if !o.allreduce {
-		fmt.Fprintf(log, "wrote %s.md\n", o.out)
+		// The models' figure alone (with the allreduce, that one is
+		// out.png and the models are in the tables only).
+		if err := plotModels(o.ranks, models, o.out+".png"); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "wrote %s.md and %s.png\n", o.out, o.out)
 		return nil
 	}
 	if err := o.plot(pts, o.out+".png"); err != nil {

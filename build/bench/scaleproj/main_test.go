@@ -46,7 +46,7 @@ func TestRunSmall(t *testing.T) {
 }
 
 // Named variants side by side, without the allreduce: each variant's
-// heading, note and tables, no figure; a variant without a name or
+// heading, note and tables, and the models' figure; a variant without a name or
 // figures, or no -models at all, is an error.
 func TestRunModelsOnly(t *testing.T) {
 	dir := t.TempDir()
@@ -88,8 +88,8 @@ func TestRunModelsOnly(t *testing.T) {
 	if strings.Contains(string(md), "Allreduce") || strings.Count(string(md), "**Setup") != 2 {
 		t.Errorf("want the two setup tables and no allreduce:\n%s", md)
 	}
-	if _, err := os.Stat(out + ".png"); err == nil {
-		t.Error("a figure without the allreduce")
+	if st, err := os.Stat(out + ".png"); err != nil || st.Size() == 0 {
+		t.Errorf("the models' figure: %v", err)
 	}
 	o.models = write(modelFile{Variants: []modelVariant{{Name: "empty"}}})
 	if err := run(o, io.Discard); err == nil || !strings.Contains(err.Error(), "variant 0") {

@@ -114,6 +114,82 @@ func writeVariant(md *strings.Builder, ranks []int, v modelVariant, name string)
 	return nil
 }
 
+// plotModels draws the models' projections against ranks, log-log: a
+// panel for setup (Init) and one for a shrink by one rank (Shrink), a
+// line per variant that has that part.
+func plotModels(ranks []int, m modelFile, path string) error {
+	vs, err := m.variants()
+	if err != nil {
+		return err
+	}
+	var ticks []plot.Tick
+	for _, n := range ranks {
+		ticks = append(ticks, plot.Tick{Value: float64(n), Label: thousands(n)})
+	}
+	panel := func(title string, total func(n int, v modelVariant) (float64, bool, error)) (*plot.Plot, error) {
+		pl := plot.New()
+		pl.Title.Text = title
+		pl.X.Label.Text = "ranks"
+		pl.Y.Label.Text = "projected time (s)"
+		pl.X.Scale, pl.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		pl.X.Tick.Marker, pl.Y.Tick.Marker = plot.ConstantTicks(ticks), plot.LogTicks{Prec: -1}
+		for k, v := range vs {
+			var xy plotter.XYs
+			for _, n := range ranks {
+				y, ok, err := total(n, v)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", v.Name, err)
+				}
+				if ok {
+					xy = append(xy, plotter.XY{X: float64(n), Y: y})
+				}
+			}
+			if len(xy) == 0 {
+				continue
+			}
+			l, ps, err := plotter.NewLinePoints(xy)
+			if err != nil {
+				return nil, err
+			}
+			l.Color, ps.Color, ps.Shape = plotutil.Color(k), plotutil.Color(k), plotutil.Shape(k)
+			pl.Add(l, ps)
+			pl.Legend.Add(v.Name, l, ps)
+		}
+		pl.Legend.Top, pl.Legend.Left = true, true
+		pl.Y.Max *= 1000 // room above the lines for the legend (log scale)
+		return pl, nil
+	}
+	setup, err := panel("setup (Init)", func(n int, v modelVariant) (float64, bool, error) {
+		if v.Init == nil {
+			return 0, false, nil
+		}
+		t, err := Init(n, *v.Init)
+		return t.Total, true, err
+	})
+	if err != nil {
+		return err
+	}
+	shrink, err := panel("shrink by one rank", func(n int, v modelVariant) (float64, bool, error) {
+		if v.Shrink == nil {
+			return 0, false, nil
+		}
+		t, err := Shrink(n, *v.Shrink)
+		return t.Total, true, err
+	})
+	if err != nil {
+		return err
+	}
+	const w, h = 5.5 * vg.Inch, 4.2 * vg.Inch
+	img := vgimg.New(2*w, h)
+	rows := [][]*plot.Plot{{setup, shrink}}
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(rows, tiles, draw.New(img))
+	setup.Draw(canvases[0][0])
+	shrink.Draw(canvases[0][1])
+	return writePNG(img, path)
+}
+
 // plot draws time against ranks, log-log: a row of panels per hosts'
 // size, a panel per message size, a line per algorithm.
 func (o *options) plot(pts []point, path string) error {
