@@ -98,6 +98,11 @@ func NewCommFromEnv(opts Options) (*Comm, error) {
 		}
 		root, err := bootstrap.StartRoot(hostPort(bind, port), secret, opts.Timeout, opts.Logger)
 		if err != nil {
+			if secretFile != "" {
+				// No root, no job: the file would outlive it (the root
+				// removes it when it stops, and none started).
+				bootstrap.RemoveSecretFile(secretFile)
+			}
 			return nil, fmt.Errorf("gocoll: rank 0 could not start the rendezvous root on %s (set GOCOLL_PORT to another free port): %w", hostPort(bind, port), err)
 		}
 		if secretFile != "" {

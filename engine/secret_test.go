@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,28 @@ func TestRootBindsAdvertisedAddress(t *testing.T) {
 		t.Fatalf("the root does not answer on loopback: %v", err)
 	}
 	c.Close()
+}
+
+// TestRootStartFailsLeavesNoSecret: rank 0 of a one-host job whose root
+// port is taken fails with an error naming it, and leaves no job secret
+// file behind (before, the file rank 0 had made stayed in $TMPDIR).
+func TestRootStartFailsLeavesNoSecret(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	tmp := t.TempDir()
+	env := map[string]string{"GOCOLL_RANK": "0", "GOCOLL_SIZE": "2", "GOCOLL_ROOT_ADDR": taken.Addr().String(), "TMPDIR": tmp}
+	opts := Options{Timeout: 2 * time.Second, Getenv: func(k string) string { return env[k] }}
+	if _, err := NewCommFromEnv(opts); err == nil || !strings.Contains(err.Error(), "could not start the rendezvous root") {
+		t.Fatalf("root on a taken port: %v", err)
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
 }

@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -144,11 +145,38 @@ def rank_main(a):
 
 # -- the launcher -------------------------------------------------------------
 
+def root_port():
+    """A free port for the rendezvous root, outside the kernel's ephemeral
+    range: a port from that range, free now, may be handed to an outgoing
+    connection (of these ranks, dialling a root not listening yet, or of
+    anything else) before rank 0 binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(v) for v in f.read().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    ranges = [(a, b) for a, b in ((10000, lo - 1), (hi + 1, 65535)) if b - a > 100] or [(lo, hi)]
+    for _ in range(200):
+        port = random.randrange(*random.choice(ranges))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    sys.exit("train_elastic: no free port for the rendezvous root")
+
+
 def launch(a):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = root_port()
     tmp = tempfile.mkdtemp(prefix="train-elastic-")
+    try:
+        run_job(a, port, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_job(a, port, tmp):
     result = os.path.join(tmp, "result.json")
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
@@ -197,7 +225,6 @@ def launch(a):
         sys.exit("train_elastic: rank(s) %s failed" % failed)
     with open(result) as f:
         res = json.load(f)
-    shutil.rmtree(tmp, ignore_errors=True)
     print("weights sha256 %s" % res["sha256"])
     print("test loss: %.6f" % res["test_loss"])
 
