@@ -71,6 +71,7 @@ type Recoverer struct {
 	// stalledPast: this process stalled for the timeout or longer since
 	// its last decided agreement; see stalled.
 	stalledPast bool
+	judged      time.Time // when the loop last judged silences (checkSilence)
 	heard       map[int]time.Time
 	since       map[uint64]map[int]time.Time
 	joiners     []*Conn    // processes waiting to join (Grow)
@@ -207,11 +208,19 @@ func (s *Recoverer) loop(ctx context.Context) {
 		if gap := now.Sub(last); gap > s.stallGap() {
 			s.stalled(gap)
 		}
+		// Silences are judged when the loop woke for its tick, or a tick
+		// after the last judgement: a coordinator that hears from its N
+		// members one by one would otherwise list whom it waits for
+		// (N log N) after each of them.
+		judge := err != nil || now.Sub(s.judged) >= s.tick()
 		for err == nil {
 			s.handle(ev)
 			ev, err = s.net.Next(expired)
 		}
-		s.checkSilence()
+		if judge {
+			s.checkSilence()
+			s.judged = now
+		}
 		s.checkWatchesLocked()
 		s.mu.Unlock()
 		last = s.now()
