@@ -239,29 +239,8 @@ func TestShrinkDeathDuringShrink(t *testing.T) {
 		for _, point := range []string{"agreed", "connected"} {
 			for _, second := range []int{0, 3} {
 				t.Run(fmt.Sprintf("%s/%s/second=%d", w.name, point, second), func(t *testing.T) {
-					var once sync.Once
-					opts := Options{Timeout: 5 * time.Second, hooks: &testHooks{shrink: func(rank int, p string) bool {
-						hit := false
-						if rank == second && p == point {
-							once.Do(func() { hit = true })
-						}
-						return hit
-					}}}
-					comms := w.make(t, 5, opts)
-					crash(comms[1])
-					live := slices.Clone(comms)
-					live[1] = nil
-					kids, errs := shrinkAll(live, nil)
-					var got []*Comm
-					for r, k := range kids {
-						if r == 1 || r == second {
-							continue
-						}
-						if errs[r] != nil {
-							t.Fatalf("rank %d: %v", r, errs[r])
-						}
-						got = append(got, k)
-					}
+					opts := Options{Timeout: 5 * time.Second, hooks: crashOnceAt(second, point)}
+					kids, got := shrinkAfterCrash(t, w.make(t, 5, opts), second)
 					defer destroyLive(kids)
 					checkSum(t, got)
 				})
@@ -279,33 +258,48 @@ func TestShrinkDeathDuringShrink(t *testing.T) {
 func TestShrinkTreeTCP(t *testing.T) {
 	for _, second := range []int{-1, 2} {
 		t.Run(fmt.Sprintf("second=%d", second), func(t *testing.T) {
-			var once sync.Once
-			opts := Options{Transport: "tcp", Timeout: 5 * time.Second, hooks: &testHooks{shrink: func(rank int, p string) bool {
-				hit := false
-				if rank == second && p == "agreed" {
-					once.Do(func() { hit = true })
-				}
-				return hit
-			}}}
-			comms := newJoined(t, 12, opts)
-			crash(comms[1])
-			live := slices.Clone(comms)
-			live[1] = nil
-			kids, errs := shrinkAll(live, nil)
+			opts := Options{Transport: "tcp", Timeout: 5 * time.Second, hooks: crashOnceAt(second, "agreed")}
+			kids, got := shrinkAfterCrash(t, newJoined(t, 12, opts), second)
 			defer destroyLive(kids)
-			var got []*Comm
-			for r, k := range kids {
-				if r == 1 || r == second {
-					continue
-				}
-				if errs[r] != nil {
-					t.Fatalf("rank %d: %v", r, errs[r])
-				}
-				got = append(got, k)
-			}
 			checkSum(t, got)
 		})
 	}
+}
+
+// crashOnceAt crashes rank the first time its Shrink reaches point
+// (testHooks.shrink); rank -1: none.
+func crashOnceAt(rank int, point string) *testHooks {
+	var once sync.Once
+	return &testHooks{shrink: func(r int, p string) bool {
+		hit := false
+		if r == rank && p == point {
+			once.Do(func() { hit = true })
+		}
+		return hit
+	}}
+}
+
+// shrinkAfterCrash crashes rank 1 of comms and shrinks the others, of
+// whom second (or none: -1) crashes on its way (crashOnceAt): it returns
+// every child, to destroy, and the survivors', which must all have
+// shrunk.
+func shrinkAfterCrash(t *testing.T, comms []*Comm, second int) (kids, survivors []*Comm) {
+	t.Helper()
+	crash(comms[1])
+	live := slices.Clone(comms)
+	live[1] = nil
+	kids, errs := shrinkAll(live, nil)
+	for r, k := range kids {
+		if r == 1 || r == second {
+			continue
+		}
+		if errs[r] != nil {
+			destroyLive(kids)
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		survivors = append(survivors, k)
+	}
+	return kids, survivors
 }
 
 // growBy1 has comms (one communicator's ranks) admit one process that

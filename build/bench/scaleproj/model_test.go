@@ -147,10 +147,10 @@ func TestShrinkByHand(t *testing.T) {
 	near(t, "agree with whole views", whole.Agree, 4.5*20e-6+2*(6*m*5e-6+2*m*m*10e-9)+0.5)
 }
 
-// Whole views (history) made the coordinator's ids quadratic: at 65,536
-// ranks with 10 ns per id, over a minute per ballot; as differences they
-// are linear: milliseconds, and twice the ranks about twice the time
-// (the round trips add a constant).
+// Whole views (history) made the coordinator's ids quadratic in the
+// ranks; as differences they are linear: twice the ranks, about twice the
+// time (the round trips add a constant). The bounds below follow from the
+// test's own PerID, not from a measurement.
 func TestShrinkIDs(t *testing.T) {
 	p := ShrinkParams{Hop: 10e-6, PerID: 10e-9, Setup: setupParams(), WholeView: true}
 	got, err := Shrink(65536, p)

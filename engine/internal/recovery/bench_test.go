@@ -19,23 +19,7 @@ import (
 // setup blob). The shrink model's inputs (docs/scale.md) are read off
 // these.
 func BenchmarkCtlWrite(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				io.Copy(io.Discard, c)
-				c.Close()
-			}()
-		}
-	}()
+	ln := drain(b)
 	dial := func(b *testing.B) *Conn {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
@@ -87,4 +71,27 @@ func BenchmarkCtlWrite(b *testing.B) {
 			}
 		})
 	}
+}
+
+// drain is a loopback listener, closed when b ends, that reads and drops
+// whatever its connections carry: the far end of a benchmarked writer.
+func drain(b *testing.B) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(io.Discard, c)
+				c.Close()
+			}()
+		}
+	}()
+	return ln
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -50,23 +49,7 @@ func (c countConn) Write(p []byte) (int, error) {
 // gathers them and sends the table on (JSON, MAC, write), as
 // Recoverer.Exchange does. rootB/op is the bytes the root wrote.
 func BenchmarkExchangeRoot(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				io.Copy(io.Discard, c)
-				c.Close()
-			}()
-		}
-	}()
+	ln := drain(b)
 	for _, n := range []int{256, 1024} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			c, err := net.Dial("tcp", ln.Addr().String())
